@@ -1,0 +1,84 @@
+// The compute graph of one forward step: tensors plus a sequence of nodes executed
+// in order. The model builds it, the Scheduler places each node on a backend, and a
+// backend executes runs of consecutive nodes (a GPU backend records them into one
+// submission). Intermediate tensors live in the graph's host scratch arena.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+class KvCache;
+
+// Every op the forward passes need. Shapes are in ggml order ([ne0, ne1, ...]).
+enum class Op : uint16_t {
+  GetRows,    // src0 table [K, V] any dtype, src1 ids I32 [n] -> F32 [K, n]
+  RmsNorm,    // src0 x F32 [K, n], optional src1 weight F32 [K]; f[0] = eps -> F32 [K, n]
+  MatMul,     // src0 weight [K, N] any dtype, src1 x F32 [K, M] -> F32 [N, M]
+  Rope,       // src0 x F32 [hd, heads, n], src1 pos I32 [n]; i[0] = n_dims, i[1] = mode
+              // (RopeMode), f[0] = freq_base, f[1] = freq_scale -> F32 same shape
+  KvWrite,    // src0 k F32 [hd, n_kv, n], src1 v F32 [hd, n_kv, n] -> stored in kv at
+              // positions i[2] .. i[2]+n-1 of sequence i[1], layer i[0]; no dst
+  Attention,  // src0 q F32 [hd, n_head, n] at positions i[2] .. i[2]+n-1, causal over
+              // the cache of layer i[0], sequence i[1]; f[0] = scale -> F32 [hd, n_head, n]
+  Softmax,    // src0 F32 rows -> F32 rows
+  Silu,       // src0 F32 -> F32
+  SwiGlu,     // src0 gate F32, src1 up F32 (same shape) -> silu(gate) * up
+  Add,        // src0 + src1, same shape
+  Mul,        // src0 * src1, same shape or src1 one row broadcast over rows
+  Argmax,     // src0 F32 [V, n] -> I32 [n]
+  Count
+};
+std::string_view op_name(Op op);
+
+enum RopeMode : int32_t { kRopeNormal = 0, kRopeNeox = 2 };
+
+struct Node {
+  Op op = Op::Count;
+  int32_t dst = -1;                           // tensor index, -1 for none
+  std::array<int32_t, 4> src{-1, -1, -1, -1};  // tensor indices, -1 for unused
+  std::array<int32_t, 8> i{};                 // integer parameters (see Op)
+  std::array<float, 4> f{};                   // float parameters (see Op)
+  KvCache* kv = nullptr;                      // KvWrite / Attention only
+};
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Forget all nodes and tensors but keep the scratch arena's memory for reuse.
+  void reset();
+
+  // A tensor whose storage already exists (weights, caller-owned inputs).
+  int32_t add_tensor(const Tensor& t);
+  // A new contiguous tensor in the graph's scratch arena (64-byte aligned).
+  int32_t new_tensor(DType type, std::initializer_list<int64_t> shape, std::string_view name = {});
+  int32_t add_node(const Node& n);
+
+  Tensor& tensor(int32_t i) { return tensors_[size_t(i)]; }
+  const Tensor& tensor(int32_t i) const { return tensors_[size_t(i)]; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  size_t tensor_count() const { return tensors_.size(); }
+
+  // Size the arena for everything new_tensor() returned since reset(); call once
+  // after building and before executing (addresses are fixed from then on).
+  void allocate();
+
+ private:
+  struct Arena;
+  std::vector<Tensor> tensors_;
+  std::vector<size_t> scratch_offsets_;  // per tensor: offset in arena or SIZE_MAX
+  std::vector<Node> nodes_;
+  std::unique_ptr<Arena> arena_;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace tessera

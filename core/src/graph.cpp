@@ -1,0 +1,86 @@
+#include "tessera/graph.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::GetRows: return "get_rows";
+    case Op::RmsNorm: return "rms_norm";
+    case Op::MatMul: return "mat_mul";
+    case Op::Rope: return "rope";
+    case Op::KvWrite: return "kv_write";
+    case Op::Attention: return "attention";
+    case Op::Softmax: return "softmax";
+    case Op::Silu: return "silu";
+    case Op::SwiGlu: return "swiglu";
+    case Op::Add: return "add";
+    case Op::Mul: return "mul";
+    case Op::Argmax: return "argmax";
+    case Op::Count: break;
+  }
+  return "unknown";
+}
+
+// Scratch memory reused across steps: grows, never shrinks, 64-byte aligned.
+struct Graph::Arena {
+  void* ptr = nullptr;
+  size_t capacity = 0;
+  ~Arena() { std::free(ptr); }
+  void ensure(size_t bytes) {
+    if (bytes <= capacity) return;
+    std::free(ptr);
+    size_t cap = (bytes + 63) / 64 * 64;
+    ptr = std::aligned_alloc(64, cap);
+    if (!ptr) throw std::bad_alloc();
+    capacity = cap;
+  }
+};
+
+Graph::Graph() : arena_(std::make_unique<Arena>()) {}
+Graph::~Graph() = default;
+
+void Graph::reset() {
+  tensors_.clear();
+  scratch_offsets_.clear();
+  nodes_.clear();
+  scratch_bytes_ = 0;
+}
+
+int32_t Graph::add_tensor(const Tensor& t) {
+  tensors_.push_back(t);
+  scratch_offsets_.push_back(SIZE_MAX);
+  return int32_t(tensors_.size() - 1);
+}
+
+int32_t Graph::new_tensor(DType type, std::initializer_list<int64_t> shape, std::string_view name) {
+  Tensor t = Tensor::contiguous(type, shape);
+  t.name = std::string(name);
+  tensors_.push_back(std::move(t));
+  scratch_offsets_.push_back(scratch_bytes_);
+  scratch_bytes_ += (tensors_.back().nbytes() + 63) / 64 * 64;
+  return int32_t(tensors_.size() - 1);
+}
+
+int32_t Graph::add_node(const Node& n) {
+  auto valid = [&](int32_t i) { return i >= -1 && i < int32_t(tensors_.size()); };
+  if (!valid(n.dst)) throw Error("graph node refers to an unknown destination tensor");
+  for (int32_t s : n.src)
+    if (!valid(s)) throw Error("graph node refers to an unknown source tensor");
+  nodes_.push_back(n);
+  return int32_t(nodes_.size() - 1);
+}
+
+void Graph::allocate() {
+  arena_->ensure(scratch_bytes_);
+  auto* base = static_cast<char*>(arena_->ptr);
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (scratch_offsets_[i] != SIZE_MAX) tensors_[i].data = base + scratch_offsets_[i];
+}
+
+}  // namespace tessera
