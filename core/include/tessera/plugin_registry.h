@@ -2,6 +2,7 @@
 // backend and loader instances. Every plugin found is kept in records(), including
 // the refused and unusable ones with the reason, so `tessera backends` can show them.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,16 +40,23 @@ class PluginRegistry {
 
   // Usable backend names by descending rank.
   std::vector<std::string> ranked_backends() const;
+  // The record of a plugin by name (usable or not); nullptr if none has that name.
+  const PluginRecord* find(const std::string& name) const;
 
   // Create a backend by name; throws tessera::Error if unknown or unusable.
-  std::shared_ptr<Backend> create_backend(const std::string& name, FastPool* pool) const;
+  // `options` (e.g. from the command line) are added to, and override, the
+  // [backend.NAME] options of plugins.toml. The returned object keeps the plugin's
+  // shared library loaded for as long as it lives.
+  std::shared_ptr<Backend> create_backend(const std::string& name, FastPool* pool,
+                                          const std::map<std::string, std::string>& options = {}) const;
   // Create every usable loader, best-ranked first.
   std::vector<std::shared_ptr<ModelLoader>> create_loaders() const;
 
  private:
   struct Loaded;
   void scan();
-  std::shared_ptr<void> create_instance(const Loaded& p, FastPool* pool) const;
+  std::shared_ptr<void> create_instance(const Loaded& p, FastPool* pool,
+                                        const std::map<std::string, std::string>& options) const;
 
   PluginConfig config_;
   std::vector<PluginRecord> records_;

@@ -1,0 +1,290 @@
+// Plugin discovery: scans the configured folders for *.so files, loads each with
+// Boost.DLL, checks the C descriptor (ABI version, struct size, name, kind), probes it
+// and ranks it. Nothing a plugin file does wrong throws: every problem becomes the
+// `reason` of its record so `tessera backends` can show it.
+#include "tessera/plugin_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/dll/shared_library.hpp>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <set>
+
+#include "tessera/backend.h"
+#include "tessera/error.h"
+#include "tessera/model_file.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+
+namespace {
+
+// The descriptor fields this host reads: everything up to and including destroy.
+constexpr size_t kDescriptorFieldsUsed =
+    offsetof(TesseraPluginDescriptor, destroy) + sizeof(TesseraPluginDescriptor::destroy);
+
+constexpr size_t kReasonSize = 512;
+
+const char* kind_name(uint32_t kind) {
+  switch (kind) {
+    case TESSERA_PLUGIN_BACKEND: return "backend";
+    case TESSERA_PLUGIN_LOADER: return "loader";
+    default: return "?";
+  }
+}
+
+// Boost.DLL 1.74 puts dlerror() into the exception text: "... (dlerror system message: X)".
+std::string dlopen_reason(const std::exception& e) {
+  std::string what = e.what();
+  const std::string marker = "(dlerror system message: ";
+  size_t p = what.find(marker);
+  if (p == std::string::npos) return "cannot load: " + what;
+  std::string msg = what.substr(p + marker.size());
+  if (!msg.empty() && msg.back() == ')') msg.pop_back();
+  return msg;
+}
+
+std::string c_str_or_empty(const char* s) { return s ? std::string(s) : std::string(); }
+
+}  // namespace
+
+struct PluginRegistry::Loaded {
+  std::string name;
+  std::string file;
+  uint32_t kind = 0;
+  int rank = 0;
+  std::shared_ptr<boost::dll::shared_library> lib;
+  const TesseraPluginDescriptor* desc = nullptr;
+};
+
+PluginRegistry::PluginRegistry(PluginConfig config) : config_(std::move(config)) { scan(); }
+
+PluginRegistry::~PluginRegistry() = default;
+
+void PluginRegistry::scan() {
+  // Files in folder order; inside a folder sorted by name. A file reachable through
+  // two folders (or a symlink) is loaded once.
+  std::vector<fs::path> files;
+  std::set<fs::path> seen;
+  for (const std::string& dir : config_.paths) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      spdlog::debug("plugins: folder {} does not exist, skipped", dir);
+      continue;
+    }
+    std::vector<fs::path> here;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (p.extension() != ".so") continue;
+      std::error_code fec;
+      if (!fs::is_regular_file(p, fec)) continue;
+      here.push_back(p);
+    }
+    if (ec) spdlog::debug("plugins: cannot list {}: {}", dir, ec.message());
+    std::sort(here.begin(), here.end());
+    spdlog::debug("plugins: folder {}: {} .so file(s)", dir, here.size());
+    for (auto& p : here) {
+      std::error_code cec;
+      fs::path canon = fs::weakly_canonical(p, cec);
+      if (cec) canon = p;
+      if (seen.insert(canon).second) files.push_back(p);
+    }
+  }
+
+  std::vector<PluginRecord> usable, unusable;
+  std::map<std::string, std::string> owner;  // plugin name -> file that claimed it
+
+  for (const fs::path& path : files) {
+    PluginRecord rec;
+    rec.file = path.string();
+    rec.kind = "?";
+    const std::string stem = path.stem().string();
+
+    // A plugin disabled by name is not even loaded when its file carries that name.
+    if (const PluginSettings* s = config_.settings(stem); s && !s->enabled) {
+      rec.name = stem;
+      rec.reason = "disabled in plugins.toml";
+      spdlog::debug("plugins: {}: {}", rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+
+    auto lib = std::make_shared<boost::dll::shared_library>();
+    try {
+      lib->load(boost::dll::fs::path(rec.file),
+                boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    } catch (const std::exception& e) {
+      rec.reason = dlopen_reason(e);
+      spdlog::debug("plugins: {}: cannot load: {}", rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+
+    if (!lib->has(TESSERA_PLUGIN_ENTRY_SYMBOL)) {
+      rec.reason = "no " TESSERA_PLUGIN_ENTRY_SYMBOL " symbol";
+      spdlog::debug("plugins: {}: {}", rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+    auto& entry = lib->get<const TesseraPluginDescriptor*()>(TESSERA_PLUGIN_ENTRY_SYMBOL);
+    const TesseraPluginDescriptor* d = entry();
+
+    auto refuse = [&](std::string why) {
+      rec.reason = std::move(why);
+      spdlog::debug("plugins: {}: refused: {}", rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+    };
+    if (!d) { refuse(TESSERA_PLUGIN_ENTRY_SYMBOL " returned no descriptor"); continue; }
+    if (d->abi_version != TESSERA_PLUGIN_ABI_VERSION) {
+      refuse("ABI version " + std::to_string(d->abi_version) + ", this tessera expects " +
+             std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": rebuild the plugin");
+      continue;
+    }
+    if (d->struct_size < kDescriptorFieldsUsed) {
+      refuse("descriptor struct_size " + std::to_string(d->struct_size) + " is smaller than the " +
+             std::to_string(kDescriptorFieldsUsed) + " bytes this tessera reads: rebuild the plugin");
+      continue;
+    }
+    rec.name = c_str_or_empty(d->name);
+    rec.description = c_str_or_empty(d->description);
+    rec.kind = kind_name(d->kind);
+    if (rec.name.empty()) { refuse("descriptor has an empty name"); continue; }
+    if (rec.kind == "?") { refuse("unknown plugin kind " + std::to_string(d->kind)); continue; }
+    if (!d->probe || !d->create || !d->destroy) {
+      refuse("descriptor lacks probe, create or destroy");
+      continue;
+    }
+    if (auto it = owner.find(rec.name); it != owner.end()) {
+      refuse("duplicate of " + it->second);
+      continue;
+    }
+    owner[rec.name] = rec.file;
+
+    const PluginSettings* s = config_.settings(rec.name);
+    if (s && !s->enabled) { refuse("disabled in plugins.toml"); continue; }
+
+    char reason[kReasonSize] = {};
+    rec.score = d->probe(reason, sizeof reason);
+    reason[kReasonSize - 1] = '\0';
+    if (rec.score <= 0) {
+      rec.reason = reason[0] ? std::string(reason) : std::string("probe returned ") + std::to_string(rec.score);
+      rec.score = std::max(rec.score, 0);
+      spdlog::debug("plugins: {} ({}): unusable here: {}", rec.name, rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+    rec.rank = (s && s->rank) ? *s->rank : rec.score;
+    if (rec.rank <= 0) {
+      rec.rank = 0;
+      rec.reason = "rank 0 in plugins.toml";
+      spdlog::debug("plugins: {} ({}): {}", rec.name, rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+    rec.usable = true;
+    spdlog::debug("plugins: {} {} ({}): score {}, rank {}{}", rec.kind, rec.name, rec.file, rec.score,
+                  rec.rank, reason[0] ? std::string(" (") + reason + ")" : std::string());
+
+    auto ld = std::make_unique<Loaded>();
+    ld->name = rec.name;
+    ld->file = rec.file;
+    ld->kind = d->kind;
+    ld->rank = rec.rank;
+    ld->lib = std::move(lib);
+    ld->desc = d;
+    loaded_.push_back(std::move(ld));
+    usable.push_back(std::move(rec));
+  }
+
+  std::stable_sort(usable.begin(), usable.end(), [](const PluginRecord& a, const PluginRecord& b) {
+    if (a.rank != b.rank) return a.rank > b.rank;
+    return a.name < b.name;
+  });
+  std::stable_sort(unusable.begin(), unusable.end(), [](const PluginRecord& a, const PluginRecord& b) {
+    if (a.name != b.name) return a.name < b.name;
+    return a.file < b.file;
+  });
+  // loaded_ parallel to the usable records.
+  std::vector<std::unique_ptr<Loaded>> ordered;
+  for (const auto& r : usable)
+    for (auto& l : loaded_)
+      if (l && l->name == r.name) ordered.push_back(std::move(l));
+  loaded_ = std::move(ordered);
+
+  records_ = std::move(usable);
+  for (auto& r : unusable) records_.push_back(std::move(r));
+  spdlog::debug("plugins: {} usable of {} found", loaded_.size(), records_.size());
+}
+
+std::vector<std::string> PluginRegistry::ranked_backends() const {
+  std::vector<std::string> out;
+  for (const auto& l : loaded_)
+    if (l->kind == TESSERA_PLUGIN_BACKEND) out.push_back(l->name);
+  return out;
+}
+
+const PluginRecord* PluginRegistry::find(const std::string& name) const {
+  for (const auto& r : records_)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::shared_ptr<void> PluginRegistry::create_instance(const Loaded& p, FastPool* pool,
+                                                      const std::map<std::string, std::string>& extra) const {
+  std::map<std::string, std::string> opts;
+  if (const PluginSettings* s = config_.settings(p.name)) opts = s->options;
+  for (const auto& [k, v] : extra) opts[k] = v;
+  std::vector<TesseraOption> copts;
+  copts.reserve(opts.size());
+  for (const auto& [k, v] : opts) copts.push_back({k.c_str(), v.c_str()});
+
+  TesseraCreateArgs args{};
+  args.struct_size = sizeof(TesseraCreateArgs);
+  args.pool = pool;
+  args.options = copts.empty() ? nullptr : copts.data();
+  args.option_count = copts.size();
+
+  char error[kReasonSize] = {};
+  void* inst = p.desc->create(&args, error, sizeof error);
+  error[kReasonSize - 1] = '\0';
+  if (!inst)
+    throw Error("plugin " + p.name + " (" + p.file + "): create failed: " +
+                (error[0] ? std::string(error) : std::string("no reason given")));
+  // The deleter holds the library so the code of destroy() (and of the object's
+  // virtual functions) stays mapped for as long as the instance lives.
+  auto lib = p.lib;
+  auto destroy = p.desc->destroy;
+  return std::shared_ptr<void>(inst, [lib, destroy](void* q) { destroy(q); });
+}
+
+std::shared_ptr<Backend> PluginRegistry::create_backend(const std::string& name, FastPool* pool,
+                                                        const std::map<std::string, std::string>& options) const {
+  for (const auto& l : loaded_) {
+    if (l->name != name) continue;
+    if (l->kind != TESSERA_PLUGIN_BACKEND) throw Error("plugin " + name + " is a " + kind_name(l->kind) + ", not a backend");
+    std::shared_ptr<void> inst = create_instance(*l, pool, options);
+    return std::shared_ptr<Backend>(inst, static_cast<Backend*>(inst.get()));
+  }
+  if (const PluginRecord* r = find(name))
+    throw Error("backend " + name + " is not usable here: " + r->reason);
+  std::string known;
+  for (const auto& n : ranked_backends()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown backend '" + name + "' (usable backends: " + (known.empty() ? "none" : known) + ")");
+}
+
+std::vector<std::shared_ptr<ModelLoader>> PluginRegistry::create_loaders() const {
+  std::vector<std::shared_ptr<ModelLoader>> out;
+  for (const auto& l : loaded_) {
+    if (l->kind != TESSERA_PLUGIN_LOADER) continue;
+    std::shared_ptr<void> inst = create_instance(*l, nullptr, {});
+    out.push_back(std::shared_ptr<ModelLoader>(inst, static_cast<ModelLoader*>(inst.get())));
+  }
+  return out;
+}
+
+}  // namespace tessera

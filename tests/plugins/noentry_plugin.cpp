@@ -1,0 +1,2 @@
+// Test-only shared object that is not a tessera plugin: no tessera_plugin_entry.
+extern "C" __attribute__((visibility("default"))) int not_a_tessera_plugin(void) { return 42; }

@@ -1,0 +1,22 @@
+// Test-only plugin whose probe finds this machine unsuitable.
+#include <cstdio>
+
+#include "tessera/plugin_abi.h"
+
+namespace {
+int32_t probe(char* reason, size_t size) {
+  std::snprintf(reason, size, "no frobnicator here");
+  return 0;
+}
+void* create(const TesseraCreateArgs*, char* error, size_t size) {
+  std::snprintf(error, size, "must not be called");
+  return nullptr;
+}
+void destroy(void*) {}
+const TesseraPluginDescriptor kDescriptor = {
+    TESSERA_PLUGIN_ABI_VERSION, sizeof(TesseraPluginDescriptor), "test_zero", TESSERA_PLUGIN_BACKEND,
+    "test-only: never usable", probe, create, destroy,
+};
+}  // namespace
+
+TESSERA_DEFINE_PLUGIN(kDescriptor)
