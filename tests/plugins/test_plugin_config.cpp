@@ -174,3 +174,9 @@ TEST(PluginConfig, DiscoverHonoursEnvironment) {
   EXPECT_THROW(PluginConfig::discover(), Error);
   unsetenv("TESSERA_PLUGINS_TOML");
 }
+
+TEST(PluginConfig, RepositoryDefaultParses) {
+  auto cfg = PluginConfig::from_file(TESSERA_SOURCE_DIR "/plugins.toml");
+  EXPECT_FALSE(cfg.paths.empty());  // the built-in folders
+  for (const auto& [name, s] : cfg.plugins) EXPECT_TRUE(s.enabled) << name;  // nothing disabled
+}

@@ -110,6 +110,11 @@ TEST(PluginRegistry, DisableWorks) {
   EXPECT_EQ(record(d1, "test_good").reason, "disabled in plugins.toml");
   EXPECT_THROW(d1.create_backend("test_good", nullptr), Error);
 
+  // Disabled plugins whose file carries their name are not even loaded.
+  PluginRegistry d3(config("[backend.test_zero]\nenabled = false\n"));
+  EXPECT_EQ(by_file(d3, "test_zero.so").name, "test_zero");
+  EXPECT_EQ(by_file(d3, "test_zero.so").reason, "disabled in plugins.toml");
+
   PluginRegistry d2(config("[backend.test_other]\nenabled = false\n"));
   EXPECT_EQ(d2.ranked_backends(), (std::vector<std::string>{"test_good"}));
   EXPECT_EQ(record(d2, "test_other").reason, "disabled in plugins.toml");

@@ -105,9 +105,14 @@ void PluginRegistry::scan() {
     rec.kind = "?";
     const std::string stem = path.stem().string();
 
-    // A plugin disabled by name is not even loaded when its file carries that name.
-    if (const PluginSettings* s = config_.settings(stem); s && !s->enabled) {
-      rec.name = stem;
+    // A disabled plugin is not even loaded when its file carries its name
+    // (NAME.so, backend_NAME.so or loader_NAME.so): a disabled probe never runs.
+    std::string disabled_name;
+    for (const auto& [pname, ps] : config_.plugins)
+      if (!ps.enabled && (stem == pname || stem == "backend_" + pname || stem == "loader_" + pname))
+        disabled_name = pname;
+    if (!disabled_name.empty()) {
+      rec.name = disabled_name;
       rec.reason = "disabled in plugins.toml";
       spdlog::debug("plugins: {}: {}", rec.file, rec.reason);
       unusable.push_back(std::move(rec));
