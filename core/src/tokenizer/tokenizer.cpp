@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <queue>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "tessera/error.h"
