@@ -1,0 +1,342 @@
+// Quantization of float rows into every supported dtype.
+//  - Q8_0, Q8_K (activations) and Q4_0 reproduce ggml's reference quantizers
+//    bit for bit, since the reference quantizes activations that way.
+//  - Q4_K, Q5_K, Q6_K follow the method of ggml's reference weight quantizers
+//    (weighted least-squares search of scale and min per sub-block, then 6/8-bit
+//    scale quantization and a final re-quantization against the stored scales).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "quant/quant_internal.h"
+#include "tessera/error.h"
+
+namespace tessera::quant {
+using detail::get_scale_min_k4;
+using detail::h2f;
+using detail::nearest_int;
+using detail::set_scale_min_k4;
+
+namespace {
+
+constexpr float kGroupMaxEps = 1e-15f;
+
+// ---------------------------------------------------------------- 32-blocks
+
+void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK8_0) {
+    float amax = 0.f;
+    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    // roundf: halves away from zero, as the reference.
+    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = int8_t(std::roundf(x[j] * id));
+  }
+}
+
+void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK4_0) {
+    // The signed value of largest magnitude maps to -8, the one code with no +8 twin.
+    float amax = 0.f, max = 0.f;
+    for (int j = 0; j < QK4_0; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < QK4_0 / 2; ++j) {
+      // Truncation of (v + 8.5) rounds v to nearest (ties up) for v >= -8.5.
+      const int q0 = std::clamp(int(x[j] * id + 8.5f), 0, 15);
+      const int q1 = std::clamp(int(x[j + QK4_0 / 2] * id + 8.5f), 0, 15);
+      y[i].qs[j] = uint8_t(q0 | (q1 << 4));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- K-quant helpers
+
+// Fit x[i] ~= scale * L[i] - mn with L in [0, nmax] and mn >= 0, minimising the
+// weighted squared error. Starts from the plain min/max mapping, then tries
+// nstep+1 slightly different step sizes; for each candidate set of levels the
+// optimal (scale, min) has a closed form (2x2 weighted least squares).
+float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* mn,
+                    float rmin, float rdelta, int nstep) {
+  float lo = x[0], hi = x[0];
+  float sum_w = 0.f, sum_x = 0.f;
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (lo > 0.f) lo = 0.f;  // the offset only ever subtracts
+  if (hi == lo) {
+    std::fill(L, L + n, uint8_t(0));
+    *mn = -lo;
+    return 0.f;
+  }
+  float iscale = nmax / (hi - lo);
+  float scale = 1.f / iscale;
+  float best_err = 0.f;
+  for (int i = 0; i < n; ++i) {
+    L[i] = uint8_t(std::clamp(nearest_int(iscale * (x[i] - lo)), 0, nmax));
+    const float diff = scale * L[i] + lo - x[i];
+    best_err += w[i] * diff * diff;
+  }
+  uint8_t cand[QK_K];
+  for (int s = 0; s <= nstep; ++s) {
+    const float is = (rmin + rdelta * s + nmax) / (hi - lo);
+    float sl = 0.f, sl2 = 0.f, sxl = 0.f;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(nearest_int(is * (x[i] - lo)), 0, nmax);
+      cand[i] = uint8_t(l);
+      sl += w[i] * l;
+      sl2 += w[i] * l * l;
+      sxl += w[i] * l * x[i];
+    }
+    const float det = sum_w * sl2 - sl * sl;
+    if (det <= 0.f) continue;
+    float this_scale = (sum_w * sxl - sum_x * sl) / det;
+    float this_min = (sl2 * sum_x - sl * sxl) / det;
+    if (this_min > 0.f) {  // a positive offset is not representable: refit scale alone
+      this_min = 0.f;
+      this_scale = sxl / sl2;
+    }
+    float err = 0.f;
+    for (int i = 0; i < n; ++i) {
+      const float diff = this_scale * cand[i] + this_min - x[i];
+      err += w[i] * diff * diff;
+    }
+    if (err < best_err) {
+      std::memcpy(L, cand, size_t(n));
+      best_err = err;
+      scale = this_scale;
+      lo = this_min;
+    }
+  }
+  *mn = -lo;
+  return scale;
+}
+
+// Symmetric fit x[i] ~= scale * (L[i] - nmax), L in [0, 2*nmax-1], weights x^2
+// (what ggml's Q6_K reference uses). Tries 19 step sizes around the one that maps
+// the largest-magnitude value to -nmax and keeps the best least-squares scale.
+float fit_symmetric(int n, int nmax, const float* x, int8_t* L) {
+  float amax = 0.f, max = 0.f;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::fill(L, L + n, int8_t(0));
+    return 0.f;
+  }
+  auto level = [&](float iscale, int i) {
+    return std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+  };
+  float iscale = -nmax / max;
+  float sumlx = 0.f, suml2 = 0.f;
+  for (int i = 0; i < n; ++i) {
+    const int l = level(iscale, i);
+    L[i] = int8_t(l + nmax);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
+  float best = scale * sumlx;  // the error falls as sumlx^2/suml2 rises
+  for (int s = -9; s <= 9; ++s) {
+    if (s == 0) continue;
+    const float is = -(nmax + 0.1f * s) / max;
+    sumlx = suml2 = 0.f;
+    for (int i = 0; i < n; ++i) {
+      const int l = level(is, i);
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * l;
+      suml2 += w * l * l;
+    }
+    if (suml2 > 0.f && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) L[i] = int8_t(level(is, i) + nmax);
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+// Shared by Q4_K (nmax 15) and Q5_K (nmax 31): eight 32-element sub-blocks, each
+// with a 6-bit scale and a 6-bit min, relative to the fp16 super-scales d, dmin.
+// Produces the packed scale bytes, d, dmin and the final levels L[256].
+void quant_kx_scales(const float* x, int nmax, float rmin, float rdelta, int nstep,
+                     uint8_t scales_out[K_SCALE_SIZE], uint16_t& d_out, uint16_t& dmin_out,
+                     uint8_t L[QK_K]) {
+  float scales[QK_K / 32], mins[QK_K / 32], w[32];
+  float max_scale = 0.f, max_min = 0.f;
+  for (int j = 0; j < QK_K / 32; ++j) {
+    const float* xs = x + 32 * j;
+    float sum_x2 = 0.f;
+    for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
+    const float av_x = std::sqrt(sum_x2 / 32.f);
+    // Large values matter more, but small ones keep a floor weight.
+    for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(xs[l]);
+    scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j], rmin, rdelta, nstep);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0.f ? 63.f / max_scale : 0.f;
+  const float inv_min = max_min > 0.f ? 63.f / max_min : 0.f;
+  std::memset(scales_out, 0, K_SCALE_SIZE);
+  for (int j = 0; j < QK_K / 32; ++j) {
+    const int ls = std::min(63, nearest_int(inv_scale * scales[j]));
+    const int lm = std::min(63, nearest_int(inv_min * mins[j]));
+    set_scale_min_k4(j, scales_out, uint8_t(ls), uint8_t(lm));
+  }
+  d_out = fp32_to_fp16(max_scale / 63.f);
+  dmin_out = fp32_to_fp16(max_min / 63.f);
+  // Re-quantize against the scales actually stored, so rounding of the 6-bit
+  // scales and fp16 super-scales is absorbed by the levels.
+  const float d = h2f(d_out), dmin = h2f(dmin_out);
+  for (int j = 0; j < QK_K / 32; ++j) {
+    uint8_t sc, m;
+    get_scale_min_k4(j, scales_out, sc, m);
+    const float ds = d * sc;
+    if (ds == 0.f) continue;
+    const float dm = dmin * m;
+    for (int l = 0; l < 32; ++l)
+      L[32 * j + l] = uint8_t(std::clamp(nearest_int((x[32 * j + l] + dm) / ds), 0, nmax));
+  }
+}
+
+void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
+  uint8_t L[QK_K];
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    quant_kx_scales(x, 15, -1.f, 0.1f, 20, y[i].scales, y[i].d, y[i].dmin, L);
+    uint8_t* q = y[i].qs;
+    for (int c = 0; c < QK_K; c += 64, q += 32)
+      for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[c + l] | (L[c + l + 32] << 4));
+  }
+}
+
+void quant_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
+  uint8_t L[QK_K];
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    quant_kx_scales(x, 31, -0.5f, 0.1f, 15, y[i].scales, y[i].d, y[i].dmin, L);
+    std::memset(y[i].qh, 0, sizeof(y[i].qh));
+    uint8_t* ql = y[i].qs;
+    for (int c = 0; c < 4; ++c, ql += 32) {
+      for (int l = 0; l < 32; ++l) {
+        const int a = L[64 * c + l], b = L[64 * c + l + 32];
+        y[i].qh[l] |= uint8_t(((a >> 4) << (2 * c)) | ((b >> 4) << (2 * c + 1)));
+        ql[l] = uint8_t((a & 0xF) | ((b & 0xF) << 4));
+      }
+    }
+  }
+}
+
+void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
+  int8_t L[QK_K];
+  float scales[QK_K / 16];
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    float max_scale = 0.f, max_abs = 0.f;
+    for (int ib = 0; ib < QK_K / 16; ++ib) {
+      scales[ib] = fit_symmetric(16, 32, x + 16 * ib, L + 16 * ib);
+      if (std::fabs(scales[ib]) > max_abs) {
+        max_abs = std::fabs(scales[ib]);
+        max_scale = scales[ib];
+      }
+    }
+    if (max_abs < kGroupMaxEps) {
+      std::memset(&y[i], 0, sizeof(BlockQ6_K));
+      continue;
+    }
+    // The sub-block scales are int8: the largest-magnitude one maps to -128.
+    const float iscale = -128.f / max_scale;
+    y[i].d = fp32_to_fp16(1.f / iscale);
+    for (int ib = 0; ib < QK_K / 16; ++ib)
+      y[i].scales[ib] = int8_t(std::min(127, nearest_int(iscale * scales[ib])));
+    const float d = h2f(y[i].d);
+    for (int j = 0; j < QK_K / 16; ++j) {
+      const float ds = d * y[i].scales[j];
+      if (ds == 0.f) continue;
+      for (int l = 0; l < 16; ++l)
+        L[16 * j + l] = int8_t(std::clamp(nearest_int(x[16 * j + l] / ds), -32, 31) + 32);
+    }
+    uint8_t* ql = y[i].ql;
+    uint8_t* qh = y[i].qh;
+    for (int c = 0; c < QK_K; c += 128, ql += 64, qh += 32) {
+      for (int l = 0; l < 32; ++l) {
+        const int q1 = L[c + l], q2 = L[c + l + 32], q3 = L[c + l + 64], q4 = L[c + l + 96];
+        ql[l] = uint8_t((q1 & 0xF) | ((q3 & 0xF) << 4));
+        ql[l + 32] = uint8_t((q2 & 0xF) | ((q4 & 0xF) << 4));
+        qh[l] = uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      }
+    }
+  }
+}
+
+void quant_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    float amax = 0.f, max = 0.f;
+    for (int j = 0; j < QK_K; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    if (amax == 0.f) {
+      y[i].d = 0.f;
+      std::memset(y[i].qs, 0, sizeof(y[i].qs));
+      std::memset(y[i].bsums, 0, sizeof(y[i].bsums));
+      continue;
+    }
+    // Signed max maps to -127 (never -128); d = 1/iscale is negative when max > 0.
+    const float iscale = -127.f / max;
+    for (int j = 0; j < QK_K; ++j) y[i].qs[j] = int8_t(std::min(127, nearest_int(iscale * x[j])));
+    for (int g = 0; g < QK_K / 16; ++g) {
+      int s = 0;
+      for (int l = 0; l < 16; ++l) s += y[i].qs[16 * g + l];
+      y[i].bsums[g] = int16_t(s);
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
+}  // namespace
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  const int64_t nb = n / dtype_traits(t).block_elems;
+  (void)row_bytes(t, n);  // validates n against the block size
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+      return;
+    }
+    case DType::Q8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); return;
+    case DType::Q4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); return;
+    case DType::Q4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); return;
+    case DType::Q5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); return;
+    case DType::Q6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); return;
+    case DType::Q8_K: quant_q8_k(src, static_cast<BlockQ8_K*>(dst), nb); return;
+    default: break;
+  }
+  throw Error("quantize_row: unsupported tensor type " +
+              std::string(ggml_type_name(static_cast<uint32_t>(t))));
+}
+
+}  // namespace tessera::quant
