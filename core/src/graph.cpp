@@ -48,6 +48,7 @@ Graph::~Graph() = default;
 void Graph::reset() {
   tensors_.clear();
   scratch_offsets_.clear();
+  view_offsets_.clear();
   nodes_.clear();
   scratch_bytes_ = 0;
 }
@@ -55,6 +56,7 @@ void Graph::reset() {
 int32_t Graph::add_tensor(const Tensor& t) {
   tensors_.push_back(t);
   scratch_offsets_.push_back(SIZE_MAX);
+  view_offsets_.push_back(0);
   return int32_t(tensors_.size() - 1);
 }
 
@@ -63,7 +65,36 @@ int32_t Graph::new_tensor(DType type, std::initializer_list<int64_t> shape, std:
   t.name = std::string(name);
   tensors_.push_back(std::move(t));
   scratch_offsets_.push_back(scratch_bytes_);
+  view_offsets_.push_back(0);
   scratch_bytes_ += (tensors_.back().nbytes() + 63) / 64 * 64;
+  return int32_t(tensors_.size() - 1);
+}
+
+int32_t Graph::reshape(int32_t src, std::initializer_list<int64_t> shape) {
+  const Tensor& s = tensors_.at(size_t(src));
+  if (!s.is_contiguous()) throw Error("reshape of a non-contiguous tensor");
+  Tensor t = Tensor::contiguous(s.type, shape);
+  if (t.nelements() != s.nelements()) throw Error("reshape changes the element count");
+  t.data = s.data;
+  t.name = s.name;
+  tensors_.push_back(std::move(t));
+  scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
+  view_offsets_.push_back(view_offsets_[size_t(src)]);
+  return int32_t(tensors_.size() - 1);
+}
+
+int32_t Graph::view_rows(int32_t src, int64_t first, int64_t count) {
+  const Tensor& s = tensors_.at(size_t(src));
+  if (s.ne[2] != 1 || s.ne[3] != 1 || first < 0 || count <= 0 || first + count > s.ne[1])
+    throw Error("row view out of range");
+  Tensor t = s;
+  t.ne[1] = count;
+  for (int i = 2; i < Tensor::kMaxDims; ++i) t.nb[i] = t.nb[i - 1] * size_t(t.ne[i - 1]);
+  size_t off = view_offsets_[size_t(src)] + size_t(first) * s.nb[1];
+  if (s.data) t.data = static_cast<char*>(s.data) + size_t(first) * s.nb[1];
+  tensors_.push_back(std::move(t));
+  scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
+  view_offsets_.push_back(off);
   return int32_t(tensors_.size() - 1);
 }
 
@@ -80,7 +111,8 @@ void Graph::allocate() {
   arena_->ensure(scratch_bytes_);
   auto* base = static_cast<char*>(arena_->ptr);
   for (size_t i = 0; i < tensors_.size(); ++i)
-    if (scratch_offsets_[i] != SIZE_MAX) tensors_[i].data = base + scratch_offsets_[i];
+    if (scratch_offsets_[i] != SIZE_MAX)
+      tensors_[i].data = base + scratch_offsets_[i] + view_offsets_[i];
 }
 
 }  // namespace tessera

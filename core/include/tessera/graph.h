@@ -61,6 +61,10 @@ class Graph {
   int32_t add_tensor(const Tensor& t);
   // A new contiguous tensor in the graph's scratch arena (64-byte aligned).
   int32_t new_tensor(DType type, std::initializer_list<int64_t> shape, std::string_view name = {});
+  // A contiguous reshape of tensor `src` sharing its storage (same element count).
+  int32_t reshape(int32_t src, std::initializer_list<int64_t> shape);
+  // Rows [first, first+count) of a contiguous 2-D tensor, sharing its storage.
+  int32_t view_rows(int32_t src, int64_t first, int64_t count);
   int32_t add_node(const Node& n);
 
   Tensor& tensor(int32_t i) { return tensors_[size_t(i)]; }
@@ -76,6 +80,7 @@ class Graph {
   struct Arena;
   std::vector<Tensor> tensors_;
   std::vector<size_t> scratch_offsets_;  // per tensor: offset in arena or SIZE_MAX
+  std::vector<size_t> view_offsets_;     // per tensor: byte offset into its storage
   std::vector<Node> nodes_;
   std::unique_ptr<Arena> arena_;
   size_t scratch_bytes_ = 0;
