@@ -1,5 +1,7 @@
 #include "gguf_writer.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -220,7 +222,7 @@ const MetaValue* GgufWriter::find(std::string_view key) const {
   return nullptr;
 }
 
-void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void* data, size_t nbytes) {
+uint64_t GgufWriter::checked_size(const std::string& name, DType type, const std::vector<int64_t>& ne) const {
   if (ne.empty() || ne.size() > static_cast<size_t>(kMaxDims))
     throw Error("gguf writer: tensor '" + name + "' needs 1 to 4 dimensions");
   const DTypeTraits& tr = dtype_traits(type);
@@ -232,27 +234,34 @@ void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> n
   rows /= static_cast<uint64_t>(ne[0]);
   if (ne[0] % tr.block_elems != 0)
     throw Error("gguf writer: tensor '" + name + "' ne[0] is not a multiple of the block size of " + std::string(tr.name));
-  uint64_t expect = static_cast<uint64_t>(ne[0] / tr.block_elems) * tr.block_bytes * rows;
-  if (expect != nbytes)
-    throw Error("gguf writer: tensor '" + name + "' needs " + std::to_string(expect) + " bytes, got " + std::to_string(nbytes));
   for (const auto& t : tensors_)
     if (t.name == name) throw Error("gguf writer: duplicate tensor '" + name + "'");
+  return static_cast<uint64_t>(ne[0] / tr.block_elems) * tr.block_bytes * rows;
+}
+
+void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void* data, size_t nbytes) {
+  uint64_t expect = checked_size(name, type, ne);
+  if (expect != nbytes)
+    throw Error("gguf writer: tensor '" + name + "' needs " + std::to_string(expect) + " bytes, got " + std::to_string(nbytes));
   const auto* p = static_cast<const uint8_t*>(data);
-  tensors_.push_back({std::move(name), static_cast<uint32_t>(type), std::move(ne), std::vector<uint8_t>(p, p + nbytes)});
+  tensors_.push_back({std::move(name), static_cast<uint32_t>(type), std::move(ne), std::vector<uint8_t>(p, p + nbytes),
+                      nbytes, false});
+}
+
+void GgufWriter::declare_tensor(std::string name, DType type, std::vector<int64_t> ne) {
+  uint64_t n = checked_size(name, type, ne);
+  tensors_.push_back({std::move(name), static_cast<uint32_t>(type), std::move(ne), {}, n, true});
 }
 
 void GgufWriter::add_tensor_raw(std::string name, uint32_t raw_type, std::vector<int64_t> ne, std::vector<uint8_t> bytes) {
-  tensors_.push_back({std::move(name), raw_type, std::move(ne), std::move(bytes)});
+  uint64_t n = bytes.size();
+  tensors_.push_back({std::move(name), raw_type, std::move(ne), std::move(bytes), n, false});
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes(GgufLayout* layout) const {
-  GgufLayout lay;
+std::vector<uint8_t> GgufWriter::header_bytes(GgufLayout& lay) const {
   const uint64_t a = alignment_;
-  uint64_t data_bytes = 0;
-  for (const auto& t : tensors_) data_bytes += (t.bytes.size() + a - 1) / a * a;
-
   std::vector<uint8_t> buf;
-  buf.reserve(4096 + data_bytes);
+  buf.reserve(4096);
   Out o(buf);
   o.put<uint32_t>(kMagic);
   o.put<uint32_t>(version_);
@@ -274,27 +283,51 @@ std::vector<uint8_t> GgufWriter::to_bytes(GgufLayout* layout) const {
     o.put<uint32_t>(t.type);
     o.put<uint64_t>(off);
     lay.tensor_data_offsets.push_back(off);
-    off += (t.bytes.size() + a - 1) / a * a;
+    off += (t.nbytes + a - 1) / a * a;
   }
   o.pad_to(a);
   lay.data_offset = o.size();
+  lay.file_size = lay.data_offset + off;
+  return buf;
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes(GgufLayout* layout) const {
+  for (const auto& t : tensors_)
+    if (t.deferred) throw Error("gguf writer: tensor '" + t.name + "' was declared without data: use write_file_streaming");
+  GgufLayout lay;
+  std::vector<uint8_t> buf = header_bytes(lay);
+  buf.reserve(lay.file_size);
+  Out o(buf);
   for (const auto& t : tensors_) {
     buf.insert(buf.end(), t.bytes.begin(), t.bytes.end());
-    o.pad_to(a);
+    o.pad_to(alignment_);
   }
-  lay.file_size = buf.size();
   if (layout) *layout = std::move(lay);
   return buf;
 }
 
 void GgufWriter::write_file(const std::string& path, GgufLayout* layout) const {
-  std::vector<uint8_t> bytes = to_bytes(layout);
+  write_file_streaming(path, [](size_t, uint8_t*, size_t) {}, layout);
+}
+
+void GgufWriter::write_file_streaming(const std::string& path, const FillFn& fill, GgufLayout* layout) const {
+  GgufLayout lay;
+  std::vector<uint8_t> header = header_bytes(lay);
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw Error(path + ": cannot create: " + std::strerror(errno));
-  size_t n = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), f);
-  bool ok = n == bytes.size();
+  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  std::vector<uint8_t> data;
+  for (size_t i = 0; ok && i < tensors_.size(); ++i) {
+    const TensorEntry& t = tensors_[i];
+    const uint64_t padded = (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
+    data.assign(padded, 0);
+    if (t.deferred) fill(i, data.data(), t.nbytes);
+    else std::copy(t.bytes.begin(), t.bytes.end(), data.begin());
+    ok = padded == 0 || std::fwrite(data.data(), 1, padded, f) == padded;
+  }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) throw Error(path + ": write failed: " + std::strerror(errno));
+  if (layout) *layout = std::move(lay);
 }
 
 }  // namespace tessera::gguf

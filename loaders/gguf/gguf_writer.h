@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,9 @@ class GgufWriter {
   void add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void* data, size_t nbytes);
   // Same, with a raw ggml type id and no checks at all (for writing deliberately odd files).
   void add_tensor_raw(std::string name, uint32_t raw_type, std::vector<int64_t> ne, std::vector<uint8_t> bytes);
+  // A tensor whose data is produced later by write_file_streaming's fill callback, so
+  // files larger than memory can be written (the model generator does this).
+  void declare_tensor(std::string name, DType type, std::vector<int64_t> ne);
   size_t tensor_count() const { return tensors_.size(); }
   size_t kv_count() const { return kv_.size(); }
 
@@ -89,6 +93,10 @@ class GgufWriter {
   std::vector<uint8_t> to_bytes(GgufLayout* layout = nullptr) const;
   // Write to `path` (throws tessera::Error on I/O failure).
   void write_file(const std::string& path, GgufLayout* layout = nullptr) const;
+  // Write to `path` one tensor at a time: fill(index, dst, nbytes) produces the data of
+  // each declared tensor (in insertion order) into a zeroed buffer.
+  using FillFn = std::function<void(size_t index, uint8_t* dst, size_t nbytes)>;
+  void write_file_streaming(const std::string& path, const FillFn& fill, GgufLayout* layout = nullptr) const;
 
  private:
   struct TensorEntry {
@@ -96,7 +104,11 @@ class GgufWriter {
     uint32_t type;
     std::vector<int64_t> ne;
     std::vector<uint8_t> bytes;
+    uint64_t nbytes = 0;    // size of the data (bytes.size() unless deferred)
+    bool deferred = false;  // declared: data comes from write_file_streaming's callback
   };
+  uint64_t checked_size(const std::string& name, DType type, const std::vector<int64_t>& ne) const;
+  std::vector<uint8_t> header_bytes(GgufLayout& layout) const;
   uint32_t version_;
   uint32_t alignment_ = 32;
   std::vector<std::pair<std::string, MetaValue>> kv_;
