@@ -1,0 +1,56 @@
+// A model architecture: reads hyperparameters and weight tensors from a ModelFile
+// (validating names and shapes) and builds the compute graph of one forward step
+// over a batch of tokens of one sequence. Architectures register by name
+// (general.architecture); the forward math follows llama.cpp's conventions.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/kv_cache.h"
+
+namespace tessera {
+
+class ModelFile;
+
+// The hyperparameters every architecture reports (for `tessera info` and the engine).
+struct ModelInfo {
+  std::string architecture;
+  std::string name;
+  int64_t n_vocab = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0;
+  int64_t head_dim = 0, n_ff = 0, context_length = 0, rope_dims = 0;
+  float rope_freq_base = 10000.f, rope_freq_scale = 1.f, rms_eps = 1e-5f;
+  int64_t n_expert = 0, n_expert_used = 0;  // 0 for dense models
+};
+
+// One forward step's inputs: tokens at positions pos0 .. pos0+n-1 of `seq`.
+struct ForwardBatch {
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> positions;  // same length as tokens
+  KvCache::SeqId seq = 0;
+  bool all_logits = false;  // logits for every token (else only the last)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Build the model for a file's architecture; throws tessera::Error for an unknown
+  // architecture or a missing / misshapen tensor.
+  static std::unique_ptr<Model> load(const ModelFile& file);
+  static std::vector<std::string> supported_architectures();
+
+  virtual const ModelInfo& info() const = 0;
+  // Every weight tensor the forward pass reads (for backend repacking at load).
+  virtual std::vector<Tensor*> weights() = 0;
+  // KV cache geometry for a context of n_ctx positions.
+  virtual KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const = 0;
+  // Append the nodes of one forward step to `graph`; returns the logits tensor
+  // (F32 [n_vocab, n_out]). The caller has reserved the KV positions.
+  virtual int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& batch) const = 0;
+};
+
+}  // namespace tessera

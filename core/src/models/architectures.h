@@ -1,0 +1,9 @@
+// Factories of the architectures this build supports (one file per architecture).
+#pragma once
+#include <memory>
+
+#include "tessera/model.h"
+
+namespace tessera::models {
+std::unique_ptr<Model> make_llama(const ModelFile& file);
+}

@@ -1,0 +1,82 @@
+#include "models/graph_builder.h"
+
+namespace tessera::models {
+
+int32_t GraphBuilder::same_shape_f32(int32_t like) {
+  const Tensor& t = g_.tensor(like);
+  return g_.new_tensor(DType::F32, {t.ne[0], t.ne[1], t.ne[2], t.ne[3]});
+}
+
+int32_t GraphBuilder::node(Op op, int32_t dst, std::initializer_list<int32_t> src) {
+  Node n;
+  n.op = op;
+  n.dst = dst;
+  size_t i = 0;
+  for (int32_t s : src) n.src[i++] = s;
+  g_.add_node(n);
+  return dst;
+}
+
+int32_t GraphBuilder::get_rows(int32_t table, int32_t ids) {
+  int32_t dst = g_.new_tensor(DType::F32, {g_.tensor(table).ne[0], g_.tensor(ids).ne[0]});
+  return node(Op::GetRows, dst, {table, ids});
+}
+
+int32_t GraphBuilder::rms_norm(int32_t x, int32_t weight, float eps) {
+  Node n;
+  n.op = Op::RmsNorm;
+  n.dst = same_shape_f32(x);
+  n.src = {x, weight, -1, -1};
+  n.f[0] = eps;
+  g_.add_node(n);
+  return n.dst;
+}
+
+int32_t GraphBuilder::matmul(int32_t weight, int32_t x) {
+  int32_t dst = g_.new_tensor(DType::F32, {g_.tensor(weight).ne[1], g_.tensor(x).ne[1]});
+  return node(Op::MatMul, dst, {weight, x});
+}
+
+int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale) {
+  Node n;
+  n.op = Op::Rope;
+  n.dst = same_shape_f32(x);
+  n.src = {x, pos, -1, -1};
+  n.i[0] = n_dims;
+  n.i[1] = mode;
+  n.f[0] = base;
+  n.f[1] = scale;
+  g_.add_node(n);
+  return n.dst;
+}
+
+void GraphBuilder::kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t k, int32_t v) {
+  Node n;
+  n.op = Op::KvWrite;
+  n.src = {k, v, -1, -1};
+  n.i[0] = layer;
+  n.i[1] = seq;
+  n.i[2] = int32_t(pos0);
+  n.kv = &kv;
+  g_.add_node(n);
+}
+
+int32_t GraphBuilder::attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale) {
+  Node n;
+  n.op = Op::Attention;
+  n.dst = same_shape_f32(q);
+  n.src = {q, -1, -1, -1};
+  n.i[0] = layer;
+  n.i[1] = seq;
+  n.i[2] = int32_t(pos0);
+  n.f[0] = scale;
+  n.kv = &kv;
+  g_.add_node(n);
+  return n.dst;
+}
+
+int32_t GraphBuilder::swiglu(int32_t gate, int32_t up) { return node(Op::SwiGlu, same_shape_f32(gate), {gate, up}); }
+
+int32_t GraphBuilder::add(int32_t a, int32_t b) { return node(Op::Add, same_shape_f32(a), {a, b}); }
+
+}  // namespace tessera::models

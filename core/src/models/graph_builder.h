@@ -1,0 +1,32 @@
+// Thin helpers that append one node and its output tensor to a Graph, so an
+// architecture's forward pass reads like the math.
+#pragma once
+#include "tessera/graph.h"
+#include "tessera/kv_cache.h"
+
+namespace tessera::models {
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(Graph& g) : g_(g) {}
+  Graph& graph() { return g_; }
+
+  int32_t input(const Tensor& t) { return g_.add_tensor(t); }
+  int32_t get_rows(int32_t table, int32_t ids);
+  int32_t rms_norm(int32_t x, int32_t weight, float eps);
+  int32_t matmul(int32_t weight, int32_t x);
+  int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale);
+  void kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t k, int32_t v);
+  int32_t attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale);
+  int32_t swiglu(int32_t gate, int32_t up);
+  int32_t add(int32_t a, int32_t b);
+  int32_t reshape(int32_t x, std::initializer_list<int64_t> shape) { return g_.reshape(x, shape); }
+  int32_t last_row(int32_t x) { return g_.view_rows(x, g_.tensor(x).ne[1] - 1, 1); }
+
+ private:
+  int32_t same_shape_f32(int32_t like);
+  int32_t node(Op op, int32_t dst, std::initializer_list<int32_t> src);
+  Graph& g_;
+};
+
+}  // namespace tessera::models
