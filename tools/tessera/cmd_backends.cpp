@@ -1,0 +1,36 @@
+// tessera backends: every plugin file found, with its score, usability and rank.
+#include <iomanip>
+#include <iostream>
+
+#include "cli_common.h"
+#include "tessera/hwprobe.h"
+
+namespace tessera::cli {
+
+int cmd_backends(int argc, char** argv) {
+  CommonOptions o;
+  po::options_description desc("options");
+  add_common_options(desc, o, false);
+  po::variables_map vm;
+  if (!parse(argc, argv, "usage: tessera backends [--plugins FILE]", desc, nullptr, vm)) return 0;
+
+  auto reg = make_registry(o);
+  std::cout << "cpu: " << cpu_features().brand << "\n     " << cpu_features().summary() << "\n";
+  std::cout << "plugin folders:";
+  for (const auto& p : reg->config().paths) std::cout << " " << p;
+  std::cout << "\n\n";
+  std::cout << std::left << std::setw(14) << "name" << std::setw(9) << "kind" << std::setw(7) << "score"
+            << std::setw(6) << "rank" << std::setw(8) << "usable" << "file / reason\n";
+  int usable_rank = 0;
+  for (const auto& r : reg->records()) {
+    std::string rank = r.usable && r.kind == "backend" ? std::to_string(++usable_rank) : "-";
+    std::cout << std::left << std::setw(14) << (r.name.empty() ? "?" : r.name) << std::setw(9) << r.kind
+              << std::setw(7) << r.score << std::setw(6) << rank << std::setw(8) << (r.usable ? "yes" : "no")
+              << r.file << "\n";
+    if (!r.usable) std::cout << std::string(44, ' ') << "why not: " << r.reason << "\n";
+  }
+  if (reg->records().empty()) std::cout << "(no plugins found)\n";
+  return 0;
+}
+
+}  // namespace tessera::cli

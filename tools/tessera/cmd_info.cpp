@@ -1,0 +1,114 @@
+// tessera info: architecture, hyperparameters, tensor count by dtype and sizes.
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "cli_common.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+#include "tessera/open_model.h"
+
+namespace tessera::cli {
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(u ? 2 : 0) << b << " " << units[u];
+  return s.str();
+}
+
+std::string value_str(const MetaValue& v) {
+  if (auto* s = v.as_string()) return s->size() > 80 ? "\"" + s->substr(0, 77) + "...\"" : "\"" + *s + "\"";
+  if (auto* a = v.as_array()) return "[" + std::to_string(a->size()) + " x " + std::string(meta_type_name(v.elem_type)) + "]";
+  if (v.type == MetaType::F32 || v.type == MetaType::F64) {
+    std::ostringstream s;
+    s << *v.as_float();
+    return s.str();
+  }
+  if (v.type == MetaType::Bool) return *v.as_int() ? "true" : "false";
+  if (auto i = v.as_int()) return std::to_string(*i);
+  return "?";
+}
+
+}  // namespace
+
+int cmd_info(int argc, char** argv) {
+  CommonOptions o;
+  bool show_metadata = false, show_tensors = false;
+  po::options_description desc("options");
+  desc.add_options()
+    ("model,m", po::value(&o.model), "model file (also the first positional argument)")
+    ("metadata", po::bool_switch(&show_metadata), "also list every metadata key")
+    ("tensors", po::bool_switch(&show_tensors), "also list every tensor");
+  add_common_options(desc, o, false);
+  po::positional_options_description pos;
+  pos.add("model", 1);
+  po::variables_map vm;
+  if (!parse(argc, argv, "usage: tessera info MODEL [--metadata] [--tensors]", desc, &pos, vm)) return 0;
+
+  auto reg = make_registry(o);
+  auto opened = open_model_file(*reg, o.model.empty() ? default_model_path() : o.model);
+  const ModelFile& f = *opened.file;
+  std::cout << "file:          " << f.path() << " (" << f.format() << ", " << human_bytes(double(f.file_size())) << ")\n";
+
+  std::unique_ptr<Model> model;
+  std::string model_error;
+  try {
+    model = Model::load(f);
+  } catch (const Error& e) {
+    model_error = e.what();
+  }
+  if (model) {
+    const ModelInfo& i = model->info();
+    std::cout << "architecture:  " << i.architecture << (i.name.empty() ? "" : "  (" + i.name + ")") << "\n"
+              << "vocabulary:    " << i.n_vocab << "\n"
+              << "layers:        " << i.n_layer << "\n"
+              << "embedding:     " << i.n_embd << "\n"
+              << "heads:         " << i.n_head << " query / " << i.n_head_kv << " key-value, head size " << i.head_dim << "\n"
+              << "feed-forward:  " << i.n_ff << "\n"
+              << "rope:          " << i.rope_dims << " dims, base " << i.rope_freq_base << ", scale " << i.rope_freq_scale << "\n"
+              << "rms eps:       " << i.rms_eps << "\n"
+              << "context:       " << i.context_length << "\n";
+    if (i.n_expert) std::cout << "experts:       " << i.n_expert << " (" << i.n_expert_used << " used per token)\n";
+  } else {
+    std::cout << "architecture:  " << f.metadata().get_string("general.architecture").value_or("?")
+              << "  (cannot run: " << model_error << ")\n";
+  }
+
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  uint64_t total = 0, params = 0;
+  for (const auto& t : f.tensors()) {
+    auto& e = by_type[std::string(dtype_name(t.type))];
+    e.first++;
+    e.second += t.nbytes;
+    total += t.nbytes;
+    int64_t n = 1;
+    for (int64_t d : t.ne) n *= d;
+    params += uint64_t(n);
+  }
+  std::cout << "tensors:       " << f.tensors().size() << " (" << params << " parameters, "
+            << human_bytes(double(total)) << ")\n";
+  for (const auto& [name, e] : by_type)
+    std::cout << "  " << std::left << std::setw(6) << name << std::right << std::setw(5) << e.first << " tensors  "
+              << human_bytes(double(e.second)) << "\n";
+
+  if (show_metadata) {
+    std::cout << "metadata:\n";
+    for (const auto& [k, v] : f.metadata().all()) std::cout << "  " << k << " = " << value_str(v) << "\n";
+  }
+  if (show_tensors) {
+    std::cout << "tensor list:\n";
+    for (const auto& t : f.tensors()) {
+      std::cout << "  " << std::left << std::setw(36) << t.name << std::setw(6) << dtype_name(t.type) << " [";
+      for (size_t d = 0; d < t.ne.size(); ++d) std::cout << (d ? ", " : "") << t.ne[d];
+      std::cout << "]\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,121 @@
+// tessera run: tokenize a prompt, prefill it as one batch, then sample and stream
+// up to N tokens, stopping at an end-of-generation token or a full context.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include "cli_common.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+#include "tessera/sampler.h"
+#include "tessera/tokenizer.h"
+
+namespace tessera::cli {
+namespace {
+
+// Emits only complete UTF-8 sequences, holding back a partial one across tokens.
+class Utf8Stream {
+ public:
+  void write(const std::string& bytes) {
+    pending_ += bytes;
+    size_t complete = complete_prefix(pending_);
+    std::fwrite(pending_.data(), 1, complete, stdout);
+    std::fflush(stdout);
+    pending_.erase(0, complete);
+  }
+  void flush() {
+    std::fwrite(pending_.data(), 1, pending_.size(), stdout);
+    pending_.clear();
+    std::fflush(stdout);
+  }
+
+ private:
+  static size_t complete_prefix(const std::string& s) {
+    // Find the start of the last sequence and check whether it is complete.
+    size_t i = s.size();
+    int back = 0;
+    while (i > 0 && back < 4 && (uint8_t(s[i - 1]) & 0xC0) == 0x80) --i, ++back;
+    if (i == 0) return s.size();
+    uint8_t lead = uint8_t(s[i - 1]);
+    int need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    return back >= need ? s.size() : i - 1;
+  }
+  std::string pending_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  CommonOptions o;
+  std::string prompt;
+  int n_predict = 64;
+  SamplerParams sp;
+  int64_t seed = -1;
+  bool no_bos = false, show_placement = false;
+  po::options_description desc("options");
+  desc.add_options()
+    ("prompt,p", po::value(&prompt)->required(), "prompt text")
+    ("n-predict,n", po::value(&n_predict)->default_value(64), "tokens to generate at most")
+    ("temp", po::value(&sp.temperature)->default_value(0.8f, "0.8"), "temperature (0 = greedy)")
+    ("top-k", po::value(&sp.top_k)->default_value(40), "keep the K most likely tokens (0 = off)")
+    ("top-p", po::value(&sp.top_p)->default_value(0.95f, "0.95"), "nucleus sampling threshold (1 = off)")
+    ("min-p", po::value(&sp.min_p)->default_value(0.05f, "0.05"), "drop tokens below P x the top probability (0 = off)")
+    ("repeat-penalty", po::value(&sp.repeat_penalty)->default_value(1.0f, "1.0"), "penalty for recent tokens (1 = off)")
+    ("repeat-last-n", po::value(&sp.repeat_last_n)->default_value(64), "how many recent tokens the penalty covers")
+    ("seed", po::value(&seed)->default_value(-1), "random seed (-1 = random; the seed used is printed)")
+    ("no-bos", po::bool_switch(&no_bos), "do not add the BOS token")
+    ("show-placement", po::bool_switch(&show_placement), "print which backend runs each node of a decode step");
+  add_common_options(desc, o, true);
+  po::variables_map vm;
+  if (!parse(argc, argv, "usage: tessera run [-m MODEL] -p TEXT [-n N] [sampling options] [--backend NAME]", desc,
+             nullptr, vm))
+    return 0;
+  if (n_predict < 0) throw Error("-n must be >= 0");
+  sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
+  Sampler sampler(sp);  // validates the sampling parameters before the model loads
+
+  auto reg = make_registry(o);
+  auto engine = make_engine(*reg, o);
+  const Tokenizer& tok = engine->tokenizer();
+  std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() && !no_bos);
+  if (ids.empty()) throw Error("the prompt is empty after tokenization (use a non-empty -p)");
+  for (int32_t t : ids) sampler.accept(t);
+
+  Utf8Stream out;
+  out.write(prompt);
+  auto t0 = std::chrono::steady_clock::now();
+  auto logits = engine->eval(ids, false);
+  double t_prefill = seconds_since(t0);
+
+  int generated = 0;
+  auto t1 = std::chrono::steady_clock::now();
+  while (generated < n_predict) {
+    int32_t next = sampler.sample(logits);
+    sampler.accept(next);
+    ++generated;
+    if (tok.is_end_of_generation(next)) break;
+    out.write(tok.token_to_piece(next));
+    if (generated == n_predict) break;
+    if (engine->position() >= engine->n_ctx()) {
+      std::fprintf(stderr, "\n[context of %lld tokens is full]\n", (long long)engine->n_ctx());
+      break;
+    }
+    logits = engine->eval(std::span<const int32_t>(&next, 1), false);
+  }
+  double t_decode = seconds_since(t1);
+  out.flush();
+  std::printf("\n");
+  if (show_placement) std::fprintf(stderr, "%s", engine->placement().c_str());
+  std::fprintf(stderr, "[prefill %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
+               "seed %llu; %d threads]\n",
+               ids.size(), t_prefill, double(ids.size()) / t_prefill, generated, t_decode,
+               generated > 0 ? double(generated) / t_decode : 0.0, (unsigned long long)sp.seed, engine->threads());
+  return 0;
+}
+
+}  // namespace tessera::cli

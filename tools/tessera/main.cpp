@@ -1,0 +1,78 @@
+// `tessera`: the command line. Each subcommand lives in its own cmd_*.cpp.
+#include <cstring>
+#include <iostream>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "tessera/error.h"
+
+namespace tessera::cli {
+int cmd_run(int argc, char** argv);
+int cmd_backends(int argc, char** argv);
+int cmd_info(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+}  // namespace tessera::cli
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"run", tessera::cli::cmd_run, "generate text from a prompt (streams to stdout)"},
+    {"backends", tessera::cli::cmd_backends, "list every plugin found: score, usable or why not, rank"},
+    {"info", tessera::cli::cmd_info, "print a model's architecture, hyperparameters and tensors"},
+    {"tokenize", tessera::cli::cmd_tokenize, "print the token ids of a text"},
+    {"logits", tessera::cli::cmd_logits, "write the logits of a token list (one batched prefill) to a file"},
+    {"bench", tessera::cli::cmd_bench, "measure prefill and decode tokens/s"},
+};
+
+void usage(std::ostream& os) {
+  os << "tessera — a modular LLM inference runtime\n\n"
+        "usage: tessera <command> [options]     (tessera <command> --help for its options)\n\ncommands:\n";
+  for (const auto& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
+  os << "\nenvironment:\n"
+        "  TESSERA_PLUGINS_TOML   plugins.toml to use\n"
+        "  TESSERA_PLUGIN_PATH    extra plugin folders (colon-separated), searched first\n"
+        "  TESSERA_DEFAULT_MODEL  model used when -m is not given\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_mt("tessera");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%l] %v");
+  spdlog::set_level(spdlog::level::warn);
+
+  if (argc < 2) {
+    usage(std::cerr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    usage(std::cout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.fn(argc - 1, argv + 1);
+    } catch (const tessera::Error& e) {
+      std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
+    } catch (const std::bad_alloc&) {
+      std::cerr << "tessera " << cmd << ": error: out of memory\n";
+    } catch (const std::exception& e) {
+      std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
+    }
+    return 1;
+  }
+  std::cerr << "tessera: unknown command '" << cmd << "' (see tessera --help)\n";
+  return 2;
+}
