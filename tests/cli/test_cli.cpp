@@ -1,0 +1,142 @@
+// Runs the command-line tools as a user would: outputs, exit codes, and that every
+// error is exactly one line on stderr.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result run(const std::string& args, const std::string& tool = "tessera") {
+  std::string dir = testing::TempDir();
+  std::string out = dir + "/cli_out.txt", err = dir + "/cli_err.txt";
+  std::string cmd = std::string(TESSERA_BIN_DIR) + "/" + tool + " " + args + " >" + out + " 2>" + err;
+  int rc = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string fixture(const std::string& rel) { return std::string(TESSERA_FIXTURES_DIR) + "/" + rel; }
+
+void expect_one_line_error(const std::string& args, const std::string& needle) {
+  Result r = run(args);
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_EQ(lines(r.err), 1) << args << "\nstderr: " << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\nstderr: " << r.err;
+}
+
+TEST(Cli, HelpListsEveryCommand) {
+  Result r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* c : {"run", "backends", "info", "tokenize", "logits", "bench"})
+    EXPECT_NE(r.out.find(std::string("  ") + c), std::string::npos) << c;
+  for (const char* c : {"run", "backends", "info", "tokenize", "logits", "bench"}) {
+    Result h = run(std::string(c) + " --help");
+    EXPECT_EQ(h.status, 0) << c;
+    EXPECT_NE(h.out.find("usage: tessera " + std::string(c)), std::string::npos) << c;
+  }
+}
+
+TEST(Cli, BackendsListsCpuScalarAsUsable) {
+  Result r = run("backends");
+  ASSERT_EQ(r.status, 0) << r.err;
+  bool found = false;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("cpu_scalar ", 0) == 0) {
+      found = true;
+      EXPECT_NE(line.find(" yes "), std::string::npos) << line;
+    }
+  EXPECT_TRUE(found) << r.out;
+}
+
+TEST(Cli, ErrorsAreOneLineAndNonZero) {
+  expect_one_line_error("frobnicate", "unknown command");
+  expect_one_line_error("run --no-such-option", "no-such-option");
+  expect_one_line_error("run -m /nonexistent/model.gguf -p hi", "/nonexistent/model.gguf");
+  expect_one_line_error("logits -m /nonexistent.gguf --tokens 1,2 --out /dev/null", "nonexistent");
+  expect_one_line_error("logits --tokens 1,x,3 --out /dev/null", "invalid token id 'x'");
+  expect_one_line_error("logits --tokens 1,99999999 --out /dev/null", "out of range");
+  expect_one_line_error("run -p hi --backend no_such_backend", "no_such_backend");
+  expect_one_line_error("run -p hi --top-p 1.5", "top");
+  expect_one_line_error("bench -r 0", "-r");
+  expect_one_line_error("info " + std::string(TESSERA_BIN_DIR) + "/tessera", "not a model file");
+
+  // A file that claims to be GGUF but is truncated: the loader's message, one line.
+  std::string bad = testing::TempDir() + "/truncated.gguf";
+  std::string good = slurp(fs::path(TESSERA_BIN_DIR).parent_path() / "share/tessera/models/default.gguf");
+  ASSERT_GT(good.size(), 100u);
+  std::ofstream(bad, std::ios::binary) << good.substr(0, 100);
+  expect_one_line_error("info " + bad, "truncated");
+}
+
+TEST(Cli, RunGeneratesWithTheBundledModel) {
+  Result r = run("run -p \"Once upon a time\" -n 8 --seed 3 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("Once upon a time").size());
+  EXPECT_NE(r.err.find("seed 3"), std::string::npos) << r.err;
+  // Same seed, same text.
+  Result again = run("run -p \"Once upon a time\" -n 8 --seed 3 --threads 2");
+  EXPECT_EQ(again.out, r.out);
+  // Greedy is deterministic without a seed.
+  EXPECT_EQ(run("run -p abc -n 6 --temp 0").out, run("run -p abc -n 6 --temp 0 --seed 99").out);
+}
+
+TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {
+  if (!fs::exists(fixture("vocab/ggml-vocab-llama-spm.gguf"))) GTEST_SKIP() << "fixtures not found";
+  // "Hello world" -> 15043 3186 in the fixture's expected ids (llama-spm .inp/.out);
+  // the CLI adds BOS (1) because the vocabulary's metadata asks for it.
+  Result with = run("tokenize -m " + fixture("vocab/ggml-vocab-llama-spm.gguf") + " \"Hello world\"");
+  Result without = run("tokenize -m " + fixture("vocab/ggml-vocab-llama-spm.gguf") + " --no-bos \"Hello world\"");
+  ASSERT_EQ(with.status, 0) << with.err;
+  EXPECT_EQ(with.out, "1 15043 3186\n");
+  EXPECT_EQ(without.out, "15043 3186\n");
+}
+
+TEST(Cli, GeneratorIsDeterministicAcrossThreadCounts) {
+  std::string a = testing::TempDir() + "/gen_a.gguf", b = testing::TempDir() + "/gen_b.gguf";
+  for (const char* type : {"q4_k_m", "q4_0", "bf16"}) {
+    std::string common = std::string("--preset tiny --quiet --seed 7 --type ") + type;
+    ASSERT_EQ(run(common + " --threads 1 --out " + a, "tessera-gen").status, 0) << type;
+    ASSERT_EQ(run(common + " --threads 2 --out " + b, "tessera-gen").status, 0) << type;
+    EXPECT_EQ(slurp(a), slurp(b)) << type;
+    Result info = run("info " + a);
+    ASSERT_EQ(info.status, 0) << info.err;
+    EXPECT_NE(info.out.find("architecture:  llama"), std::string::npos) << info.out;
+    // And the generated model runs.
+    Result gen = run("run -m " + a + " -p hello -n 4 --temp 0");
+    EXPECT_EQ(gen.status, 0) << gen.err;
+  }
+  Result bad = run("--preset nope --out " + a, "tessera-gen");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("unknown preset 'nope'"), std::string::npos) << bad.err;
+}
+
+}  // namespace
