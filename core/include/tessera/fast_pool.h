@@ -3,10 +3,29 @@
 // Workers spin (pause, then brief yields, then sleep after a long idle) on per-worker
 // cache-line-aligned slots; a dispatch takes no lock, allocates nothing and uses no
 // condition variable.
+//
+// Waiting, in three stages: a worker spins on an acquire load of its slot's
+// generation with a pause instruction (kSpinIters rounds; skipped when the pool has
+// more executors than hardware threads, so an oversubscribed pool still progresses),
+// then calls std::this_thread::yield() until it has been idle for kIdleSleepMicros,
+// then blocks in C++20 std::atomic::wait on a 32-bit per-slot flag (a futex on
+// Linux). The dispatcher calls notify only for a worker whose flag says it is
+// asleep, so a hot dispatch makes no system call. The caller waiting for the
+// workers spins, then yields; it never blocks.
+//
+// Exceptions: a task may throw. The pool catches it on the executor that ran it,
+// still waits for every other task of the dispatch, and then rethrows the first
+// exception (lowest task index) on the calling thread. Nothing is allocated unless
+// a task throws.
+//
+// Threading contract: one dispatch at a time. dispatchAndRun called while another
+// dispatch of the same pool is running (from another thread, or from inside a
+// task) throws tessera::Error instead of deadlocking.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <thread>
@@ -17,6 +36,10 @@ namespace tessera {
 class FastPool {
  public:
   static constexpr int kMaxWorkers = 16;
+  // Pause-spin rounds before a waiting executor starts yielding.
+  static constexpr int kSpinIters = 4096;
+  // Idle time after which a worker stops yielding and blocks until the next dispatch.
+  static constexpr int kIdleSleepMicros = 2000;
 
   // A task: a plain function pointer plus context, so dispatch never allocates.
   struct Task {
@@ -34,11 +57,16 @@ class FastPool {
   int executorCount() const { return workers_ + 1; }
 
   // Runs tasks[0] on the caller and tasks[i] on worker i-1; returns when all are done.
-  // tasks.size() must be <= executorCount().
+  // tasks.size() must be <= executorCount() (else tessera::Error); workers past
+  // tasks.size() do not run. A task with fn == nullptr is skipped. fn receives
+  // ctx and its index in `tasks`.
   void dispatchAndRun(std::span<const Task> tasks);
 
   // Convenience: run fn(ctx, i) for i in [0, executorCount()) on all executors.
   void parallel(void (*fn)(void* ctx, int index), void* ctx);
+
+  // Workers currently blocked in the sleep stage (diagnostics and tests).
+  int sleepingWorkers() const;
 
   // Runs f(begin, end) over [0, n) split into executorCount() contiguous chunks.
   template <typename F>
@@ -56,14 +84,19 @@ class FastPool {
     std::atomic<uint64_t> generation{0};  // bumped by the dispatcher to start work
     std::atomic<uint64_t> done{0};        // set to generation by the worker when finished
     Task task;
+    std::atomic<uint32_t> sleeping{0};  // 1 while the worker is (about to be) blocked
+    std::exception_ptr error;           // set by the worker when its task threw
   };
   void worker_main(int index);
+  void shutdown();  // stop, wake and join every started worker
 
   int workers_ = 0;
   std::unique_ptr<Slot[]> slots_;
   std::vector<std::thread> threads_;
   alignas(64) std::atomic<bool> stop_{false};
   uint64_t generation_ = 0;
+  bool spin_ = true;  // false when oversubscribed: waiters yield at once
+  std::atomic<bool> in_dispatch_{false};
 };
 
 }  // namespace tessera

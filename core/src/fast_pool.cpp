@@ -1,0 +1,203 @@
+// FastPool: persistent workers fed through per-worker slots (see fast_pool.h).
+//
+// Dispatch protocol for worker w (slot s):
+//   dispatcher: s.task = t; s.generation.store(g, seq_cst);
+//               if (s.sleeping.load(seq_cst) && s.sleeping.exchange(0)) notify
+//   worker:     spin / yield on s.generation (acquire) until it differs from the
+//               last generation it ran; run s.task; s.done.store(g, release).
+// Before blocking, a worker stores sleeping = 1 (seq_cst) and re-reads generation
+// and stop_ (seq_cst): in the single total order either the worker sees the new
+// generation, or the dispatcher sees sleeping == 1 and wakes it, so no wake-up is
+// lost. std::atomic<uint32_t>::wait is a futex wait on Linux (no mutex, no condvar).
+#include "tessera/fast_pool.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <string>
+
+#include "tessera/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tessera {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::this_thread::yield();
+#endif
+}
+
+int resolve_threads(int threads) {
+  if (threads < 0)
+    throw Error("FastPool: thread count must be >= 0 (0 = hardware), got " + std::to_string(threads));
+  if (threads == 0) {
+    unsigned hw = std::thread::hardware_concurrency();
+    threads = hw == 0 ? 1 : int(std::min<unsigned>(hw, FastPool::kMaxWorkers + 1));
+  }
+  return std::min(threads, FastPool::kMaxWorkers + 1);
+}
+
+}  // namespace
+
+FastPool::FastPool(int threads) {
+  const int executors = resolve_threads(threads);
+  workers_ = executors - 1;
+  unsigned hw = std::thread::hardware_concurrency();
+  spin_ = hw == 0 || unsigned(executors) <= hw;
+  slots_ = std::make_unique<Slot[]>(size_t(std::max(workers_, 1)));
+  threads_.reserve(size_t(workers_));
+  try {
+    for (int w = 0; w < workers_; ++w) threads_.emplace_back([this, w] { worker_main(w); });
+  } catch (...) {
+    shutdown();  // stop and join the workers that did start
+    throw;
+  }
+}
+
+FastPool::~FastPool() { shutdown(); }
+
+void FastPool::shutdown() {
+  stop_.store(true, std::memory_order_seq_cst);
+  for (int w = 0; w < int(threads_.size()); ++w) {
+    Slot& s = slots_[size_t(w)];
+    if (s.sleeping.load(std::memory_order_seq_cst) != 0 && s.sleeping.exchange(0) != 0)
+      s.sleeping.notify_one();
+  }
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+void FastPool::worker_main(int index) {
+  Slot& s = slots_[size_t(index)];
+  uint64_t seen = 0;  // slots start at generation 0; never read it here (a dispatch may already have bumped it)
+  using Clock = std::chrono::steady_clock;
+  const auto idle_limit = std::chrono::microseconds(kIdleSleepMicros);
+
+  for (;;) {
+    uint64_t g = s.generation.load(std::memory_order_acquire);
+    if (g == seen) {
+      // Stage 1: spin with pause.
+      if (spin_) {
+        for (int i = 0; i < kSpinIters; ++i) {
+          cpu_relax();
+          g = s.generation.load(std::memory_order_acquire);
+          if (g != seen || stop_.load(std::memory_order_relaxed)) break;
+        }
+      }
+      // Stage 2: yield until idle for kIdleSleepMicros.
+      if (g == seen) {
+        const auto start = Clock::now();
+        for (;;) {
+          if (stop_.load(std::memory_order_acquire)) return;
+          std::this_thread::yield();
+          g = s.generation.load(std::memory_order_acquire);
+          if (g != seen) break;
+          if (Clock::now() - start >= idle_limit) break;
+        }
+      }
+      // Stage 3: block on the futex word until a dispatch (or stop) wakes us.
+      if (g == seen) {
+        s.sleeping.store(1, std::memory_order_seq_cst);
+        for (;;) {
+          g = s.generation.load(std::memory_order_seq_cst);
+          if (g != seen || stop_.load(std::memory_order_seq_cst)) break;
+          if (s.sleeping.load(std::memory_order_seq_cst) == 0) {
+            // Woken (or a racing dispatcher cleared the flag): re-arm and re-check.
+            s.sleeping.store(1, std::memory_order_seq_cst);
+            continue;
+          }
+          s.sleeping.wait(1, std::memory_order_seq_cst);
+        }
+        s.sleeping.store(0, std::memory_order_relaxed);
+      }
+      if (g == seen) {  // only stop_ gets here with no new work
+        if (stop_.load(std::memory_order_acquire)) return;
+        continue;
+      }
+    }
+    const Task t = s.task;
+    if (t.fn) {
+      try {
+        t.fn(t.ctx, index + 1);
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+    }
+    seen = g;
+    s.done.store(g, std::memory_order_release);
+  }
+}
+
+void FastPool::dispatchAndRun(std::span<const Task> tasks) {
+  if (tasks.size() > size_t(executorCount()))
+    throw Error("FastPool::dispatchAndRun: " + std::to_string(tasks.size()) + " tasks for " +
+                std::to_string(executorCount()) + " executors");
+  if (tasks.empty()) return;
+  if (in_dispatch_.exchange(true, std::memory_order_acquire))
+    throw Error("FastPool::dispatchAndRun: the pool is already dispatching (nested or concurrent call)");
+
+  const int used = int(tasks.size()) - 1;  // workers that get a task
+  const uint64_t g = ++generation_;
+  for (int w = 0; w < used; ++w) {
+    Slot& s = slots_[size_t(w)];
+    s.task = tasks[size_t(w) + 1];
+    s.generation.store(g, std::memory_order_seq_cst);
+    if (s.sleeping.load(std::memory_order_seq_cst) != 0 && s.sleeping.exchange(0) != 0)
+      s.sleeping.notify_one();
+  }
+
+  std::exception_ptr first;
+  if (tasks[0].fn) {
+    try {
+      tasks[0].fn(tasks[0].ctx, 0);
+    } catch (...) {
+      first = std::current_exception();
+    }
+  }
+
+  for (int w = 0; w < used; ++w) {
+    Slot& s = slots_[size_t(w)];
+    if (s.done.load(std::memory_order_acquire) != g) {
+      int spins = spin_ ? kSpinIters : 0;
+      while (s.done.load(std::memory_order_acquire) != g) {
+        if (spins > 0) {
+          --spins;
+          cpu_relax();
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    }
+    if (s.error) {
+      if (!first) first = s.error;
+      s.error = nullptr;
+    }
+  }
+  in_dispatch_.store(false, std::memory_order_release);
+  if (first) std::rethrow_exception(first);
+}
+
+void FastPool::parallel(void (*fn)(void* ctx, int index), void* ctx) {
+  std::array<Task, kMaxWorkers + 1> tasks;
+  const int n = executorCount();
+  for (int i = 0; i < n; ++i) tasks[size_t(i)] = Task{fn, ctx};
+  dispatchAndRun(std::span<const Task>(tasks.data(), size_t(n)));
+}
+
+int FastPool::sleepingWorkers() const {
+  int n = 0;
+  for (int w = 0; w < workers_; ++w)
+    if (slots_[size_t(w)].sleeping.load(std::memory_order_relaxed) != 0) ++n;
+  return n;
+}
+
+}  // namespace tessera

@@ -1,0 +1,149 @@
+// Token sampler (see sampler.h). The chain follows llama.cpp's default order:
+//   repetition penalty -> [temperature <= 0: argmax] -> top-k -> top-p -> min-p
+//   -> temperature -> softmax -> seeded draw.
+// top-p and min-p therefore look at the temperature-1 distribution of the penalized
+// logits, as in llama.cpp; temperature only reshapes what survives them.
+//
+// Conventions:
+// - Repetition penalty: every distinct token among the last repeat_last_n accepted
+//   ones (ids outside the logits row are ignored) has its logit divided by the
+//   penalty when positive and multiplied by it otherwise (llama.cpp).
+// - Ties are broken by the lower token id (argmax, top-k order).
+// - NaN logits are treated as -inf (never chosen); +inf counts as the largest finite
+//   float. A row with no finite-or-+inf logit (all NaN / -inf) is an error.
+// - top-p keeps the smallest prefix (in descending probability) whose cumulative
+//   probability is >= top_p, at least one token; min-p keeps tokens with
+//   p >= min_p * p_max.
+// - The draw is done by hand so results are the same on every standard library:
+//   u = (rng() >> 11) * 2^-53 in [0, 1), the first token whose cumulative
+//   (unnormalized, double) weight exceeds u * total is chosen.
+#include "tessera/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "tessera/error.h"
+
+namespace tessera {
+namespace {
+
+void validate(const SamplerParams& p) {
+  auto fail = [](const std::string& m) { throw Error("sampler: " + m); };
+  if (!(p.temperature >= 0.0f) || std::isinf(p.temperature))
+    fail("temperature must be a finite value >= 0 (0 = greedy), got " + std::to_string(p.temperature));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("top_p must be in (0, 1], got " + std::to_string(p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("min_p must be in [0, 1], got " + std::to_string(p.min_p));
+  if (!(p.repeat_penalty > 0.0f) || std::isinf(p.repeat_penalty))
+    fail("repeat_penalty must be a finite value > 0 (1 = off), got " + std::to_string(p.repeat_penalty));
+  if (p.repeat_last_n < 0) fail("repeat_last_n must be >= 0 (0 = off), got " + std::to_string(p.repeat_last_n));
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { validate(p_); }
+
+void Sampler::accept(int32_t token) {
+  if (p_.repeat_last_n <= 0) return;
+  recent_.push_back(token);
+  while (recent_.size() > size_t(p_.repeat_last_n)) recent_.pop_front();
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (logits.empty()) throw Error("sampler: empty logits row");
+  if (logits.size() > size_t(std::numeric_limits<int32_t>::max()))
+    throw Error("sampler: logits row of " + std::to_string(logits.size()) + " entries is too long");
+  const size_t n = logits.size();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  cand_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    float l = logits[i];
+    if (std::isnan(l)) l = kNegInf;
+    else if (l == std::numeric_limits<float>::infinity()) l = std::numeric_limits<float>::max();
+    cand_[i] = Candidate{int32_t(i), l};
+  }
+
+  // Repetition penalty, once per distinct recent token (cand_ is still indexed by id).
+  if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
+    std::vector<int32_t> ids(recent_.begin(), recent_.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (int32_t id : ids) {
+      if (id < 0 || size_t(id) >= n) continue;
+      float& l = cand_[size_t(id)].logit;
+      if (l == kNegInf) continue;
+      l = l <= 0.0f ? l * p_.repeat_penalty : l / p_.repeat_penalty;
+    }
+  }
+
+  // Greedy: argmax, lowest id on ties.
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (cand_[i].logit > cand_[best].logit) best = i;
+  if (cand_[best].logit == kNegInf) throw Error("sampler: every logit is NaN or -inf");
+  if (p_.temperature <= 0.0f) return cand_[best].id;
+
+  // Descending logit, ascending id on ties; drop impossible (-inf) tokens.
+  auto before = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  size_t k = n;
+  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
+    k = size_t(p_.top_k);
+    std::partial_sort(cand_.begin(), cand_.begin() + ptrdiff_t(k), cand_.end(), before);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), before);
+  }
+  while (k > 1 && cand_[k - 1].logit == kNegInf) --k;
+  cand_.resize(k);
+
+  const double max_l = cand_[0].logit;
+
+  // top-p on the temperature-1 distribution.
+  if (p_.top_p < 1.0f && k > 1) {
+    double total = 0.0;
+    for (const auto& c : cand_) total += std::exp(double(c.logit) - max_l);
+    const double target = double(p_.top_p) * total;
+    double cum = 0.0;
+    size_t keep = k;
+    for (size_t i = 0; i < k; ++i) {
+      cum += std::exp(double(cand_[i].logit) - max_l);
+      if (cum >= target) {
+        keep = i + 1;
+        break;
+      }
+    }
+    k = std::max<size_t>(keep, 1);
+    cand_.resize(k);
+  }
+
+  // min-p: p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p).
+  if (p_.min_p > 0.0f && k > 1) {
+    const double min_l = max_l + std::log(double(p_.min_p));
+    size_t keep = 1;
+    while (keep < k && double(cand_[keep].logit) >= min_l) ++keep;
+    k = keep;
+    cand_.resize(k);
+  }
+
+  // Temperature, softmax weights and the draw.
+  const double inv_t = 1.0 / double(p_.temperature);
+  auto weight = [&](size_t i) { return std::exp((double(cand_[i].logit) - max_l) * inv_t); };
+  double total = 0.0;
+  for (size_t i = 0; i < k; ++i) total += weight(i);
+  const double u = double(rng_() >> 11) * 0x1.0p-53;
+  const double target = u * total;
+  double cum = 0.0;
+  for (size_t i = 0; i < k; ++i) {
+    cum += weight(i);
+    if (target < cum) return cand_[i].id;
+  }
+  // Rounding left target at the very top: the last token with positive weight.
+  for (size_t i = k; i-- > 0;)
+    if (weight(i) > 0.0) return cand_[i].id;
+  return cand_[0].id;
+}
+
+}  // namespace tessera
