@@ -1,0 +1,671 @@
+// The cpu_scalar backend: reference implementation of every op in graph.h.
+//
+// Arithmetic conventions (those of llama.cpp's CPU backend, see the shared fixtures
+// README), op by op:
+//  - GetRows:   quant::dequantize_row of the selected table row.
+//  - RmsNorm:   sum of float squares accumulated in double, mean and scale in float
+//               (scale = 1/sqrtf(mean + eps)), y = x * scale, then y * weight.
+//  - MatMul:    each activation column converted once to quant::vec_dot_type(weight)
+//               (F32 as is; F16/BF16 rounding; Q8_0/Q8_K blocks), then quant::vec_dot
+//               per weight row.
+//  - Rope:      ggml's cache: theta starts at p and is multiplied by
+//               theta_scale = powf(base, -2/n_dims) per pair; angle = freq_scale*theta.
+//  - KvWrite:   F32 -> F16 (round to nearest even).
+//  - Attention: q rounded to F16, score = scale * (F32 sum of f16(q)*K), online
+//               ("flash") softmax in F32, V (F16) weighted sum accumulated in F32.
+//  - Softmax:   max in float, exp in float, sum in double, scale = 1/sum.
+//  - Silu:      x / (1 + expf(-x)); SwiGlu: silu(gate) * up.
+//  - Argmax:    first maximum.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpu_scalar_backend.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/graph.h"
+#include "tessera/kv_cache.h"
+#include "tessera/quant.h"
+
+namespace tessera::cpu_scalar {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+std::string shape_str(const Tensor& t) {
+  std::string s = "[";
+  int last = Tensor::kMaxDims - 1;
+  while (last > 0 && t.ne[last] == 1) --last;
+  for (int d = 0; d <= last; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(t.ne[d]);
+  }
+  return s + "]";
+}
+
+std::string desc(const Tensor& t) {
+  std::string s(dtype_name(t.type));
+  s += shape_str(t);
+  if (!t.name.empty()) s += " '" + t.name + "'";
+  return s;
+}
+
+bool same_shape(const Tensor& a, const Tensor& b) {
+  for (int d = 0; d < Tensor::kMaxDims; ++d)
+    if (a.ne[d] != b.ne[d]) return false;
+  return true;
+}
+
+// b can be broadcast (repeated) over a: every dimension of b divides a's.
+bool can_repeat(const Tensor& b, const Tensor& a) {
+  for (int d = 0; d < Tensor::kMaxDims; ++d)
+    if (b.ne[d] <= 0 || a.ne[d] % b.ne[d] != 0) return false;
+  return true;
+}
+
+// The weight / table dtypes this backend understands.
+bool known_matrix_type(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t block_elems(DType t) { return dtype_traits(t).block_elems; }
+
+// Row r (flattened over dims 1..3) of a tensor.
+inline char* row_ptr(const Tensor& t, int64_t r) {
+  const int64_t i1 = r % t.ne[1];
+  const int64_t i2 = (r / t.ne[1]) % t.ne[2];
+  const int64_t i3 = r / (t.ne[1] * t.ne[2]);
+  return static_cast<char*>(t.data) + i1 * int64_t(t.nb[1]) + i2 * int64_t(t.nb[2]) + i3 * int64_t(t.nb[3]);
+}
+inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
+
+// Row of b that broadcasts onto row r of a (can_repeat(b, a) holds).
+inline const float* bcast_row(const Tensor& b, const Tensor& a, int64_t r) {
+  const int64_t i1 = r % a.ne[1];
+  const int64_t i2 = (r / a.ne[1]) % a.ne[2];
+  const int64_t i3 = r / (a.ne[1] * a.ne[2]);
+  return reinterpret_cast<const float*>(static_cast<const char*>(b.data) + (i1 % b.ne[1]) * int64_t(b.nb[1]) +
+                                        (i2 % b.ne[2]) * int64_t(b.nb[2]) + (i3 % b.ne[3]) * int64_t(b.nb[3]));
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// ---------------------------------------------------------------------------
+// Validation: returns an empty string when the node is fine, the reason otherwise.
+
+class Checker {
+ public:
+  Checker(const Graph& g, const Node& n) : g_(g), n_(n) {}
+
+  std::string run() const {
+    switch (n_.op) {
+      case Op::GetRows: return get_rows();
+      case Op::RmsNorm: return rms_norm();
+      case Op::MatMul: return mat_mul();
+      case Op::Rope: return rope();
+      case Op::KvWrite: return kv_write();
+      case Op::Attention: return attention();
+      case Op::Softmax:
+      case Op::Silu: return unary();
+      case Op::SwiGlu: return swiglu();
+      case Op::Add:
+      case Op::Mul: return binary();
+      case Op::Argmax: return argmax();
+      case Op::Count: break;
+    }
+    return "unknown op " + std::to_string(int(n_.op));
+  }
+
+ private:
+  // Tensor index checks.
+  std::string need(int32_t idx, const char* what) const {
+    if (idx < 0) return std::string("missing ") + what;
+    if (size_t(idx) >= g_.tensor_count())
+      return std::string(what) + " tensor index " + std::to_string(idx) + " out of range";
+    return {};
+  }
+  const Tensor& t(int32_t idx) const { return g_.tensor(idx); }
+
+  // F32/I32 tensors must have contiguous rows (element stride = element size).
+  static std::string plain(const Tensor& x, DType type, const char* what) {
+    if (x.type != type)
+      return std::string(what) + " must be " + std::string(dtype_name(type)) + ", got " + desc(x);
+    if (x.nb[0] != dtype_traits(type).block_bytes)
+      return std::string(what) + " " + desc(x) + " has non-contiguous rows (nb[0] = " + std::to_string(x.nb[0]) + ")";
+    return {};
+  }
+
+#define TRY(expr)                      \
+  do {                                 \
+    std::string _r = (expr);           \
+    if (!_r.empty()) return _r;        \
+  } while (0)
+
+  std::string get_rows() const {
+    TRY(need(n_.src[0], "table (src0)"));
+    TRY(need(n_.src[1], "ids (src1)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &tab = t(n_.src[0]), &ids = t(n_.src[1]), &dst = t(n_.dst);
+    if (!known_matrix_type(tab.type)) return "unsupported table dtype " + desc(tab);
+    if (tab.ne[0] % block_elems(tab.type) != 0)
+      return "table row length " + std::to_string(tab.ne[0]) + " is not a multiple of the " +
+             std::string(dtype_name(tab.type)) + " block size";
+    if (tab.ne[2] != 1 || tab.ne[3] != 1) return "table must be 2-D, got " + desc(tab);
+    TRY(plain(ids, DType::I32, "ids"));
+    if (ids.ne[1] != 1 || ids.ne[2] != 1 || ids.ne[3] != 1) return "ids must be 1-D, got " + desc(ids);
+    TRY(plain(dst, DType::F32, "dst"));
+    if (dst.ne[0] != tab.ne[0] || dst.ne[1] != ids.ne[0] || dst.ne[2] != 1 || dst.ne[3] != 1)
+      return "dst " + desc(dst) + " must be [" + std::to_string(tab.ne[0]) + ", " + std::to_string(ids.ne[0]) + "]";
+    return {};
+  }
+
+  std::string rms_norm() const {
+    TRY(need(n_.src[0], "x (src0)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "x"));
+    TRY(plain(dst, DType::F32, "dst"));
+    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of x " + desc(x);
+    if (n_.src[1] >= 0) {
+      TRY(need(n_.src[1], "weight (src1)"));
+      const Tensor& w = t(n_.src[1]);
+      TRY(plain(w, DType::F32, "weight"));
+      if (w.ne[0] != x.ne[0] || w.nrows() != 1) return "weight " + desc(w) + " must be [" + std::to_string(x.ne[0]) + "]";
+    }
+    if (!(n_.f[0] >= 0.0f) || !std::isfinite(n_.f[0])) return "eps (f[0]) must be a finite value >= 0";
+    return {};
+  }
+
+  std::string mat_mul() const {
+    TRY(need(n_.src[0], "weight (src0)"));
+    TRY(need(n_.src[1], "x (src1)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &w = t(n_.src[0]), &x = t(n_.src[1]), &dst = t(n_.dst);
+    if (!known_matrix_type(w.type)) return "unsupported weight dtype " + desc(w);
+    if (w.ne[2] != 1 || w.ne[3] != 1) return "weight must be 2-D, got " + desc(w);
+    TRY(plain(x, DType::F32, "x"));
+    TRY(plain(dst, DType::F32, "dst"));
+    const int64_t K = w.ne[0];
+    if (x.ne[0] != K) return "x " + desc(x) + " does not match weight " + desc(w) + " (ne[0] differs)";
+    const DType vdt = quant::vec_dot_type(w.type);
+    if (K % block_elems(w.type) != 0 || K % block_elems(vdt) != 0)
+      return "row length " + std::to_string(K) + " is not a multiple of the block sizes of " +
+             std::string(dtype_name(w.type)) + " / " + std::string(dtype_name(vdt));
+    if (dst.ne[0] != w.ne[1] || dst.ne[1] != x.ne[1] || dst.ne[2] != x.ne[2] || dst.ne[3] != x.ne[3])
+      return "dst " + desc(dst) + " must be [" + std::to_string(w.ne[1]) + ", " + std::to_string(x.ne[1]) + ", " +
+             std::to_string(x.ne[2]) + ", " + std::to_string(x.ne[3]) + "] (weight rows by x columns)";
+    return {};
+  }
+
+  std::string rope() const {
+    TRY(need(n_.src[0], "x (src0)"));
+    TRY(need(n_.src[1], "pos (src1)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &pos = t(n_.src[1]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "x"));
+    TRY(plain(dst, DType::F32, "dst"));
+    TRY(plain(pos, DType::I32, "pos"));
+    if (x.ne[3] != 1) return "x must be [head_dim, heads, n], got " + desc(x);
+    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of x " + desc(x);
+    if (pos.ne[0] != x.ne[2] || pos.nrows() != 1)
+      return "pos " + desc(pos) + " must be [" + std::to_string(x.ne[2]) + "] (one per token)";
+    const int32_t n_dims = n_.i[0], mode = n_.i[1];
+    if (n_dims <= 0 || n_dims > x.ne[0] || n_dims % 2 != 0)
+      return "n_dims (i[0]) = " + std::to_string(n_dims) + " must be even and in (0, " + std::to_string(x.ne[0]) + "]";
+    if (mode != kRopeNormal && mode != kRopeNeox) return "unsupported rope mode (i[1]) " + std::to_string(mode);
+    if (!(n_.f[0] > 0.0f) || !std::isfinite(n_.f[0])) return "freq_base (f[0]) must be > 0";
+    if (!(n_.f[1] > 0.0f) || !std::isfinite(n_.f[1])) return "freq_scale (f[1]) must be > 0";
+    return {};
+  }
+
+  std::string kv_common(const Tensor& x, const char* what) const {
+    const KvCacheConfig& c = n_.kv->config();
+    if (x.ne[0] != c.head_dim)
+      return std::string(what) + " " + desc(x) + ": head_dim " + std::to_string(x.ne[0]) + " differs from the cache's " +
+             std::to_string(c.head_dim);
+    if (x.ne[3] != 1) return std::string(what) + " must be 3-D, got " + desc(x);
+    if (n_.i[0] < 0 || n_.i[0] >= c.n_layers)
+      return "layer (i[0]) " + std::to_string(n_.i[0]) + " out of range [0, " + std::to_string(c.n_layers) + ")";
+    if (n_.i[2] < 0) return "start position (i[2]) " + std::to_string(n_.i[2]) + " is negative";
+    return {};
+  }
+
+  std::string kv_write() const {
+    if (!n_.kv) return "no KV cache (node.kv is null)";
+    TRY(need(n_.src[0], "k (src0)"));
+    TRY(need(n_.src[1], "v (src1)"));
+    const Tensor &k = t(n_.src[0]), &v = t(n_.src[1]);
+    TRY(plain(k, DType::F32, "k"));
+    TRY(plain(v, DType::F32, "v"));
+    if (!same_shape(k, v)) return "k " + desc(k) + " and v " + desc(v) + " differ in shape";
+    TRY(kv_common(k, "k"));
+    if (k.ne[1] != n_.kv->config().n_kv_heads)
+      return "k " + desc(k) + ": " + std::to_string(k.ne[1]) + " heads, the cache has " +
+             std::to_string(n_.kv->config().n_kv_heads);
+    return {};
+  }
+
+  std::string attention() const {
+    if (!n_.kv) return "no KV cache (node.kv is null)";
+    TRY(need(n_.src[0], "q (src0)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &q = t(n_.src[0]), &dst = t(n_.dst);
+    TRY(plain(q, DType::F32, "q"));
+    TRY(plain(dst, DType::F32, "dst"));
+    TRY(kv_common(q, "q"));
+    const int n_kv = n_.kv->config().n_kv_heads;
+    if (n_kv <= 0 || q.ne[1] % n_kv != 0)
+      return "q " + desc(q) + ": " + std::to_string(q.ne[1]) + " heads is not a multiple of the cache's " +
+             std::to_string(n_kv) + " KV heads";
+    if (!same_shape(q, dst)) return "dst " + desc(dst) + " must have the shape of q " + desc(q);
+    if (!std::isfinite(n_.f[0]) || !(n_.f[0] > 0.0f)) return "scale (f[0]) must be > 0";
+    return {};
+  }
+
+  std::string unary() const {
+    TRY(need(n_.src[0], "src0"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "src0"));
+    TRY(plain(dst, DType::F32, "dst"));
+    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of src0 " + desc(x);
+    return {};
+  }
+
+  std::string swiglu() const {
+    TRY(unary());
+    TRY(need(n_.src[1], "up (src1)"));
+    const Tensor &g = t(n_.src[0]), &u = t(n_.src[1]);
+    TRY(plain(u, DType::F32, "up"));
+    if (!same_shape(g, u)) return "gate " + desc(g) + " and up " + desc(u) + " differ in shape";
+    return {};
+  }
+
+  std::string binary() const {
+    TRY(unary());
+    TRY(need(n_.src[1], "src1"));
+    const Tensor &a = t(n_.src[0]), &b = t(n_.src[1]);
+    TRY(plain(b, DType::F32, "src1"));
+    if (!can_repeat(b, a))
+      return "src1 " + desc(b) + " cannot be broadcast over src0 " + desc(a) +
+             " (needs the same shape, or dimensions dividing src0's)";
+    return {};
+  }
+
+  std::string argmax() const {
+    TRY(need(n_.src[0], "src0"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "src0"));
+    TRY(plain(dst, DType::I32, "dst"));
+    if (dst.ne[0] != x.nrows() || dst.nrows() != 1)
+      return "dst " + desc(dst) + " must be [" + std::to_string(x.nrows()) + "] (one per row of " + desc(x) + ")";
+    return {};
+  }
+#undef TRY
+
+  const Graph& g_;
+  const Node& n_;
+};
+
+// ---------------------------------------------------------------------------
+// The backend
+
+class CpuScalarBackend final : public Backend {
+ public:
+  explicit CpuScalarBackend(FastPool* pool) : pool_(pool) {}
+
+  std::string name() const override { return "cpu_scalar"; }
+
+  OpSupport supports(const Graph& graph, const Node& node) const override {
+    std::string why = Checker(graph, node).run();
+    if (why.empty()) return OpSupport::yes();
+    return OpSupport::no(std::string(op_name(node.op)) + ": " + why);
+  }
+
+  void execute(Graph& graph, size_t first, size_t count) override {
+    const auto& nodes = graph.nodes();
+    if (first > nodes.size() || count > nodes.size() - first)
+      throw Error("cpu_scalar: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                  ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
+    for (size_t k = first; k < first + count; ++k) {
+      const Node& n = nodes[k];
+      std::string why = Checker(graph, n).run();
+      if (why.empty()) why = check_data(graph, n);
+      if (!why.empty()) fail(graph, k, why);
+      try {
+        run_node(graph, n);
+      } catch (const Error& e) {
+        fail(graph, k, e.what());
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] static void fail(const Graph& g, size_t k, const std::string& why) {
+    const Node& n = g.nodes()[k];
+    std::string where = "cpu_scalar: node " + std::to_string(k) + " (" + std::string(op_name(n.op));
+    if (n.dst >= 0 && size_t(n.dst) < g.tensor_count() && !g.tensor(n.dst).name.empty())
+      where += " -> '" + g.tensor(n.dst).name + "'";
+    throw Error(where + "): " + why);
+  }
+
+  // Data pointers must exist at execution time.
+  static std::string check_data(const Graph& g, const Node& n) {
+    for (int s = 0; s < 4; ++s)
+      if (n.src[s] >= 0 && !g.tensor(n.src[s]).data) return "src" + std::to_string(s) + " has no data";
+    if (n.op != Op::KvWrite && n.dst >= 0 && !g.tensor(n.dst).data) return "dst has no data";
+    return {};
+  }
+
+  template <typename F>
+  void parallel_for(int64_t n, F&& f) {
+    if (pool_ && pool_->executorCount() > 1 && n > 1) {
+      auto fn = f;  // FastPool::parallel_for takes its functor by value type (an rvalue)
+      pool_->parallel_for(n, std::move(fn));
+    }
+    else if (n > 0)
+      f(int64_t(0), n);
+  }
+
+  void run_node(Graph& g, const Node& n) {
+    switch (n.op) {
+      case Op::GetRows: return get_rows(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::RmsNorm:
+        return rms_norm(g.tensor(n.src[0]), n.src[1] >= 0 ? &g.tensor(n.src[1]) : nullptr, g.tensor(n.dst), n.f[0]);
+      case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::Rope: return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
+      case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), n);
+      case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
+      case Op::Softmax: return softmax(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::Silu: return silu_op(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::SwiGlu: return swiglu(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::Add: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), false);
+      case Op::Mul: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), true);
+      case Op::Argmax: return argmax(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::Count: break;
+    }
+    throw Error("unknown op");
+  }
+
+  // --- GetRows -------------------------------------------------------------
+  static void get_rows(const Tensor& tab, const Tensor& ids, const Tensor& dst) {
+    const int64_t K = tab.ne[0], V = tab.ne[1], n = ids.ne[0];
+    const int32_t* id = static_cast<const int32_t*>(ids.data);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = id[i];
+      if (r < 0 || r >= V)
+        throw Error("row id " + std::to_string(r) + " (ids[" + std::to_string(i) + "]) out of range [0, " +
+                    std::to_string(V) + ") of table " + desc(tab));
+      quant::dequantize_row(tab.type, static_cast<const char*>(tab.data) + r * int64_t(tab.nb[1]), frow(dst, i), K);
+    }
+  }
+
+  // --- RmsNorm -------------------------------------------------------------
+  static void rms_norm(const Tensor& x, const Tensor* w, const Tensor& dst, float eps) {
+    const int64_t K = x.ne[0];
+    const float* wp = w ? static_cast<const float*>(w->data) : nullptr;
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* xr = frow(x, r);
+      float* yr = frow(dst, r);
+      double sum = 0.0;
+      for (int64_t i = 0; i < K; ++i) sum += double(xr[i] * xr[i]);
+      const float mean = float(sum / double(K));
+      const float scale = 1.0f / std::sqrt(mean + eps);
+      for (int64_t i = 0; i < K; ++i) {
+        const float y = xr[i] * scale;
+        yr[i] = wp ? y * wp[i] : y;
+      }
+    }
+  }
+
+  // --- MatMul --------------------------------------------------------------
+  void mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst) {
+    const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
+    const DType vdt = quant::vec_dot_type(w.type);
+    const size_t act_bytes = row_bytes(vdt, K);
+
+    // Convert each activation row once (F32 rows are used in place).
+    std::vector<const void*> act(size_t(M), nullptr);
+    if (vdt == DType::F32) {
+      for (int64_t m = 0; m < M; ++m) act[size_t(m)] = row_ptr(x, m);
+    } else {
+      act_buf_.resize(act_bytes * size_t(M));
+      uint8_t* base = act_buf_.data();
+      parallel_for(M, [&](int64_t b, int64_t e) {
+        for (int64_t m = b; m < e; ++m) quant::quantize_row(vdt, frow(x, m), base + size_t(m) * act_bytes, K);
+      });
+      for (int64_t m = 0; m < M; ++m) act[size_t(m)] = base + size_t(m) * act_bytes;
+    }
+
+    if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
+    std::vector<float*> out(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) out[size_t(m)] = frow(dst, m);
+
+    const char* wbase = static_cast<const char*>(w.data);
+    const int64_t wstride = int64_t(w.nb[1]);
+    const DType wt = w.type;
+    parallel_for(N, [&](int64_t b, int64_t e) {
+      for (int64_t nrow = b; nrow < e; ++nrow) {
+        const void* wr = wbase + nrow * wstride;
+        for (int64_t m = 0; m < M; ++m) out[size_t(m)][nrow] = quant::vec_dot(wt, K, wr, act[size_t(m)]);
+      }
+    });
+  }
+
+  // --- Rope ----------------------------------------------------------------
+  static void rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n) {
+    const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
+    const int32_t n_dims = n.i[0];
+    const bool neox = n.i[1] == kRopeNeox;
+    const float freq_base = n.f[0], freq_scale = n.f[1];
+    const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
+    const int32_t* p = static_cast<const int32_t*>(pos.data);
+    std::vector<float> cs(static_cast<size_t>(n_dims));  // cos, sin per pair
+    for (int64_t t = 0; t < T; ++t) {
+      // ggml_rope_cache_init: theta = p, times theta_scale for each next pair.
+      float theta = float(p[t]);
+      for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
+        const float ang = freq_scale * theta;
+        cs[size_t(i0)] = std::cos(ang);
+        cs[size_t(i0) + 1] = std::sin(ang);
+        theta *= theta_scale;
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* src = x.row<float>(h, t);
+        float* out = dst.row<float>(h, t);
+        if (!neox) {
+          for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
+            const float c = cs[size_t(i0)], s = cs[size_t(i0) + 1];
+            const float x0 = src[i0], x1 = src[i0 + 1];
+            out[i0] = x0 * c - x1 * s;
+            out[i0 + 1] = x0 * s + x1 * c;
+          }
+        } else {
+          const int32_t half = n_dims / 2;
+          for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
+            const int32_t ic = i0 / 2;
+            const float c = cs[size_t(i0)], s = cs[size_t(i0) + 1];
+            const float x0 = src[ic], x1 = src[ic + half];
+            out[ic] = x0 * c - x1 * s;
+            out[ic + half] = x0 * s + x1 * c;
+          }
+        }
+        if (out != src)
+          for (int64_t i = n_dims; i < hd; ++i) out[i] = src[i];
+      }
+    }
+  }
+
+  // --- KvWrite -------------------------------------------------------------
+  static void kv_write(const Tensor& k, const Tensor& v, const Node& n) {
+    KvCache& kv = *n.kv;
+    const int layer = n.i[0];
+    const KvCache::SeqId seq = n.i[1];
+    const int64_t p0 = n.i[2];
+    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
+    for (int64_t t = 0; t < T; ++t) {
+      uint16_t* kr = kv.k_row(layer, seq, p0 + t);
+      uint16_t* vr = kv.v_row(layer, seq, p0 + t);
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* ks = k.row<float>(h, t);
+        const float* vs = v.row<float>(h, t);
+        for (int64_t d = 0; d < hd; ++d) {
+          kr[h * hd + d] = quant::fp32_to_fp16(ks[d]);
+          vr[h * hd + d] = quant::fp32_to_fp16(vs[d]);
+        }
+      }
+    }
+    if (kv.length(seq) < p0 + T) kv.set_length(seq, p0 + T);
+  }
+
+  // --- Attention -----------------------------------------------------------
+  void attention(const Tensor& q, const Tensor& dst, const Node& n) {
+    const KvCache& kv = *n.kv;
+    const int layer = n.i[0];
+    const KvCache::SeqId seq = n.i[1];
+    const int64_t p0 = n.i[2];
+    const float scale = n.f[0];
+    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
+    const int64_t n_kv = kv.config().n_kv_heads;
+    const int64_t group = n_head / n_kv;
+    if (kv.length(seq) < p0 + T)
+      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(p0 + T) +
+                  ") but the cache of sequence " + std::to_string(seq) + " holds " + std::to_string(kv.length(seq)) +
+                  " (KvWrite first)");
+
+    // Row pointers of the cache, gathered once (the block table is read-only here).
+    const int64_t L = p0 + T;
+    std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
+    for (int64_t j = 0; j < L; ++j) {
+      krows[size_t(j)] = kv.k_row(layer, seq, j);
+      vrows[size_t(j)] = kv.v_row(layer, seq, j);
+    }
+
+    parallel_for(T * n_head, [&](int64_t b, int64_t e) {
+      std::vector<float> qf(static_cast<size_t>(hd)), acc(static_cast<size_t>(hd));
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t t = item / n_head, h = item % n_head;
+        const int64_t kvh = h / group;
+        const float* qs = q.row<float>(h, t);
+        for (int64_t d = 0; d < hd; ++d) qf[size_t(d)] = quant::fp16_to_fp32(quant::fp32_to_fp16(qs[d]));
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float M = -std::numeric_limits<float>::infinity(), S = 0.0f;
+        const int64_t last = p0 + t;  // causal: positions 0 .. p0 + t
+        for (int64_t j = 0; j <= last; ++j) {
+          const uint16_t* kr = krows[size_t(j)] + kvh * hd;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < hd; ++d) dot += qf[size_t(d)] * quant::fp16_to_fp32(kr[d]);
+          const float s = dot * scale;
+          float ms = 1.0f, vs = 1.0f;
+          if (s > M) {
+            const float Mold = M;
+            M = s;
+            ms = std::exp(Mold - M);
+            for (float& a : acc) a *= ms;
+          } else {
+            vs = std::exp(s - M);
+          }
+          const uint16_t* vr = vrows[size_t(j)] + kvh * hd;
+          for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += quant::fp16_to_fp32(vr[d]) * vs;
+          S = S * ms + vs;
+        }
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float* out = dst.row<float>(h, t);
+        for (int64_t d = 0; d < hd; ++d) out[d] = acc[size_t(d)] * inv;
+      }
+    });
+  }
+
+  // --- Softmax, Silu, SwiGlu, Add, Mul, Argmax -----------------------------
+  static void softmax(const Tensor& x, const Tensor& dst) {
+    const int64_t K = x.ne[0];
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* xr = frow(x, r);
+      float* yr = frow(dst, r);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < K; ++i) mx = std::max(mx, xr[i]);
+      double sum = 0.0;
+      for (int64_t i = 0; i < K; ++i) {
+        const float e = std::exp(xr[i] - mx);
+        sum += double(e);
+        yr[i] = e;
+      }
+      const float inv = float(1.0 / sum);
+      for (int64_t i = 0; i < K; ++i) yr[i] *= inv;
+    }
+  }
+
+  static void silu_op(const Tensor& x, const Tensor& dst) {
+    const int64_t K = x.ne[0];
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* xr = frow(x, r);
+      float* yr = frow(dst, r);
+      for (int64_t i = 0; i < K; ++i) yr[i] = silu(xr[i]);
+    }
+  }
+
+  static void swiglu(const Tensor& g, const Tensor& u, const Tensor& dst) {
+    const int64_t K = g.ne[0];
+    for (int64_t r = 0; r < g.nrows(); ++r) {
+      const float* gr = frow(g, r);
+      const float* ur = frow(u, r);
+      float* yr = frow(dst, r);
+      for (int64_t i = 0; i < K; ++i) yr[i] = silu(gr[i]) * ur[i];
+    }
+  }
+
+  static void binary(const Tensor& a, const Tensor& b, const Tensor& dst, bool mul) {
+    const int64_t K = a.ne[0], Kb = b.ne[0];
+    for (int64_t r = 0; r < a.nrows(); ++r) {
+      const float* ar = frow(a, r);
+      const float* br = bcast_row(b, a, r);
+      float* yr = frow(dst, r);
+      if (mul)
+        for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] * br[i % Kb];
+      else
+        for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] + br[i % Kb];
+    }
+  }
+
+  static void argmax(const Tensor& x, const Tensor& dst) {
+    const int64_t K = x.ne[0];
+    int32_t* out = static_cast<int32_t*>(dst.data);
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* xr = frow(x, r);
+      int64_t best = 0;
+      for (int64_t i = 1; i < K; ++i)
+        if (xr[i] > xr[best]) best = i;
+      out[r] = int32_t(best);
+    }
+  }
+
+  FastPool* pool_ = nullptr;
+  std::vector<uint8_t> act_buf_;  // converted activations of the current MatMul
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(FastPool* pool) { return std::make_unique<CpuScalarBackend>(pool); }
+
+}  // namespace tessera::cpu_scalar
