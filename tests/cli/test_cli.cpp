@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 namespace fs = std::filesystem;
@@ -25,8 +26,11 @@ std::string slurp(const std::string& path) {
 }
 
 Result run(const std::string& args, const std::string& tool = "tessera") {
-  std::string dir = testing::TempDir();
-  std::string out = dir + "/cli_out.txt", err = dir + "/cli_err.txt";
+  // Unique per test and process: ctest runs the tests of this file in parallel.
+  std::string dir = testing::TempDir() + "/tessera_cli_" + std::to_string(getpid()) + "_" +
+                    testing::UnitTest::GetInstance()->current_test_info()->name();
+  fs::create_directories(dir);
+  std::string out = dir + "/out.txt", err = dir + "/err.txt";
   std::string cmd = std::string(TESSERA_BIN_DIR) + "/" + tool + " " + args + " >" + out + " 2>" + err;
   int rc = std::system(cmd.c_str());
   Result r;
@@ -89,7 +93,7 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
   expect_one_line_error("info " + std::string(TESSERA_BIN_DIR) + "/tessera", "not a model file");
 
   // A file that claims to be GGUF but is truncated: the loader's message, one line.
-  std::string bad = testing::TempDir() + "/truncated.gguf";
+  std::string bad = testing::TempDir() + "/tessera_truncated_" + std::to_string(getpid()) + ".gguf";
   std::string good = slurp(fs::path(TESSERA_BIN_DIR).parent_path() / "share/tessera/models/default.gguf");
   ASSERT_GT(good.size(), 100u);
   std::ofstream(bad, std::ios::binary) << good.substr(0, 100);
@@ -121,7 +125,8 @@ TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {
 }
 
 TEST(Cli, GeneratorIsDeterministicAcrossThreadCounts) {
-  std::string a = testing::TempDir() + "/gen_a.gguf", b = testing::TempDir() + "/gen_b.gguf";
+  std::string a = testing::TempDir() + "/tessera_gen_a_" + std::to_string(getpid()) + ".gguf";
+  std::string b = testing::TempDir() + "/tessera_gen_b_" + std::to_string(getpid()) + ".gguf";
   for (const char* type : {"q4_k_m", "q4_0", "bf16"}) {
     std::string common = std::string("--preset tiny --quiet --seed 7 --type ") + type;
     ASSERT_EQ(run(common + " --threads 1 --out " + a, "tessera-gen").status, 0) << type;
