@@ -1,13 +1,29 @@
-// tessera bench: prefill and decode throughput, median and spread over repetitions.
-// Tokens are pseudo-random ids (fixed seed), so any model can be measured.
+// tessera bench: prefill and decode throughput, median and spread over repetitions,
+// beside their physical bounds. Tokens are pseudo-random ids (fixed seed), so any
+// model can be measured.
+//
+// Decode roofline: a decoded token reads every weight the forward pass uses once
+// (all matrices and norms; one row of token_embd, or all of it when the output
+// matrix is tied to it) plus the KV cache up to its position; tokens/s cannot exceed
+// (read bandwidth measured on the spot) / (those bytes). Prefill: FLOPs per token =
+// 2 x parameters of the matrices (attention score FLOPs not included).
+// --json prints everything as one JSON object on stdout instead of the text report.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "tessera/error.h"
 #include "tessera/backend.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/hwprobe.h"
+#include "tessera/membw.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
 #include "tessera/scheduler.h"
@@ -26,36 +42,95 @@ Stats stats(std::vector<double> v) {
   return {med, v.front(), v.back()};
 }
 
+// What one token of the forward pass reads and computes, from the model's weights.
+struct WeightCost {
+  double bytes_per_token = 0;  // weights read per decoded token
+  double matrix_params = 0;    // parameters of the matrices multiplied per token
+  double total_bytes = 0;      // every distinct weight tensor
+};
+
+WeightCost weight_cost(const Model& model) {
+  // weights() is non-const only because backends may repack through it; we only read.
+  std::vector<Tensor*> ws = const_cast<Model&>(model).weights();
+  const std::string embd = "token_embd.weight";
+  int embd_uses = 0;
+  for (const Tensor* t : ws)
+    if (t->name == embd) ++embd_uses;
+  WeightCost c;
+  bool embd_counted = false;
+  for (const Tensor* t : ws) {
+    const double nbytes = double(t->nbytes());
+    const bool matrix = t->ne[1] > 1;
+    if (t->name == embd) {
+      if (embd_counted) continue;  // tied output: the same matrix, counted once in full
+      embd_counted = true;
+      c.total_bytes += nbytes;
+      if (embd_uses > 1) {  // tied: read in full as the output matrix
+        c.bytes_per_token += nbytes;
+        c.matrix_params += double(t->nelements());
+      } else {  // embedding lookup: one row per token
+        c.bytes_per_token += double(t->row_size());
+      }
+      continue;
+    }
+    c.total_bytes += nbytes;
+    c.bytes_per_token += nbytes;
+    if (matrix) c.matrix_params += double(t->nelements());
+  }
+  return c;
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (f >> a >> b >> c) return a + " " + b + " " + c;
+  return "?";
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   CommonOptions o;
-  int n_prompt = 512, n_gen = 128, reps = 5;
+  int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 512;
+  bool json = false;
   po::options_description desc("options");
   desc.add_options()
     ("n-prompt,p", po::value(&n_prompt)->default_value(512), "prompt tokens per prefill (0 = skip prefill)")
     ("n-gen,n", po::value(&n_gen)->default_value(128), "tokens decoded one at a time (0 = skip decode)")
-    ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)");
+    ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)")
+    ("membw-mib", po::value(&bw_mib)->default_value(512),
+     "buffer for the read-bandwidth measurement behind the decode roofline, MiB (0 = skip it)")
+    ("json", po::bool_switch(&json), "print the results as one JSON object");
   add_common_options(desc, o, true);
   po::variables_map vm;
-  if (!parse(argc, argv, "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--threads N] [--backend NAME]",
+  if (!parse(argc, argv,
+             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--threads N] [--backend NAME] [--json]",
              desc, nullptr, vm))
     return 0;
   if (n_prompt < 0 || n_gen < 0 || reps < 1) throw Error("-p and -n must be >= 0 and -r >= 1");
   if (n_prompt + n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
+  if (bw_mib < 0) throw Error("--membw-mib must be >= 0");
   if (o.ctx == 0) o.ctx = n_prompt + n_gen + 1;
 
   auto reg = make_registry(o);
   auto engine = make_engine(*reg, o);
   const ModelInfo& mi = engine->model().info();
+  const CpuFeatures& cpu = cpu_features();
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(0, int32_t(mi.n_vocab - 1));
   std::vector<int32_t> prompt(size_t(std::max(n_prompt, 1)));
+  std::string backends;
+  for (const auto& b : engine->scheduler().backends()) backends += (backends.empty() ? "" : ",") + b->name();
 
-  std::printf("model: %s (%s, %lld layers, n_embd %lld)\nbackends:", engine->file().path().c_str(),
-              mi.architecture.c_str(), (long long)mi.n_layer, (long long)mi.n_embd);
-  for (const auto& b : engine->scheduler().backends()) std::printf(" %s", b->name().c_str());
-  std::printf("; threads: %d; reps: %d\n", engine->threads(), reps);
+  if (!json) {
+    std::printf("machine: %s; %u hardware threads; load average %s\n", cpu.brand.c_str(),
+                std::thread::hardware_concurrency(), loadavg().c_str());
+    std::printf("model: %s (%s, %lld layers, n_embd %lld)\nbackends: %s; threads: %d; reps: %d\n",
+                engine->file().path().c_str(), mi.architecture.c_str(), (long long)mi.n_layer, (long long)mi.n_embd,
+                backends.c_str(), engine->threads(), reps);
+    std::fflush(stdout);
+  }
+  const std::string load_before = loadavg();
 
   std::vector<double> pp, tg;
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
@@ -75,14 +150,85 @@ int cmd_bench(int argc, char** argv) {
     if (n_prompt > 0) pp.push_back(n_prompt / dt_p);
     if (n_gen > 0) tg.push_back(n_gen / dt_g);
   }
+
+  // Physical bounds. The bandwidth is measured after the runs (the engine's workers
+  // are idle by then) with as many executors as the engine uses.
+  const WeightCost wc = weight_cost(engine->model());
+  BandwidthResult bw;
+  if (bw_mib > 0 && n_gen > 0) {
+    FastPool pool(engine->threads());
+    bw = measure_read_bandwidth_ex(pool, size_t(bw_mib) << 20, 5);
+  }
+  // KV cache (F16 K and V) read per position attended, and the mean number of
+  // positions a decoded token attends over (the first decoded token sits at
+  // position max(n_prompt, 1) and attends to itself and everything before it).
+  const double kv_bytes_per_pos = double(mi.n_layer) * 2.0 * double(mi.n_head_kv) * double(mi.head_dim) * 2.0;
+  const double mean_attended = double(std::max(n_prompt, 1)) + (double(n_gen) - 1.0) / 2.0 + 1.0;
+  const double kv_bytes = kv_bytes_per_pos * mean_attended;
+  const double decode_bytes = wc.bytes_per_token + kv_bytes;
+  const double roofline = bw.median_gbs > 0 ? bw.median_gbs * 1e9 / decode_bytes : 0.0;
+  const double flops_per_token = 2.0 * wc.matrix_params;
+
+  nlohmann::json j;
+  j["machine"] = {{"cpu_brand", cpu.brand},
+                  {"cpu_features", cpu.summary()},
+                  {"hardware_threads", std::thread::hardware_concurrency()},
+                  {"loadavg_before", load_before},
+                  {"loadavg_after", loadavg()}};
+  j["model"] = {{"path", engine->file().path()},
+                {"architecture", mi.architecture},
+                {"name", mi.name},
+                {"n_layer", mi.n_layer},
+                {"n_embd", mi.n_embd},
+                {"n_vocab", mi.n_vocab},
+                {"weight_bytes", wc.total_bytes},
+                {"matrix_params", wc.matrix_params}};
+  j["backends"] = backends;
+  j["threads"] = engine->threads();
+  j["reps"] = reps;
+  if (bw.median_gbs > 0)
+    j["membw"] = {{"read_gbs_median", bw.median_gbs}, {"read_gbs_min", bw.min_gbs}, {"read_gbs_max", bw.max_gbs},
+                  {"kernel", std::string(read_kernel_name(bw.kernel))}, {"buffer_bytes", bw.bytes},
+                  {"passes", bw.reps}, {"threads", bw.threads}};
   if (!pp.empty()) {
     Stats s = stats(pp);
-    std::printf("prefill  %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_prompt, s.median, s.min, s.max);
+    j["prefill"] = {{"tokens", n_prompt},       {"tok_s_median", s.median},
+                    {"tok_s_min", s.min},       {"tok_s_max", s.max},
+                    {"flops_per_token", flops_per_token},
+                    {"gflops_median", flops_per_token * s.median / 1e9}};
+    if (!json) {
+      std::printf("prefill  %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_prompt, s.median, s.min, s.max);
+      std::printf("         %.3f GFLOP per token (2 x %.0f matrix parameters) -> %.2f GFLOP/s achieved\n",
+                  flops_per_token / 1e9, wc.matrix_params, flops_per_token * s.median / 1e9);
+    }
   }
   if (!tg.empty()) {
     Stats s = stats(tg);
-    std::printf("decode   %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_gen, s.median, s.min, s.max);
+    j["decode"] = {{"tokens", n_gen},
+                   {"tok_s_median", s.median},
+                   {"tok_s_min", s.min},
+                   {"tok_s_max", s.max},
+                   {"weight_bytes_per_token", wc.bytes_per_token},
+                   {"kv_bytes_per_token", kv_bytes},
+                   {"mean_positions_attended", mean_attended},
+                   {"bytes_per_token", decode_bytes}};
+    if (roofline > 0) {
+      j["decode"]["roofline_tok_s"] = roofline;
+      j["decode"]["fraction_of_roofline"] = s.median / roofline;
+      j["decode"]["achieved_gbs"] = s.median * decode_bytes / 1e9;
+    }
+    if (!json) {
+      std::printf("decode   %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_gen, s.median, s.min, s.max);
+      std::printf("         %.2f MB read per token (weights %.2f MB + KV %.2f MB at %.1f positions)\n",
+                  decode_bytes / 1e6, wc.bytes_per_token / 1e6, kv_bytes / 1e6, mean_attended);
+      if (roofline > 0)
+        std::printf("         read bandwidth %.2f GB/s (median of %d, %s, %d threads) -> roofline %.2f tok/s; "
+                    "achieved %.1f%% (%.2f GB/s)\n",
+                    bw.median_gbs, bw.reps, std::string(read_kernel_name(bw.kernel)).c_str(), bw.threads, roofline,
+                    100.0 * s.median / roofline, s.median * decode_bytes / 1e9);
+    }
   }
+  if (json) std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 

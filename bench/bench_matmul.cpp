@@ -1,0 +1,203 @@
+// Matrix-vector (decode) and matrix-matrix (prefill) throughput of one MatMul node
+// per backend, weight dtype and shape. Every usable backend in the build's plugin
+// folder is included (registered at run time). Names, filter-friendly:
+//   BM_MatVec/<backend>/<dtype>/<K>x<N>          M = 1:   bytes/s of weights, FLOP/s
+//   BM_MatMul/<backend>/<dtype>/<K>x<N>/m<M>     M = 64:  FLOP/s, bytes/s
+// K = inputs (row length), N = output rows. $TESSERA_BENCH_M sets the matmul M
+// (comma-separated list, default 64).
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "tessera/backend.h"
+#include "tessera/dtype.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/graph.h"
+#include "tessera/plugin_config.h"
+#include "tessera/plugin_registry.h"
+#include "tessera/quant.h"
+
+namespace tessera::bench {
+namespace {
+
+struct Shape {
+  int64_t K, N;
+};
+constexpr Shape kShapes[] = {{2048, 2048}, {2048, 5632}, {5632, 2048}, {2048, 32000}, {4096, 14336}};
+constexpr DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                            DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+// Lives for the whole run: plugins stay loaded while their backends exist.
+struct Globals {
+  std::unique_ptr<FastPool> pool;
+  std::unique_ptr<PluginRegistry> registry;
+  std::map<std::string, std::shared_ptr<Backend>> backends;
+};
+Globals& globals() {
+  static Globals g;
+  return g;
+}
+
+// Deterministic pseudo-random floats in [-1, 1).
+void fill_random(float* p, int64_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    p[i] = float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(int64_t(1) << 23);
+  }
+}
+
+// The quantized weight of the last (dtype, shape) asked for: benchmarks are
+// registered dtype-major, shape next, so every backend reuses one quantization.
+struct RawWeight {
+  DType type{};
+  int64_t K = 0, N = 0;
+  uint64_t generation = 0;  // bumped each time the bytes are regenerated
+  std::vector<unsigned char> bytes;  // N rows of row_bytes(type, K)
+};
+const RawWeight& raw_weight(DType t, int64_t K, int64_t N) {
+  static RawWeight w;
+  if (!w.bytes.empty() && w.type == t && w.K == K && w.N == N) return w;
+  w.bytes.clear();
+  w.bytes.shrink_to_fit();
+  w.type = t; w.K = K; w.N = N;
+  ++w.generation;
+  const size_t rb = row_bytes(t, K);
+  w.bytes.resize(rb * size_t(N));
+  struct Ctx { RawWeight* w; size_t rb; } c{&w, rb};
+  globals().pool->parallel_for(N, [&c](int64_t b, int64_t e) {
+    std::vector<float> row(size_t(c.w->K));
+    for (int64_t r = b; r < e; ++r) {
+      fill_random(row.data(), c.w->K, uint64_t(r) + 1);
+      quant::quantize_row(c.w->type, row.data(), c.w->bytes.data() + size_t(r) * c.rb, c.w->K);
+    }
+  });
+  return w;
+}
+
+// Prepared (possibly repacked) weights, one per backend, for the current raw weight.
+Tensor prepared_weight(Backend& be, DType t, int64_t K, int64_t N) {
+  // backend -> (generation of the raw weight it was prepared from, tensor): a tensor
+  // that was not repacked points into the raw bytes, so it is only valid while they are.
+  static std::map<std::string, std::pair<uint64_t, Tensor>> cache;
+  const RawWeight& raw = raw_weight(t, K, N);
+  auto it = cache.find(be.name());
+  if (it != cache.end() && it->second.first == raw.generation) return it->second.second;
+  Tensor w = Tensor::contiguous(t, {K, N}, const_cast<unsigned char*>(raw.bytes.data()));
+  w.name = "bench.weight";
+  be.prepare_weight(w);
+  cache[be.name()] = {raw.generation, w};
+  return w;
+}
+
+void bm_matmul(benchmark::State& state, const std::string& backend, DType t, Shape sh, int64_t M) {
+  Backend& be = *globals().backends.at(backend);
+  Tensor w;
+  try {
+    w = prepared_weight(be, t, sh.K, sh.N);
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("prepare_weight: ") + e.what()).c_str());
+    return;
+  }
+  Graph g;
+  int32_t wi = g.add_tensor(w);
+  int32_t xi = g.new_tensor(DType::F32, {sh.K, M}, "x");
+  int32_t di = g.new_tensor(DType::F32, {sh.N, M}, "y");
+  Node n;
+  n.op = Op::MatMul;
+  n.dst = di;
+  n.src = {wi, xi, -1, -1};
+  g.add_node(n);
+  g.allocate();
+  fill_random(static_cast<float*>(g.tensor(xi).data), sh.K * M, 99);
+  OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return;
+  }
+  try {
+    be.execute(g, 0, 1);  // warm-up (and first-touch of any lazily repacked data)
+    for (auto _ : state) {
+      be.execute(g, 0, 1);
+      benchmark::ClobberMemory();
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("execute: ") + e.what()).c_str());
+    return;
+  }
+  const double weight_bytes = double(row_bytes(t, sh.K)) * double(sh.N);
+  const double flops = 2.0 * double(sh.K) * double(sh.N) * double(M);
+  const double it = double(state.iterations());
+  state.counters["bytes/s"] = benchmark::Counter(weight_bytes * it, benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+  state.counters["FLOP/s"] = benchmark::Counter(flops * it, benchmark::Counter::kIsRate,
+                                                benchmark::Counter::kIs1000);
+}
+
+std::vector<int64_t> matmul_ms() {
+  std::vector<int64_t> ms;
+  if (const char* e = std::getenv("TESSERA_BENCH_M")) {
+    std::string s(e);
+    size_t p = 0;
+    while (p < s.size()) {
+      size_t q = s.find(',', p);
+      if (q == std::string::npos) q = s.size();
+      long v = std::atol(s.substr(p, q - p).c_str());
+      if (v >= 1) ms.push_back(v);
+      p = q + 1;
+    }
+  }
+  if (ms.empty()) ms.push_back(64);
+  return ms;
+}
+
+}  // namespace
+
+void register_matmul_benchmarks() {
+  Globals& G = globals();
+  G.pool = std::make_unique<FastPool>(bench_threads());
+  PluginConfig cfg;
+  cfg.paths = {TESSERA_PLUGIN_DIR};
+  G.registry = std::make_unique<PluginRegistry>(cfg);
+  std::vector<std::string> names;
+  for (const auto& name : G.registry->ranked_backends()) {
+    try {
+      G.backends[name] = G.registry->create_backend(name, G.pool.get());
+      names.push_back(name);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera_bench_kernels: backend %s skipped: %s\n", name.c_str(), e.what());
+    }
+  }
+  for (const auto& r : G.registry->records())
+    if (r.kind == "backend" && !r.usable)
+      std::fprintf(stderr, "tessera_bench_kernels: backend %s not usable: %s\n", r.name.c_str(), r.reason.c_str());
+  if (names.empty()) std::fprintf(stderr, "tessera_bench_kernels: no usable backend in %s\n", TESSERA_PLUGIN_DIR);
+
+  const std::vector<int64_t> ms = matmul_ms();
+  for (DType t : kTypes) {
+    const std::string tn(dtype_name(t));
+    for (Shape sh : kShapes) {
+      const std::string shape = std::to_string(sh.K) + "x" + std::to_string(sh.N);
+      for (const auto& be : names)
+        benchmark::RegisterBenchmark(("BM_MatVec/" + be + "/" + tn + "/" + shape).c_str(),
+                                     [be, t, sh](benchmark::State& s) { bm_matmul(s, be, t, sh, 1); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      for (int64_t m : ms)
+        for (const auto& be : names)
+          benchmark::RegisterBenchmark(("BM_MatMul/" + be + "/" + tn + "/" + shape + "/m" + std::to_string(m)).c_str(),
+                                       [be, t, sh, m](benchmark::State& s) { bm_matmul(s, be, t, sh, m); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,185 @@
+// Streaming read bandwidth (see membw.h). This file is compiled without ISA flags:
+// the AVX2 / AVX-512 kernels carry GCC target attributes and run only after
+// cpu_features() says the CPU and OS support them.
+#include "tessera/membw.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/hwprobe.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tessera {
+namespace {
+
+constexpr size_t kAlign = size_t(2) << 20;  // 2 MiB: huge-page aligned where THP is "always"
+constexpr size_t kChunkAlign = 4096;        // executor chunks start on page boundaries
+
+// 8 independent accumulators, 64 bytes per step: scalar loads already reach two
+// 8-byte loads per cycle, far above DRAM bandwidth per core; the compiler may widen it.
+uint64_t sum_scalar(const uint64_t* p, size_t n_words) {
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+  for (size_t i = 0; i + 8 <= n_words; i += 8) {
+    a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
+    a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+  }
+  return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n_words) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  const __m256i* v = reinterpret_cast<const __m256i*>(p);
+  for (size_t i = 0; i + 4 <= n_words / 4; i += 4) {  // 128 bytes per step
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(v + i));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(v + i + 1));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(v + i + 2));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(v + i + 3));
+  }
+  __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
+  return out[0] + out[1] + out[2] + out[3];
+}
+
+__attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* p, size_t n_words) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  const __m512i* v = reinterpret_cast<const __m512i*>(p);
+  for (size_t i = 0; i + 4 <= n_words / 8; i += 4) {  // 256 bytes per step
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(v + i));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(v + i + 1));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(v + i + 2));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(v + i + 3));
+  }
+  return uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3))));
+}
+#endif
+
+using SumFn = uint64_t (*)(const uint64_t*, size_t);
+
+SumFn kernel_fn(ReadKernel k) {
+  switch (k) {
+#if defined(__x86_64__)
+    case ReadKernel::Avx2: return sum_avx2;
+    case ReadKernel::Avx512: return sum_avx512;
+#endif
+    default: return sum_scalar;
+  }
+}
+
+struct FreeAligned {
+  size_t bytes;
+  void operator()(void* p) const { std::free(p); }
+};
+
+struct ReadCtx {
+  const unsigned char* base = nullptr;
+  size_t pages = 0;  // kChunkAlign units in the buffer
+  int parts = 1;
+  SumFn fn = sum_scalar;
+  bool touch = false;
+  alignas(64) uint64_t sink[FastPool::kMaxWorkers + 1][8] = {};  // one cache line per executor
+};
+
+void read_task(void* p, int i) {
+  auto* c = static_cast<ReadCtx*>(p);
+  size_t b = c->pages * size_t(i) / size_t(c->parts) * kChunkAlign;
+  size_t e = c->pages * size_t(i + 1) / size_t(c->parts) * kChunkAlign;
+  if (b >= e) return;
+  if (c->touch) {  // first touch: the page is created by the executor that will read it
+    std::memset(const_cast<unsigned char*>(c->base) + b, int(i + 1), e - b);
+    return;
+  }
+  c->sink[i][0] += c->fn(reinterpret_cast<const uint64_t*>(c->base + b), (e - b) / 8);
+}
+
+}  // namespace
+
+std::string_view read_kernel_name(ReadKernel k) {
+  switch (k) {
+    case ReadKernel::Auto: return "auto";
+    case ReadKernel::Scalar: return "scalar";
+    case ReadKernel::Avx2: return "avx2";
+    case ReadKernel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool read_kernel_usable(ReadKernel k) {
+  const CpuFeatures& f = cpu_features();
+  switch (k) {
+    case ReadKernel::Auto:
+    case ReadKernel::Scalar: return true;
+#if defined(__x86_64__)
+    case ReadKernel::Avx2: return f.avx2 && f.os_avx;
+    case ReadKernel::Avx512: return f.avx512f && f.os_avx512;
+#endif
+    default: return false;
+  }
+}
+
+BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps, ReadKernel kernel) {
+  if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
+  if (bytes < (size_t(1) << 20)) throw Error("measure_read_bandwidth: buffer must be at least 1 MiB");
+  if (kernel == ReadKernel::Auto)
+    kernel = read_kernel_usable(ReadKernel::Avx2) ? ReadKernel::Avx2 : ReadKernel::Scalar;
+  if (!read_kernel_usable(kernel))
+    throw Error("measure_read_bandwidth: kernel '" + std::string(read_kernel_name(kernel)) +
+                "' is not supported by this CPU/OS");
+
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  std::unique_ptr<unsigned char, FreeAligned> buf(static_cast<unsigned char*>(std::aligned_alloc(kAlign, bytes)),
+                                                  FreeAligned{bytes});
+  if (!buf) throw Error("measure_read_bandwidth: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
+  // No MADV_HUGEPAGE: with THP defrag = madvise the first touch may compact memory
+  // synchronously for seconds; 4 KiB pages cost a streaming read next to nothing.
+
+  auto ctx = std::make_unique<ReadCtx>();
+  ctx->base = buf.get();
+  ctx->pages = bytes / kChunkAlign;
+  ctx->parts = pool.executorCount();
+  ctx->fn = kernel_fn(kernel);
+  ctx->touch = true;
+  pool.parallel(read_task, ctx.get());
+  ctx->touch = false;
+  pool.parallel(read_task, ctx.get());  // warm-up pass (TLB, frequency)
+
+  std::vector<double> gbs;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.parallel(read_task, ctx.get());
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gbs.push_back(double(bytes) / dt / 1e9);
+  }
+  std::sort(gbs.begin(), gbs.end());
+  size_t n = gbs.size();
+  BandwidthResult res;
+  res.median_gbs = n % 2 ? gbs[n / 2] : 0.5 * (gbs[n / 2 - 1] + gbs[n / 2]);
+  res.min_gbs = gbs.front();
+  res.max_gbs = gbs.back();
+  res.bytes = bytes;
+  res.reps = reps;
+  res.threads = pool.executorCount();
+  res.kernel = kernel;
+  volatile uint64_t keep = 0;  // the sums must be observable or the reads could be dropped
+  for (int i = 0; i < ctx->parts; ++i) keep = keep + ctx->sink[i][0];
+  (void)keep;
+  return res;
+}
+
+double measure_read_bandwidth(FastPool& pool, size_t bytes, int reps) {
+  return measure_read_bandwidth_ex(pool, bytes, reps, ReadKernel::Auto).median_gbs;
+}
+
+}  // namespace tessera
