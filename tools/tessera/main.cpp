@@ -14,6 +14,7 @@ int cmd_info(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_conformance(int argc, char** argv);
 }  // namespace tessera::cli
 
 namespace {
@@ -31,6 +32,7 @@ constexpr Command kCommands[] = {
     {"tokenize", tessera::cli::cmd_tokenize, "print the token ids of a text"},
     {"logits", tessera::cli::cmd_logits, "write the logits of a token list (one batched prefill) to a file"},
     {"bench", tessera::cli::cmd_bench, "measure prefill and decode tokens/s"},
+    {"conformance", tessera::cli::cmd_conformance, "check backends op by op against the cpu_scalar oracle"},
 };
 
 void usage(std::ostream& os) {

@@ -1,0 +1,93 @@
+// The conformance suite: proves that a backend computes what the cpu_scalar oracle
+// computes, op by op, in the spirit of llama.cpp's test-backend-ops.
+//
+// A ConformanceCase is one small graph (one op, or KvWrite + Attention for a
+// prefill then a decode step) with a dtype and a shape. run_case() builds it twice
+// from the same seeded random inputs, once for the backend under test and once for
+// the reference, calls prepare_weight() on the weight tensors (so repacked layouts
+// are exercised), executes both and compares the outputs:
+//   - NMSE = sum((ref-test)^2) / sum(ref^2) against a per-op limit (1e-7 for
+//     elementwise ops, GetRows, Rope, RmsNorm, Softmax and the KV cache contents;
+//     5e-4 for MatMul and Attention); Argmax must be identical;
+//   - NaN or Inf in the tested output fails, as does an output element left unwritten
+//     (outputs start as NaN);
+//   - every tensor sits between guard bytes; a write before or after a tensor, or
+//     into an input or weight, fails;
+//   - a node the backend's supports() refuses is a SKIP with the backend's reason,
+//     never a pass. An exception from the backend is a FAIL.
+// See docs/conformance.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/dtype.h"
+#include "tessera/graph.h"
+
+namespace tessera {
+
+class Backend;
+
+struct ConformanceCase {
+  std::string op;     // op_name(kind), e.g. "MatMul"
+  std::string dtype;  // weight / table dtype for MatMul and GetRows, else "F32"
+  std::string shape;  // e.g. "K256_N7_M3" (only [A-Za-z0-9_])
+
+  Op kind = Op::Count;
+  DType type = DType::F32;
+  // Shape parameters; meaning per op:
+  //   MatMul    k = K (row length), n = N (weight rows), m = M (tokens)
+  //   GetRows   k = K, n = V (table rows), m = number of ids
+  //   RmsNorm   k = K, n = rows; flag = with weight
+  //   Rope      k = head_dim, n = heads, m = tokens; n_dims, mode, pos0, freq_scale
+  //   Softmax / Silu / SwiGlu / Add / Mul: x is [k, n, m]; Mul flag = src1 one row
+  //   Argmax    k = V, n = rows; flag = many ties
+  //   KvWrite   k = head_dim, n_kv, m = tokens written at pos0, page = page tokens
+  //   Attention k = head_dim, n_head, n_kv, page, pos0 (positions already cached),
+  //             m = prefill tokens, then one decode token
+  int64_t k = 1, n = 1, m = 1;
+  bool flag = false;
+  int32_t n_dims = 0, mode = 0, pos0 = 0;
+  int32_t n_head = 0, n_kv = 0, page = 0;
+  float freq_scale = 1.0f;
+  uint64_t seed = 0;  // derived from name()
+
+  // "<op>_<dtype>_<shape>": unique, usable as a GoogleTest test name.
+  std::string name() const { return op + "_" + dtype + "_" + shape; }
+};
+
+enum class ConformanceStatus { Pass, Fail, Skip };
+const char* conformance_status_name(ConformanceStatus s);  // "PASS" / "FAIL" / "SKIP"
+
+struct ConformanceResult {
+  ConformanceCase c;
+  ConformanceStatus status = ConformanceStatus::Fail;
+  double nmse = 0.0;   // worst compared output (for Argmax: fraction of ids that differ)
+  double limit = 0.0;  // the limit that output was held to
+  std::string message; // why it failed / was skipped; empty on a clean pass
+};
+
+// Which cases to run. `op`: comma-separated op names (case-insensitive, exact), or
+// any other text, which then must occur in the case name. `dtype`: comma-separated
+// dtype names (case-insensitive). Empty = everything.
+struct ConformanceFilter {
+  std::string op;
+  std::string dtype;
+  bool matches(const ConformanceCase& c) const;
+};
+
+// Every case, in a fixed order: every Op in graph.h x the relevant dtypes x shapes.
+const std::vector<ConformanceCase>& conformance_cases();
+std::vector<ConformanceCase> conformance_cases(const ConformanceFilter& filter);
+
+// Run one case on `test` and on `reference` (a cpu_scalar instance) and compare.
+// Never throws for a backend's failure (that is a FAIL result).
+ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, Backend& reference);
+
+std::vector<ConformanceResult> run_conformance(Backend& test, Backend& reference,
+                                               const ConformanceFilter& filter = {});
+
+// NMSE limits by op, as above (0 for Argmax: identical).
+double conformance_limit(Op op);
+
+}  // namespace tessera

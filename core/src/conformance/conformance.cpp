@@ -1,0 +1,799 @@
+// The conformance suite: case generator and runner (see tessera/conformance.h and
+// docs/conformance.md).
+#include "tessera/conformance.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <tuple>
+
+#include "tessera/backend.h"
+#include "tessera/error.h"
+#include "tessera/kv_cache.h"
+#include "tessera/quant.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Names and limits
+
+const char* op_label(Op op) {
+  switch (op) {
+    case Op::GetRows: return "GetRows";
+    case Op::RmsNorm: return "RmsNorm";
+    case Op::MatMul: return "MatMul";
+    case Op::Rope: return "Rope";
+    case Op::KvWrite: return "KvWrite";
+    case Op::Attention: return "Attention";
+    case Op::Softmax: return "Softmax";
+    case Op::Silu: return "Silu";
+    case Op::SwiGlu: return "SwiGlu";
+    case Op::Add: return "Add";
+    case Op::Mul: return "Mul";
+    case Op::Argmax: return "Argmax";
+    case Op::Count: break;
+  }
+  return "?";
+}
+
+// Lower case without underscores: "MatMul", "mat_mul" and "matmul" all compare equal.
+std::string fold(std::string_view s) {
+  std::string out;
+  for (char ch : s)
+    if (ch != '_') out += char(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : s) {
+    h ^= uint8_t(ch);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// ---------------------------------------------------------------------------
+// The cases
+
+std::vector<ConformanceCase> make_cases() {
+  std::vector<ConformanceCase> cs;
+  auto add = [&](ConformanceCase c, Op op, DType t, std::string shape) {
+    c.kind = op;
+    c.type = t;
+    c.op = op_label(op);
+    c.dtype = std::string(dtype_name(t));
+    for (char& ch : c.dtype) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    c.shape = std::move(shape);
+    c.seed = fnv1a(c.name());
+    cs.push_back(std::move(c));
+  };
+  auto s = [](auto v) { return std::to_string(v); };
+  const DType matrix_types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  auto row_ok = [](DType t, int64_t K) {
+    return K % dtype_traits(t).block_elems == 0 && K % dtype_traits(quant::vec_dot_type(t)).block_elems == 0;
+  };
+
+  // MatMul: every weight dtype x K (as the block size allows; 33 for the plain types)
+  // x N (weight rows) x M (tokens: one and several).
+  for (DType t : matrix_types)
+    for (int64_t K : {33, 32, 96, 256, 512}) {
+      if (!row_ok(t, K)) continue;
+      for (int64_t N : {1, 7, 33, 130})
+        for (int64_t M : {1, 3, 17}) {
+          ConformanceCase c;
+          c.k = K, c.n = N, c.m = M;
+          add(c, Op::MatMul, t, std::string("K") + s(K) + "_N" + s(N) + "_M" + s(M));
+        }
+    }
+
+  // GetRows: every table dtype, the smallest and a larger row length, a single id and
+  // several (with repeats, the first and the last row).
+  for (DType t : matrix_types) {
+    std::vector<int64_t> ks;
+    for (int64_t K : {33, 32, 96, 256, 512})
+      if (row_ok(t, K) && (ks.empty() || K == 512)) ks.push_back(K);
+    if (std::find(ks.begin(), ks.end(), 512) == ks.end()) ks.push_back(512);
+    for (int64_t K : ks)
+      for (auto [V, n] : {std::pair<int64_t, int64_t>{7, 1}, {130, 9}}) {
+        ConformanceCase c;
+        c.k = K, c.n = V, c.m = n;
+        add(c, Op::GetRows, t, std::string("K") + s(K) + "_V" + s(V) + "_n" + s(n));
+      }
+  }
+
+  // RmsNorm with and without weight.
+  for (int64_t K : {33, 256, 4096})
+    for (int64_t rows : {1, 7})
+      for (bool w : {true, false}) {
+        ConformanceCase c;
+        c.k = K, c.n = rows, c.flag = w;
+        add(c, Op::RmsNorm, DType::F32, std::string("K") + s(K) + "_n" + s(rows) + (w ? "_weight" : "_noweight"));
+      }
+
+  // Rope: normal and NeoX, full and partial n_dims, one token at 0 and several at an offset.
+  for (int64_t hd : {64, 128})
+    for (int32_t mode : {int32_t(kRopeNormal), int32_t(kRopeNeox)})
+      for (int32_t nd : {int32_t(hd), int32_t(hd / 4)})
+        for (int variant = 0; variant < 2; ++variant) {
+          ConformanceCase c;
+          c.k = hd, c.n = variant ? 3 : 4, c.m = variant ? 7 : 1;
+          c.n_dims = nd, c.mode = mode, c.pos0 = variant ? 1000 : 0;
+          c.freq_scale = variant ? 0.5f : 1.0f;
+          add(c, Op::Rope, DType::F32,
+              std::string(mode == kRopeNeox ? "neox" : "normal") + "_hd" + s(hd) + "_nd" + s(nd) + "_h" + s(c.n) +
+                  "_T" + s(c.m) + "_p" + s(c.pos0) + (variant ? "_fs05" : "_fs1"));
+        }
+
+  // Softmax rows.
+  for (int64_t K : {1, 33, 256, 1000})
+    for (int64_t rows : {1, 5}) {
+      ConformanceCase c;
+      c.k = K, c.n = rows;
+      add(c, Op::Softmax, DType::F32, s(K) + "x" + s(rows));
+    }
+
+  // Elementwise ops: odd, one-row, long and 3-D shapes.
+  const std::array<std::array<int64_t, 3>, 4> ew = {{{33, 3, 1}, {256, 7, 1}, {4096, 1, 1}, {64, 4, 3}}};
+  for (Op op : {Op::Silu, Op::SwiGlu, Op::Add, Op::Mul})
+    for (const auto& e : ew)
+      for (bool bcast : {false, true}) {
+        if (bcast && op != Op::Mul) continue;
+        ConformanceCase c;
+        c.k = e[0], c.n = e[1], c.m = e[2], c.flag = bcast;
+        add(c, op, DType::F32, s(e[0]) + "x" + s(e[1]) + "x" + s(e[2]) + (bcast ? "_rowbcast" : ""));
+      }
+
+  // Argmax: must be identical, including the first of tied maxima.
+  for (auto [V, rows, ties] : {std::tuple<int64_t, int64_t, bool>{1, 1, false},
+                               {33, 4, false},
+                               {1000, 3, false},
+                               {32000, 1, false},
+                               {1000, 3, true}}) {
+    ConformanceCase c;
+    c.k = V, c.n = rows, c.flag = ties;
+    add(c, Op::Argmax, DType::F32, std::string("V") + s(V) + "_n" + s(rows) + (ties ? "_ties" : ""));
+  }
+
+  // KvWrite: compared through the cache contents.
+  for (int64_t hd : {64, 128})
+    for (int32_t nkv : {2, 8})
+      for (auto [T, p0, page] : {std::tuple<int64_t, int32_t, int32_t>{1, 0, 4}, {9, 13, 4}, {19, 0, 16}}) {
+        ConformanceCase c;
+        c.k = hd, c.n_kv = nkv, c.m = T, c.pos0 = p0, c.page = page;
+        add(c, Op::KvWrite, DType::F32,
+            "hd" + s(hd) + "_kv" + s(nkv) + "_T" + s(T) + "_p" + s(p0) + "_pg" + s(page));
+      }
+
+  // Attention (+KvWrite): GQA and plain, two head sizes, small and large pages, a
+  // prefill of several tokens (spanning pages) then a decode step, from position 0
+  // and after cached history.
+  for (auto [nh, nkv] : {std::pair<int32_t, int32_t>{4, 2}, {8, 8}})
+    for (int64_t hd : {64, 128})
+      for (int32_t page : {4, 16})
+        for (int32_t p0 : {0, 21}) {
+          ConformanceCase c;
+          c.k = hd, c.n_head = nh, c.n_kv = nkv, c.page = page, c.pos0 = p0;
+          c.m = page == 4 ? 9 : 19;
+          add(c, Op::Attention, DType::F32,
+              "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(c.m) + "_dec1");
+        }
+  return cs;
+}
+
+// ---------------------------------------------------------------------------
+// Case graphs: tensors with their initial bytes, nodes, execution steps, outputs.
+
+enum class Role { Input, Weight, Output };
+
+struct TensorSpec {
+  std::string name;
+  DType type = DType::F32;
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  Role role = Role::Input;
+  std::vector<uint8_t> init;  // inputs and weights; outputs start as all 0xFF (NaN)
+
+  size_t bytes() const { return row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]); }
+};
+
+struct KvSpec {
+  bool used = false;
+  KvCacheConfig cfg;
+  int layer = 1;          // the layer the nodes use (layer 0 must stay untouched)
+  int64_t history = 0;    // positions [0, history) hold cached data before the run
+  int64_t written = 0;    // positions [history, history + written) are written by the run
+  int64_t capacity = 0;   // reserved positions per sequence (whole pages)
+};
+
+struct CaseGraph {
+  std::vector<TensorSpec> tensors;
+  std::vector<Node> nodes;   // node.kv is set per instance (non-null placeholder here)
+  std::vector<size_t> steps; // nodes per execute() call
+  std::vector<int> outputs;  // tensor indices compared with the reference
+  KvSpec kv;
+};
+
+KvCache* const kKvPlaceholder = reinterpret_cast<KvCache*>(uintptr_t(1));
+
+class Gen {
+ public:
+  explicit Gen(uint64_t seed) : rng_(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+  int32_t integer(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng_); }
+  std::vector<float> floats(size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = uniform(lo, hi);
+    return v;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+template <typename T>
+std::vector<uint8_t> to_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+int add_spec(CaseGraph& g, std::string name, DType type, std::array<int64_t, 4> ne, Role role,
+             std::vector<uint8_t> init = {}) {
+  TensorSpec t;
+  t.name = std::move(name);
+  t.type = type;
+  t.ne = ne;
+  t.role = role;
+  t.init = std::move(init);
+  g.tensors.push_back(std::move(t));
+  if (role == Role::Output) g.outputs.push_back(int(g.tensors.size()) - 1);
+  return int(g.tensors.size()) - 1;
+}
+
+int f32_input(CaseGraph& g, Gen& r, std::string name, std::array<int64_t, 4> ne, float lo, float hi,
+              Role role = Role::Input) {
+  return add_spec(g, std::move(name), DType::F32, ne, role, to_bytes(r.floats(size_t(ne[0] * ne[1] * ne[2] * ne[3]), lo, hi)));
+}
+
+// A [K, rows] matrix of random floats stored as `t` (quantized row by row).
+int matrix_weight(CaseGraph& g, Gen& r, std::string name, DType t, int64_t K, int64_t rows) {
+  const size_t rb = row_bytes(t, K);
+  std::vector<uint8_t> bytes(rb * size_t(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    std::vector<float> f = r.floats(size_t(K), -1.0f, 1.0f);
+    quant::quantize_row(t, f.data(), bytes.data() + size_t(i) * rb, K);
+  }
+  return add_spec(g, std::move(name), t, {K, rows, 1, 1}, Role::Weight, std::move(bytes));
+}
+
+Node node(Op op, int dst, int s0, int s1 = -1) {
+  Node n;
+  n.op = op;
+  n.dst = dst;
+  n.src[0] = s0;
+  n.src[1] = s1;
+  return n;
+}
+
+CaseGraph build_case(const ConformanceCase& c) {
+  CaseGraph g;
+  Gen r(c.seed);
+  const int64_t K = c.k, N = c.n, M = c.m;
+  switch (c.kind) {
+    case Op::MatMul: {
+      int w = matrix_weight(g, r, "weight", c.type, K, N);
+      int x = f32_input(g, r, "x", {K, M, 1, 1}, -1.0f, 1.0f);
+      int y = add_spec(g, "dst", DType::F32, {N, M, 1, 1}, Role::Output);
+      g.nodes.push_back(node(Op::MatMul, y, w, x));
+      break;
+    }
+    case Op::GetRows: {
+      int tab = matrix_weight(g, r, "table", c.type, K, N);
+      std::vector<int32_t> ids(static_cast<size_t>(M));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = r.integer(0, int32_t(N) - 1);
+      if (M >= 3) ids[0] = int32_t(N) - 1, ids[1] = 0, ids[2] = ids[0];  // last row, first row, a repeat
+      int id = add_spec(g, "ids", DType::I32, {M, 1, 1, 1}, Role::Input, to_bytes(ids));
+      int y = add_spec(g, "dst", DType::F32, {K, M, 1, 1}, Role::Output);
+      g.nodes.push_back(node(Op::GetRows, y, tab, id));
+      break;
+    }
+    case Op::RmsNorm: {
+      int x = f32_input(g, r, "x", {K, N, 1, 1}, -1.5f, 2.5f);
+      int w = c.flag ? f32_input(g, r, "weight", {K, 1, 1, 1}, -2.0f, 2.0f, Role::Weight) : -1;
+      int y = add_spec(g, "dst", DType::F32, {K, N, 1, 1}, Role::Output);
+      Node n = node(Op::RmsNorm, y, x, w);
+      n.f[0] = 1e-5f;
+      g.nodes.push_back(n);
+      break;
+    }
+    case Op::Rope: {
+      int x = f32_input(g, r, "x", {K, N, M, 1}, -1.0f, 1.0f);
+      std::vector<int32_t> pos(static_cast<size_t>(M));
+      for (size_t i = 0; i < pos.size(); ++i) pos[i] = c.pos0 + int32_t(i);
+      int p = add_spec(g, "pos", DType::I32, {M, 1, 1, 1}, Role::Input, to_bytes(pos));
+      int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
+      Node n = node(Op::Rope, y, x, p);
+      n.i[0] = c.n_dims;
+      n.i[1] = c.mode;
+      n.f[0] = 10000.0f;
+      n.f[1] = c.freq_scale;
+      g.nodes.push_back(n);
+      break;
+    }
+    case Op::Softmax:
+    case Op::Silu: {
+      const float a = c.kind == Op::Softmax ? 4.0f : 6.0f;
+      int x = f32_input(g, r, "x", {K, N, M, 1}, -a, a);
+      int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
+      g.nodes.push_back(node(c.kind, y, x));
+      break;
+    }
+    case Op::SwiGlu:
+    case Op::Add:
+    case Op::Mul: {
+      int a = f32_input(g, r, "src0", {K, N, M, 1}, -4.0f, 4.0f);
+      int b = c.flag ? f32_input(g, r, "src1", {K, 1, 1, 1}, -2.0f, 2.0f)
+                     : f32_input(g, r, "src1", {K, N, M, 1}, -2.0f, 2.0f);
+      int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
+      g.nodes.push_back(node(c.kind, y, a, b));
+      break;
+    }
+    case Op::Argmax: {
+      std::vector<float> v(size_t(K * N));
+      for (float& x : v) x = c.flag ? std::round(r.uniform(-1.0f, 1.0f) * 4.0f) / 4.0f : r.uniform(-10.0f, 10.0f);
+      int x = add_spec(g, "x", DType::F32, {K, N, 1, 1}, Role::Input, to_bytes(v));
+      int y = add_spec(g, "dst", DType::I32, {N, 1, 1, 1}, Role::Output);
+      g.nodes.push_back(node(Op::Argmax, y, x));
+      break;
+    }
+    case Op::KvWrite:
+    case Op::Attention: {
+      const bool attn = c.kind == Op::Attention;
+      const int64_t written = attn ? M + 1 : M;
+      g.kv.used = true;
+      g.kv.history = c.pos0;
+      g.kv.written = written;
+      const int64_t total = c.pos0 + written;
+      const int64_t pages = (total + c.page - 1) / c.page;
+      g.kv.capacity = pages * c.page;
+      g.kv.cfg.n_layers = 2;
+      g.kv.cfg.n_kv_heads = c.n_kv;
+      g.kv.cfg.head_dim = int(K);
+      g.kv.cfg.page_tokens = c.page;
+      g.kv.cfg.n_pages = int(2 * pages);
+      auto kv_write = [&](int64_t T, int64_t p0, const char* sfx) {
+        int k = f32_input(g, r, std::string("k") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
+        int v = f32_input(g, r, std::string("v") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
+        Node n = node(Op::KvWrite, -1, k, v);
+        n.i[0] = g.kv.layer;
+        n.i[2] = int32_t(p0);
+        n.kv = kKvPlaceholder;
+        g.nodes.push_back(n);
+      };
+      auto attention = [&](int64_t T, int64_t p0, const char* sfx) {
+        int q = f32_input(g, r, std::string("q") + sfx, {K, c.n_head, T, 1}, -1.0f, 1.0f);
+        int y = add_spec(g, std::string("dst") + sfx, DType::F32, {K, c.n_head, T, 1}, Role::Output);
+        Node n = node(Op::Attention, y, q);
+        n.i[0] = g.kv.layer;
+        n.i[2] = int32_t(p0);
+        n.f[0] = 1.0f / std::sqrt(float(K));
+        n.kv = kKvPlaceholder;
+        g.nodes.push_back(n);
+      };
+      if (!attn) {
+        kv_write(M, c.pos0, "");
+        g.steps = {1};
+      } else {
+        kv_write(M, c.pos0, "_prefill");
+        attention(M, c.pos0, "_prefill");
+        kv_write(1, c.pos0 + M, "_decode");
+        attention(1, c.pos0 + M, "_decode");
+        g.steps = {2, 2};
+      }
+      break;
+    }
+    case Op::Count: throw Error("conformance: bad case op");
+  }
+  if (g.steps.empty()) g.steps = {g.nodes.size()};
+  return g;
+}
+
+// ---------------------------------------------------------------------------
+// Guarded host memory: the tensor's bytes sit between guard regions filled with a
+// known pattern, 64-byte aligned.
+
+constexpr size_t kGuardBytes = 256;
+inline uint8_t guard_byte(size_t i) { return uint8_t(0xA5 ^ (i * 29)); }
+
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes) : bytes_(bytes), mem_(kGuardBytes + 64 + bytes + kGuardBytes) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(mem_.data()) + kGuardBytes;
+    off_ = kGuardBytes + (64 - p % 64) % 64;
+    for (size_t i = 0; i < off_; ++i) mem_[i] = guard_byte(i);
+    for (size_t i = off_ + bytes_; i < mem_.size(); ++i) mem_[i] = guard_byte(i);
+  }
+  uint8_t* data() { return mem_.data() + off_; }
+  const uint8_t* data() const { return mem_.data() + off_; }
+  size_t size() const { return bytes_; }
+
+  // Empty when the guards are intact, else what was overwritten.
+  std::string check(const std::string& name) const {
+    std::string msg;
+    // Before: the byte nearest the tensor that differs.
+    for (size_t i = off_; i-- > 0;)
+      if (mem_[i] != guard_byte(i)) {
+        msg = "guard bytes breached: wrote " + std::to_string(off_ - i) + " byte(s) before the start of '" + name + "'";
+        break;
+      }
+    for (size_t i = mem_.size(); i-- > off_ + bytes_;)
+      if (mem_[i] != guard_byte(i)) {
+        if (!msg.empty()) msg += "; ";
+        msg += "guard bytes breached: wrote up to " + std::to_string(i - off_ - bytes_ + 1) +
+               " byte(s) past the end of '" + name + "' (" + std::to_string(bytes_) + " bytes)";
+        break;
+      }
+    return msg;
+  }
+
+ private:
+  size_t bytes_;
+  std::vector<uint8_t> mem_;
+  size_t off_ = 0;
+};
+
+// The KV cache bytes every position starts with (history and bystanders): finite F16.
+uint16_t kv_init(int seq, int layer, int64_t pos, int kvsel, int64_t e) {
+  const uint64_t h = mix((uint64_t(seq) << 48) ^ (uint64_t(layer) << 40) ^ (uint64_t(pos) << 20) ^
+                         (uint64_t(kvsel) << 19) ^ uint64_t(e));
+  return quant::fp32_to_fp16(float(h & 0xFFFF) / 32768.0f - 1.0f);
+}
+
+// One backend's copy of a case graph.
+struct Instance {
+  std::vector<std::unique_ptr<GuardedBuffer>> bufs;  // parallel to spec.tensors
+  std::unique_ptr<KvCache> kv;
+  KvCache::SeqId seq = -1, other_seq = -1;
+  Graph graph;
+};
+
+std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
+  auto inst = std::make_unique<Instance>();
+  if (spec.kv.used) {
+    inst->kv = std::make_unique<KvCache>(spec.kv.cfg);
+    KvCache& kv = *inst->kv;
+    inst->other_seq = kv.create_sequence();
+    inst->seq = kv.create_sequence();
+    // Interleave the two sequences' pages so the tested one's block table is not
+    // contiguous.
+    const int page = spec.kv.cfg.page_tokens;
+    for (int64_t p = page; p <= spec.kv.capacity; p += page) {
+      if (!kv.reserve(inst->seq, p) || !kv.reserve(inst->other_seq, p)) throw Error("conformance: KV pool too small");
+    }
+    const int64_t row = int64_t(kv.row_elems());
+    for (KvCache::SeqId s : {inst->seq, inst->other_seq})
+      for (int layer = 0; layer < spec.kv.cfg.n_layers; ++layer)
+        for (int64_t pos = 0; pos < spec.kv.capacity; ++pos) {
+          uint16_t* k = kv.k_row(layer, s, pos);
+          uint16_t* v = kv.v_row(layer, s, pos);
+          for (int64_t e = 0; e < row; ++e) {
+            k[e] = kv_init(int(s), layer, pos, 0, e);
+            v[e] = kv_init(int(s), layer, pos, 1, e);
+          }
+        }
+    kv.set_length(inst->seq, spec.kv.history);
+  }
+  for (const TensorSpec& ts : spec.tensors) {
+    auto buf = std::make_unique<GuardedBuffer>(ts.bytes());
+    if (ts.role == Role::Output)
+      std::memset(buf->data(), 0xFF, ts.bytes());  // NaN / -1: an unwritten element shows
+    else
+      std::memcpy(buf->data(), ts.init.data(), ts.bytes());
+    Tensor t = Tensor::contiguous(ts.type, {ts.ne[0], ts.ne[1], ts.ne[2], ts.ne[3]}, buf->data());
+    t.name = ts.name;
+    if (ts.role == Role::Weight) be.prepare_weight(t);
+    inst->graph.add_tensor(t);
+    inst->bufs.push_back(std::move(buf));
+  }
+  for (Node n : spec.nodes) {
+    if (n.kv) {
+      n.kv = inst->kv.get();
+      n.i[1] = inst->seq;
+    }
+    inst->graph.add_node(n);
+  }
+  inst->graph.allocate();
+  return inst;
+}
+
+void execute(const CaseGraph& spec, Instance& inst, Backend& be) {
+  size_t first = 0;
+  for (size_t count : spec.steps) {
+    be.execute(inst.graph, first, count);
+    first += count;
+  }
+}
+
+struct Compared {
+  double nmse = 0.0;
+  double limit = 0.0;
+  std::string error;  // a hard failure (non-finite, mismatch)
+};
+
+Compared compare_floats(const float* ref, const float* got, size_t n, double limit, const std::string& what) {
+  Compared c;
+  c.limit = limit;
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) {
+      c.error = what + ": non-finite value " + std::to_string(got[i]) + " at element " + std::to_string(i) +
+                (std::isnan(got[i]) ? " (NaN; unwritten outputs start as NaN)" : "");
+      c.nmse = std::numeric_limits<double>::infinity();
+      return c;
+    }
+    if (!std::isfinite(ref[i])) {
+      c.error = what + ": the reference produced a non-finite value at element " + std::to_string(i);
+      c.nmse = std::numeric_limits<double>::infinity();
+      return c;
+    }
+    const double d = double(ref[i]) - double(got[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  c.nmse = den > 0.0 ? num / den : (num > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
+  return c;
+}
+
+std::string fmt_double(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Public API
+
+const char* conformance_status_name(ConformanceStatus s) {
+  switch (s) {
+    case ConformanceStatus::Pass: return "PASS";
+    case ConformanceStatus::Fail: return "FAIL";
+    case ConformanceStatus::Skip: return "SKIP";
+  }
+  return "?";
+}
+
+double conformance_limit(Op op) {
+  switch (op) {
+    case Op::MatMul:
+    case Op::Attention: return 5e-4;
+    case Op::Argmax: return 0.0;
+    default: return 1e-7;
+  }
+}
+
+bool ConformanceFilter::matches(const ConformanceCase& c) const {
+  if (!op.empty()) {
+    bool any = false;
+    for (const std::string& item : split_list(op)) {
+      bool is_op = false;
+      for (int i = 0; i < int(Op::Count); ++i)
+        if (fold(item) == fold(op_label(Op(i)))) is_op = true;
+      if (is_op ? fold(item) == fold(c.op) : c.name().find(item) != std::string::npos) any = true;
+    }
+    if (!any) return false;
+  }
+  if (!dtype.empty()) {
+    bool any = false;
+    for (const std::string& item : split_list(dtype))
+      if (fold(item) == fold(c.dtype)) any = true;
+    if (!any) return false;
+  }
+  return true;
+}
+
+const std::vector<ConformanceCase>& conformance_cases() {
+  static const std::vector<ConformanceCase> cases = make_cases();
+  return cases;
+}
+
+std::vector<ConformanceCase> conformance_cases(const ConformanceFilter& filter) {
+  std::vector<ConformanceCase> out;
+  for (const auto& c : conformance_cases())
+    if (filter.matches(c)) out.push_back(c);
+  return out;
+}
+
+ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, Backend& reference) {
+  ConformanceResult res;
+  res.c = c;
+  res.limit = conformance_limit(c.kind);
+  auto fail = [&](std::string msg) {
+    res.status = ConformanceStatus::Fail;
+    res.message = std::move(msg);
+    return res;
+  };
+
+  CaseGraph spec;
+  std::unique_ptr<Instance> ref, got;
+  try {
+    spec = build_case(c);
+    ref = instantiate(spec, reference);
+  } catch (const std::exception& e) {
+    return fail(std::string("could not build the reference graph: ") + e.what());
+  }
+  try {
+    got = instantiate(spec, test);
+  } catch (const std::exception& e) {
+    return fail("prepare_weight / setup failed on " + test.name() + ": " + e.what());
+  }
+
+  // Support: the tested backend may refuse (SKIP with its reason); the reference must not.
+  for (const Node& n : ref->graph.nodes()) {
+    OpSupport s = reference.supports(ref->graph, n);
+    if (!s.supported) return fail("the reference (" + reference.name() + ") refuses the case: " + s.reason);
+  }
+  for (const Node& n : got->graph.nodes()) {
+    OpSupport s = test.supports(got->graph, n);
+    if (!s.supported) {
+      res.status = ConformanceStatus::Skip;
+      res.message = s.reason.empty() ? std::string(op_label(n.op)) + " not supported (no reason given)" : s.reason;
+      return res;
+    }
+  }
+
+  try {
+    execute(spec, *ref, reference);
+  } catch (const std::exception& e) {
+    return fail("the reference (" + reference.name() + ") threw: " + e.what());
+  }
+  try {
+    execute(spec, *got, test);
+  } catch (const std::exception& e) {
+    return fail(test.name() + " threw: " + e.what());
+  } catch (...) {
+    return fail(test.name() + " threw an unknown exception");
+  }
+
+  std::vector<std::string> errors;
+  // Memory safety: guards around every tensor, inputs and weights unchanged.
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    const TensorSpec& ts = spec.tensors[i];
+    std::string g = got->bufs[i]->check(ts.name);
+    if (!g.empty()) errors.push_back(g);
+    std::string rg = ref->bufs[i]->check(ts.name);
+    if (!rg.empty()) errors.push_back("reference: " + rg);
+    if (ts.role != Role::Output && std::memcmp(got->bufs[i]->data(), ts.init.data(), ts.bytes()) != 0)
+      errors.push_back(std::string(ts.role == Role::Weight ? "weight" : "input") + " '" + ts.name +
+                       "' was modified (a backend must not write its sources)");
+  }
+
+  // Outputs.
+  double worst_ratio = -1.0;
+  auto account = [&](const Compared& cmp) {
+    if (!cmp.error.empty()) errors.push_back(cmp.error);
+    const double ratio = cmp.limit > 0 ? cmp.nmse / cmp.limit : (cmp.nmse > 0 ? INFINITY : 0.0);
+    if (ratio > worst_ratio || worst_ratio < 0) {
+      worst_ratio = ratio;
+      res.nmse = cmp.nmse;
+      res.limit = cmp.limit;
+    }
+  };
+  for (int oi : spec.outputs) {
+    const TensorSpec& ts = spec.tensors[size_t(oi)];
+    const size_t n = size_t(ts.ne[0] * ts.ne[1] * ts.ne[2] * ts.ne[3]);
+    if (ts.type == DType::I32) {
+      const auto* a = reinterpret_cast<const int32_t*>(ref->bufs[size_t(oi)]->data());
+      const auto* b = reinterpret_cast<const int32_t*>(got->bufs[size_t(oi)]->data());
+      size_t bad = 0, first = n;
+      for (size_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) {
+          if (!bad) first = i;
+          ++bad;
+        }
+      Compared cmp;
+      cmp.limit = 0.0;
+      cmp.nmse = n ? double(bad) / double(n) : 0.0;
+      if (bad)
+        cmp.error = "'" + ts.name + "': " + std::to_string(bad) + " of " + std::to_string(n) + " ids differ (first at " +
+                    std::to_string(first) + ": reference " + std::to_string(a[first]) + ", got " +
+                    std::to_string(b[first]) + ")";
+      account(cmp);
+    } else {
+      const auto* a = reinterpret_cast<const float*>(ref->bufs[size_t(oi)]->data());
+      const auto* b = reinterpret_cast<const float*>(got->bufs[size_t(oi)]->data());
+      Compared cmp = compare_floats(a, b, n, conformance_limit(c.kind), "'" + ts.name + "'");
+      if (cmp.error.empty() && cmp.nmse > cmp.limit)
+        cmp.error = "'" + ts.name + "': NMSE " + fmt_double(cmp.nmse) + " > " + fmt_double(cmp.limit);
+      account(cmp);
+    }
+  }
+
+  // KV cache: the written positions of the tested layer and sequence equal the
+  // reference's; everything else (history, the other layer and sequence, reserved
+  // positions past the end) is untouched.
+  if (spec.kv.used) {
+    KvCache &rk = *ref->kv, &gk = *got->kv;
+    if (gk.length(got->seq) != rk.length(ref->seq))
+      errors.push_back("KV cache: sequence length " + std::to_string(gk.length(got->seq)) + " after the run, the reference has " +
+                       std::to_string(rk.length(ref->seq)));
+    const int64_t row = int64_t(rk.row_elems());
+    const int64_t end = spec.kv.history + spec.kv.written;
+    std::vector<float> a, b;
+    std::string bystander;
+    for (KvCache::SeqId s : {got->seq, got->other_seq})
+      for (int layer = 0; layer < spec.kv.cfg.n_layers; ++layer)
+        for (int64_t pos = 0; pos < spec.kv.capacity; ++pos) {
+          const bool written = s == got->seq && layer == spec.kv.layer && pos >= spec.kv.history && pos < end;
+          for (int kvsel = 0; kvsel < 2; ++kvsel) {
+            const uint16_t* gr = kvsel ? gk.v_row(layer, s, pos) : gk.k_row(layer, s, pos);
+            if (written) {
+              const uint16_t* rr = kvsel ? rk.v_row(layer, ref->seq, pos) : rk.k_row(layer, ref->seq, pos);
+              for (int64_t e = 0; e < row; ++e) {
+                a.push_back(quant::fp16_to_fp32(rr[e]));
+                b.push_back(quant::fp16_to_fp32(gr[e]));
+              }
+            } else if (bystander.empty()) {
+              for (int64_t e = 0; e < row; ++e)
+                if (gr[e] != kv_init(int(s), layer, pos, kvsel, e)) {
+                  bystander = "KV cache: " + std::string(kvsel ? "V" : "K") + " of " +
+                              (s == got->seq ? "the tested" : "another") + " sequence, layer " + std::to_string(layer) +
+                              ", position " + std::to_string(pos) + " was overwritten (only positions [" +
+                              std::to_string(spec.kv.history) + ", " + std::to_string(end) + ") of layer " +
+                              std::to_string(spec.kv.layer) + " may be written)";
+                  break;
+                }
+            }
+          }
+        }
+    if (!bystander.empty()) errors.push_back(bystander);
+    Compared cmp = compare_floats(a.data(), b.data(), a.size(), conformance_limit(Op::KvWrite), "KV cache contents");
+    if (cmp.error.empty() && cmp.nmse > cmp.limit)
+      cmp.error = "KV cache contents: NMSE " + fmt_double(cmp.nmse) + " > " + fmt_double(cmp.limit);
+    account(cmp);
+  }
+
+  if (!errors.empty()) {
+    std::string msg;
+    for (const auto& e : errors) msg += (msg.empty() ? "" : "; ") + e;
+    return fail(msg);
+  }
+  res.status = ConformanceStatus::Pass;
+  return res;
+}
+
+std::vector<ConformanceResult> run_conformance(Backend& test, Backend& reference, const ConformanceFilter& filter) {
+  std::vector<ConformanceResult> out;
+  for (const auto& c : conformance_cases())
+    if (filter.matches(c)) out.push_back(run_conformance_case(c, test, reference));
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,461 @@
+// Conformance suite: every usable backend found in the plugin folder (and
+// $TESSERA_PLUGIN_PATH) against a fresh cpu_scalar instance, one GoogleTest test per
+// (backend, case), registered at run time: Conformance/<backend>.<Op>_<dtype>_<shape>.
+// cpu_scalar is tested against itself (a determinism check: NMSE must be exactly 0).
+//
+// The SelfCheck tests prove the comparison can fail: deliberately broken backends
+// (wrong arithmetic, out-of-bounds writes, NaN, writes into inputs or into the wrong
+// KV positions, a bad repack, refusals) must be reported as FAIL or SKIP, never PASS.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "tessera/backend.h"
+#include "tessera/conformance.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/kv_cache.h"
+#include "tessera/plugin_registry.h"
+
+namespace {
+
+using namespace tessera;
+
+PluginConfig test_config() {
+  PluginConfig cfg;
+  if (const char* env = std::getenv("TESSERA_PLUGIN_PATH")) {
+    std::string s = env;
+    size_t start = 0;
+    while (start <= s.size()) {
+      size_t end = s.find(':', start);
+      if (end == std::string::npos) end = s.size();
+      if (end > start) cfg.paths.push_back(s.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  cfg.paths.push_back(TESSERA_PLUGIN_DIR);
+  return cfg;
+}
+
+class Env {
+ public:
+  PluginRegistry& registry() {
+    if (!reg_) reg_ = std::make_unique<PluginRegistry>(test_config());
+    return *reg_;
+  }
+  FastPool* pool() {
+    if (!pool_) pool_ = std::make_unique<FastPool>(2);
+    return pool_.get();
+  }
+  // The instance under test (for cpu_scalar: a second instance, not the reference).
+  Backend& backend(const std::string& name) {
+    auto& b = backends_[name];
+    if (!b) b = registry().create_backend(name, pool());
+    return *b;
+  }
+  Backend& reference() {
+    if (!ref_) ref_ = registry().create_backend("cpu_scalar", pool());
+    return *ref_;
+  }
+  std::shared_ptr<Backend> fresh_scalar() { return registry().create_backend("cpu_scalar", pool()); }
+
+ private:
+  std::unique_ptr<PluginRegistry> reg_;
+  std::unique_ptr<FastPool> pool_;
+  std::map<std::string, std::shared_ptr<Backend>> backends_;
+  std::shared_ptr<Backend> ref_;
+};
+
+Env& env() {
+  static Env e;
+  return e;
+}
+
+// ---------------------------------------------------------------------------
+// The per-(backend, case) test
+
+class ConformanceTest : public testing::Test {
+ public:
+  ConformanceTest(std::string backend, ConformanceCase c) : backend_(std::move(backend)), c_(std::move(c)) {}
+  void TestBody() override {
+    Backend& be = env().backend(backend_);
+    ConformanceResult r = run_conformance_case(c_, be, env().reference());
+    RecordProperty("result", conformance_status_name(r.status));
+    RecordProperty("nmse", std::to_string(r.nmse));
+    if (r.status == ConformanceStatus::Skip) {
+      GTEST_SKIP() << backend_ << " does not support it: " << r.message;
+    }
+    EXPECT_EQ(r.status, ConformanceStatus::Pass)
+        << r.message << " (NMSE " << r.nmse << ", limit " << r.limit << ")";
+    if (backend_ == "cpu_scalar") {
+      EXPECT_EQ(r.nmse, 0.0) << "cpu_scalar against itself must be bit-identical";
+    }
+  }
+
+ private:
+  std::string backend_;
+  ConformanceCase c_;
+};
+
+void register_backend_tests() {
+  for (const std::string& name : env().registry().ranked_backends()) {
+    const std::string suite = "Conformance/" + name;
+    for (const ConformanceCase& c : conformance_cases()) {
+      testing::RegisterTest(suite.c_str(), c.name().c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [name, c]() -> testing::Test* { return new ConformanceTest(name, c); });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Deliberately broken backends: cpu_scalar with one op done wrong.
+
+class Wrapper : public Backend {
+ public:
+  explicit Wrapper(std::string name) : name_(std::move(name)), inner_(env().fresh_scalar()) {}
+  std::string name() const override { return name_; }
+  OpSupport supports(const Graph& g, const Node& n) const override { return inner_->supports(g, n); }
+  void prepare_weight(Tensor& w) override { inner_->prepare_weight(w); }
+  void execute(Graph& g, size_t first, size_t count) override {
+    for (size_t k = first; k < first + count; ++k) {
+      const Node& n = g.nodes()[k];
+      if (!custom(g, n, k)) inner_->execute(g, k, 1);
+    }
+  }
+
+ protected:
+  // Return true when the node was handled here.
+  virtual bool custom(Graph& g, const Node& n, size_t k) { return false; }
+  Backend& inner() { return *inner_; }
+
+ private:
+  std::string name_;
+  std::shared_ptr<Backend> inner_;
+};
+
+float* fdata(Graph& g, int32_t t) { return static_cast<float*>(g.tensor(t).data); }
+
+// Add computed as a - b.
+struct SubtractingAdd : Wrapper {
+  SubtractingAdd() : Wrapper("broken_add") {}
+  bool custom(Graph& g, const Node& n, size_t) override {
+    if (n.op != Op::Add) return false;
+    const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]);
+    for (int64_t i = 0; i < a.nelements(); ++i)
+      fdata(g, n.dst)[i] = static_cast<float*>(a.data)[i] - static_cast<float*>(b.data)[i % b.nelements()];
+    return true;
+  }
+};
+
+// Correct Silu values, plus one float written past the end (or before the start).
+struct StraySilu : Wrapper {
+  explicit StraySilu(bool before) : Wrapper("stray_silu"), before_(before) {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::Silu) return false;
+    inner().execute(g, k, 1);
+    float* d = fdata(g, n.dst);
+    if (before_)
+      d[-1] = 1.0f;
+    else
+      d[g.tensor(n.dst).nelements()] = 1.0f;
+    return true;
+  }
+  bool before_;
+};
+
+// A NaN in the Softmax output.
+struct NanSoftmax : Wrapper {
+  NanSoftmax() : Wrapper("nan_softmax") {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::Softmax) return false;
+    inner().execute(g, k, 1);
+    fdata(g, n.dst)[g.tensor(n.dst).nelements() / 2] = NAN;
+    return true;
+  }
+};
+
+// Leaves the last output element of a MatMul unwritten.
+struct LazyMatMul : Wrapper {
+  LazyMatMul() : Wrapper("lazy_matmul") {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::MatMul) return false;
+    Tensor& dst = g.tensor(n.dst);
+    std::vector<float> keep(size_t(dst.nelements()));
+    std::memcpy(keep.data(), dst.data, keep.size() * 4);
+    inner().execute(g, k, 1);
+    fdata(g, n.dst)[dst.nelements() - 1] = keep.back();
+    return true;
+  }
+};
+
+// Argmax returning the last of tied maxima (only the ties case can tell).
+struct LastArgmax : Wrapper {
+  LastArgmax() : Wrapper("last_argmax") {}
+  bool custom(Graph& g, const Node& n, size_t) override {
+    if (n.op != Op::Argmax) return false;
+    const Tensor& x = g.tensor(n.src[0]);
+    auto* out = static_cast<int32_t*>(g.tensor(n.dst).data);
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* row = x.row<float>(r);
+      int64_t best = 0;
+      for (int64_t i = 1; i < x.ne[0]; ++i)
+        if (row[i] >= row[best]) best = i;
+      out[r] = int32_t(best);
+    }
+    return true;
+  }
+};
+
+// Rope that scribbles into its input after computing.
+struct InPlaceRope : Wrapper {
+  InPlaceRope() : Wrapper("inplace_rope") {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::Rope) return false;
+    inner().execute(g, k, 1);
+    fdata(g, n.src[0])[0] += 1.0f;
+    return true;
+  }
+};
+
+// KvWrite that also writes into layer 0.
+struct StrayKvWrite : Wrapper {
+  StrayKvWrite() : Wrapper("stray_kv") {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::KvWrite) return false;
+    inner().execute(g, k, 1);
+    n.kv->k_row(0, n.i[1], n.i[2])[0] ^= 0x0400;
+    return true;
+  }
+};
+
+// Refuses Q4_K MatMuls.
+struct NoQ4K : Wrapper {
+  NoQ4K() : Wrapper("no_q4k") {}
+  OpSupport supports(const Graph& g, const Node& n) const override {
+    if (n.op == Op::MatMul && g.tensor(n.src[0]).type == DType::Q4_K) return OpSupport::no("no Q4_K kernels yet");
+    return Wrapper::supports(g, n);
+  }
+};
+
+// Throws from RmsNorm.
+struct ThrowingNorm : Wrapper {
+  ThrowingNorm() : Wrapper("throwing_norm") {}
+  bool custom(Graph&, const Node& n, size_t) override {
+    if (n.op != Op::RmsNorm) return false;
+    throw Error("rms_norm exploded");
+  }
+};
+
+// Repacks weights into its own buffer at prepare_weight; `corrupt` zeroes the copy.
+struct Repacker : Wrapper {
+  explicit Repacker(bool corrupt) : Wrapper("repacker"), corrupt_(corrupt) {}
+  void prepare_weight(Tensor& w) override {
+    auto buf = std::make_unique<HostBuffer>(w.nbytes());
+    std::memcpy(buf->data(), w.data, w.nbytes());
+    if (corrupt_) std::memset(buf->data(), 0, w.nbytes());  // a "repack" that loses the weights
+    w.data = buf->data();
+    w.buffer = buf.get();
+    ++prepared;
+    bufs_.push_back(std::move(buf));
+  }
+  int prepared = 0;
+  bool corrupt_;
+  std::vector<std::unique_ptr<HostBuffer>> bufs_;
+};
+
+std::vector<ConformanceResult> run(Backend& be, const std::string& op, const std::string& dtype = {}) {
+  ConformanceFilter f;
+  f.op = op;
+  f.dtype = dtype;
+  return run_conformance(be, env().reference(), f);
+}
+
+int count(const std::vector<ConformanceResult>& rs, ConformanceStatus s) {
+  int n = 0;
+  for (const auto& r : rs) n += r.status == s;
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// The case list itself
+
+TEST(ConformanceCases, CoverEveryOpAndDtype) {
+  std::set<Op> ops;
+  std::map<Op, std::set<DType>> types;
+  std::set<std::string> names;
+  for (const auto& c : conformance_cases()) {
+    ops.insert(c.kind);
+    types[c.kind].insert(c.type);
+    EXPECT_TRUE(names.insert(c.name()).second) << "duplicate case " << c.name();
+    for (char ch : c.name()) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') << c.name();
+  }
+  for (int i = 0; i < int(Op::Count); ++i) EXPECT_TRUE(ops.count(Op(i))) << "no case for op " << op_name(Op(i));
+  for (Op op : {Op::MatMul, Op::GetRows})
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+      EXPECT_TRUE(types[op].count(t)) << op_name(op) << " lacks " << dtype_name(t);
+}
+
+TEST(ConformanceCases, AttentionCoversGqaPagesAndOffsets) {
+  std::set<std::pair<int, int>> heads;
+  std::set<int> pages, offsets;
+  std::set<int64_t> hds;
+  for (const auto& c : conformance_cases(ConformanceFilter{"Attention", ""})) {
+    heads.insert({c.n_head, c.n_kv});
+    pages.insert(c.page);
+    offsets.insert(c.pos0);
+    hds.insert(c.k);
+    EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
+  }
+  EXPECT_TRUE(heads.count({4, 2}) && heads.count({8, 8}));
+  EXPECT_TRUE(pages.count(4) && pages.count(16));
+  EXPECT_TRUE(offsets.count(0) && offsets.size() >= 2);
+  EXPECT_TRUE(hds.count(64) && hds.count(128));
+}
+
+TEST(ConformanceCases, FilterByOpNameOrSubstring) {
+  for (const auto& c : conformance_cases(ConformanceFilter{"mul", ""})) EXPECT_EQ(c.op, "Mul");
+  for (const auto& c : conformance_cases(ConformanceFilter{"mat_mul", "q4_k"})) {
+    EXPECT_EQ(c.op, "MatMul");
+    EXPECT_EQ(c.dtype, "Q4_K");
+  }
+  EXPECT_FALSE(conformance_cases(ConformanceFilter{"K256_N7", ""}).empty());
+  EXPECT_EQ(conformance_cases(ConformanceFilter{"Add,Silu", ""}).size(),
+            conformance_cases(ConformanceFilter{"Add", ""}).size() + conformance_cases(ConformanceFilter{"Silu", ""}).size());
+}
+
+// ---------------------------------------------------------------------------
+// The comparison can fail
+
+TEST(SelfCheck, ReferenceAgainstItselfIsExact) {
+  auto other = env().fresh_scalar();
+  auto rs = run(*other, "Add,Softmax,Attention");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << ": " << r.message;
+    EXPECT_EQ(r.nmse, 0.0) << r.c.name();
+  }
+}
+
+TEST(SelfCheck, WrongArithmeticFails) {
+  SubtractingAdd be;
+  auto rs = run(be, "Add");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_GT(r.nmse, r.limit) << r.c.name();
+    EXPECT_NE(r.message.find("NMSE"), std::string::npos) << r.message;
+  }
+  // The other ops of the same backend still pass.
+  for (const auto& r : run(be, "Mul")) EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << r.message;
+}
+
+TEST(SelfCheck, WritePastTheEndIsCaught) {
+  StraySilu be(false);
+  auto rs = run(be, "Silu");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_EQ(r.nmse, 0.0) << "the values themselves are right";
+    EXPECT_NE(r.message.find("past the end of 'dst'"), std::string::npos) << r.message;
+  }
+}
+
+TEST(SelfCheck, WriteBeforeTheStartIsCaught) {
+  StraySilu be(true);
+  for (const auto& r : run(be, "Silu")) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_NE(r.message.find("before the start of 'dst'"), std::string::npos) << r.message;
+  }
+}
+
+TEST(SelfCheck, NanFails) {
+  NanSoftmax be;
+  for (const auto& r : run(be, "Softmax")) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_NE(r.message.find("non-finite"), std::string::npos) << r.message;
+  }
+}
+
+TEST(SelfCheck, UnwrittenOutputFails) {
+  LazyMatMul be;
+  auto rs = run(be, "MatMul", "F32,Q4_0");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+}
+
+TEST(SelfCheck, ArgmaxTiesMustMatch) {
+  LastArgmax be;
+  auto rs = run(be, "Argmax");
+  for (const auto& r : rs) {
+    if (r.c.flag)
+      EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    else
+      EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << ": " << r.message;
+  }
+}
+
+TEST(SelfCheck, ModifiedInputFails) {
+  InPlaceRope be;
+  for (const auto& r : run(be, "Rope")) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_NE(r.message.find("input 'x' was modified"), std::string::npos) << r.message;
+  }
+}
+
+TEST(SelfCheck, StrayKvWriteFails) {
+  StrayKvWrite be;
+  auto rs = run(be, "KvWrite,Attention");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_NE(r.message.find("was overwritten"), std::string::npos) << r.message;
+  }
+}
+
+TEST(SelfCheck, UnsupportedIsSkipWithReason) {
+  NoQ4K be;
+  auto rs = run(be, "MatMul", "Q4_K,Q5_K");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    if (r.c.dtype == "Q4_K") {
+      EXPECT_EQ(r.status, ConformanceStatus::Skip) << r.c.name();
+      EXPECT_EQ(r.message, "no Q4_K kernels yet");
+    } else {
+      EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << ": " << r.message;
+    }
+  }
+}
+
+TEST(SelfCheck, ThrowingBackendFails) {
+  ThrowingNorm be;
+  for (const auto& r : run(be, "RmsNorm")) {
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+    EXPECT_NE(r.message.find("rms_norm exploded"), std::string::npos) << r.message;
+  }
+}
+
+TEST(SelfCheck, RepackedWeightsAreTheOnesTested) {
+  Repacker good(false);
+  auto rs = run(good, "MatMul,GetRows", "Q4_K,F16");
+  ASSERT_FALSE(rs.empty());
+  EXPECT_EQ(good.prepared, int(rs.size())) << "prepare_weight is called once per weight";
+  EXPECT_EQ(count(rs, ConformanceStatus::Pass), int(rs.size()));
+
+  Repacker bad(true);
+  rs = run(bad, "MatMul,GetRows", "Q4_K,F16");
+  for (const auto& r : rs) EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  register_backend_tests();
+  return RUN_ALL_TESTS();
+}
