@@ -1,0 +1,255 @@
+// The cpu_avx512 backend object: validation, scheduling over the FastPool and
+// dispatch into the AVX-512 kernels. This file is compiled WITHOUT ISA flags; the
+// kernels (kernels_*.cpp) are only entered after usable() said yes (make_backend
+// refuses otherwise).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu_avx512_backend.h"
+#include "cpu_scalar_backend.h"
+#include "kernels.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/graph.h"
+#include "tessera/hwprobe.h"
+#include "tessera/kv_cache.h"
+
+namespace tessera::cpu_avx512 {
+
+bool usable(std::string* why) {
+  const CpuFeatures& f = cpu_features();
+  std::string missing;
+  auto need = [&](bool ok, const char* name) {
+    if (!ok) missing += missing.empty() ? name : std::string(", ") + name;
+  };
+  need(f.avx512f, "avx512f");
+  need(f.avx512bw, "avx512bw");
+  need(f.avx512vl, "avx512vl");
+  need(f.avx512dq, "avx512dq");
+  need(f.avx512vnni, "avx512vnni");
+  need(f.avx512bf16, "avx512bf16");
+  need(f.fma, "fma");
+  need(f.f16c, "f16c");
+  need(f.os_avx512, "OS support for AVX-512 state (XCR0 opmask/ZMM)");
+  if (missing.empty()) return true;
+  if (why) *why = "missing " + missing;
+  return false;
+}
+
+namespace {
+
+inline char* row_ptr(const Tensor& t, int64_t r) {
+  const int64_t i1 = r % t.ne[1];
+  const int64_t i2 = (r / t.ne[1]) % t.ne[2];
+  const int64_t i3 = r / (t.ne[1] * t.ne[2]);
+  return static_cast<char*>(t.data) + i1 * int64_t(t.nb[1]) + i2 * int64_t(t.nb[2]) + i3 * int64_t(t.nb[3]);
+}
+inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
+
+// Rows of t are evenly spaced (row r at data + r * nb[1]).
+bool uniform_rows(const Tensor& t) {
+  return t.nb[2] == t.nb[1] * size_t(t.ne[1]) && t.nb[3] == t.nb[2] * size_t(t.ne[2]);
+}
+
+bool same_shape(const Tensor& a, const Tensor& b) {
+  for (int d = 0; d < Tensor::kMaxDims; ++d)
+    if (a.ne[d] != b.ne[d]) return false;
+  return true;
+}
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+class CpuAvx512Backend final : public Backend {
+ public:
+  explicit CpuAvx512Backend(FastPool* pool) : pool_(pool), ref_(cpu_scalar::make_backend(pool)) {}
+
+  std::string name() const override { return "cpu_avx512"; }
+
+  OpSupport supports(const Graph& graph, const Node& node) const override {
+    // Validation is the reference's (same accepted nodes, same messages); every node
+    // it accepts is executed here, by a kernel or by the reference code.
+    OpSupport s = ref_->supports(graph, node);
+    if (!s.supported) return s;
+    if (node.op == Op::MatMul && !kern::matmul_type_supported(graph.tensor(node.src[0]).type))
+      return OpSupport::no("MatMul: no AVX-512 kernel for this weight dtype");
+    return s;
+  }
+
+  void execute(Graph& graph, size_t first, size_t count) override {
+    const auto& nodes = graph.nodes();
+    if (first > nodes.size() || count > nodes.size() - first)
+      throw Error("cpu_avx512: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                  ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
+    for (size_t k = first; k < first + count; ++k) {
+      const Node& n = nodes[k];
+      OpSupport s = supports(graph, n);
+      if (!s.supported) fail(graph, k, s.reason);
+      for (int i = 0; i < 4; ++i)
+        if (n.src[i] >= 0 && !graph.tensor(n.src[i]).data) fail(graph, k, "src" + std::to_string(i) + " has no data");
+      if (n.op != Op::KvWrite && n.dst >= 0 && !graph.tensor(n.dst).data) fail(graph, k, "dst has no data");
+      try {
+        if (!run_node(graph, n)) ref_->execute(graph, k, 1);
+      } catch (const Error& e) {
+        fail(graph, k, e.what());
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] static void fail(const Graph& g, size_t k, const std::string& why) {
+    const Node& n = g.nodes()[k];
+    std::string where = "cpu_avx512: node " + std::to_string(k) + " (" + std::string(op_name(n.op));
+    if (n.dst >= 0 && size_t(n.dst) < g.tensor_count() && !g.tensor(n.dst).name.empty())
+      where += " -> '" + g.tensor(n.dst).name + "'";
+    throw Error(where + "): " + why);
+  }
+
+  template <typename F>
+  void parallel_for(int64_t n, F&& f) {
+    if (pool_ && pool_->executorCount() > 1 && n > 1) {
+      auto fn = f;
+      pool_->parallel_for(n, std::move(fn));
+    } else if (n > 0) {
+      f(int64_t(0), n);
+    }
+  }
+
+  // Returns false when the node is left to the reference code.
+  bool run_node(Graph& g, const Node& n) {
+    switch (n.op) {
+      case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
+      case Op::RmsNorm: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        const float* w = n.src[1] >= 0 ? static_cast<const float*>(g.tensor(n.src[1]).data) : nullptr;
+        for (int64_t r = 0; r < x.nrows(); ++r) kern::rms_norm_row(frow(x, r), w, frow(y, r), x.ne[0], n.f[0]);
+        return true;
+      }
+      case Op::Softmax: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        for (int64_t r = 0; r < x.nrows(); ++r) kern::softmax_row(frow(x, r), frow(y, r), x.ne[0]);
+        return true;
+      }
+      case Op::Silu: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        for (int64_t r = 0; r < x.nrows(); ++r) kern::silu_row(frow(x, r), frow(y, r), x.ne[0]);
+        return true;
+      }
+      case Op::SwiGlu: {
+        const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
+        for (int64_t r = 0; r < a.nrows(); ++r) kern::swiglu_row(frow(a, r), frow(b, r), frow(y, r), a.ne[0]);
+        return true;
+      }
+      case Op::Add:
+      case Op::Mul: {
+        const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
+        const bool same = same_shape(a, b);
+        if (!same && !(b.nrows() == 1 && b.ne[0] == a.ne[0])) return false;  // general broadcast: reference
+        for (int64_t r = 0; r < a.nrows(); ++r) {
+          const float* br = same ? frow(b, r) : static_cast<const float*>(b.data);
+          if (n.op == Op::Add)
+            kern::add_row(frow(a, r), br, frow(y, r), a.ne[0]);
+          else
+            kern::mul_row(frow(a, r), br, frow(y, r), a.ne[0]);
+        }
+        return true;
+      }
+      case Op::Argmax: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        int32_t* out = static_cast<int32_t*>(y.data);
+        for (int64_t r = 0; r < x.nrows(); ++r) out[r] = int32_t(kern::argmax_row(frow(x, r), x.ne[0]));
+        return true;
+      }
+      default: return false;  // GetRows, Rope, KvWrite: the reference code
+    }
+  }
+
+  uint8_t* act_buffer(size_t bytes) {
+    if (bytes > act_cap_) {
+      const size_t cap = (bytes + 4095) & ~size_t(4095);
+      void* p = std::aligned_alloc(64, cap);
+      if (!p) throw Error("out of memory for " + std::to_string(cap) + " bytes of activations");
+      act_.reset(static_cast<uint8_t*>(p));
+      act_cap_ = cap;
+    }
+    return act_.get();
+  }
+
+  bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst) {
+    if (!uniform_rows(dst) || dst.nb[1] % sizeof(float) != 0) return false;
+    const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
+    if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
+    const size_t ab = kern::act_bytes(w.type, K);
+    uint8_t* act = act_buffer(ab * size_t(M));
+    if (M == 1) {
+      kern::prep_act(w.type, frow(x, 0), K, act);
+    } else {
+      parallel_for(M, [&](int64_t b, int64_t e) {
+        for (int64_t m = b; m < e; ++m) kern::prep_act(w.type, frow(x, m), K, act + size_t(m) * ab);
+      });
+    }
+    kern::MatMulJob job{w.type, K, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), M, act, ab,
+                        static_cast<float*>(dst.data), int64_t(dst.nb[1] / sizeof(float))};
+    parallel_for(N, [&job](int64_t b, int64_t e) { kern::matmul_rows(job, b, e); });
+    return true;
+  }
+
+  bool attention(const Tensor& q, const Tensor& dst, const Node& n) {
+    const KvCache& kv = *n.kv;
+    const int layer = n.i[0];
+    const KvCache::SeqId seq = n.i[1];
+    const int64_t p0 = n.i[2];
+    const float scale = n.f[0];
+    const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
+    if (hd > 1024) return false;
+    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    const int64_t n_kv = kv.config().n_kv_heads;
+    const int64_t group = n_head / n_kv;
+    if (kv.length(seq) < p0 + T)
+      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(p0 + T) +
+                  ") but the cache of sequence " + std::to_string(seq) + " holds " + std::to_string(kv.length(seq)) +
+                  " (KvWrite first)");
+    const int64_t L = p0 + T;
+    // Row pointers per KV head: [kvh][pos].
+    rows_.resize(size_t(2 * n_kv * L));
+    const uint16_t** krows = rows_.data();
+    const uint16_t** vrows = rows_.data() + n_kv * L;
+    for (int64_t j = 0; j < L; ++j) {
+      const uint16_t* kr = kv.k_row(layer, seq, j);
+      const uint16_t* vr = kv.v_row(layer, seq, j);
+      for (int64_t h = 0; h < n_kv; ++h) {
+        krows[h * L + j] = kr + h * hd;
+        vrows[h * L + j] = vr + h * hd;
+      }
+    }
+    parallel_for(T * n_head, [&](int64_t b, int64_t e) {
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t t = item / n_head, h = item % n_head, kvh = h / group;
+        kern::attention_item(q.row<float>(h, t), hd, krows + kvh * L, vrows + kvh * L, p0 + t + 1, scale,
+                             dst.row<float>(h, t));
+      }
+    });
+    return true;
+  }
+
+  FastPool* pool_ = nullptr;
+  std::unique_ptr<Backend> ref_;
+  std::unique_ptr<uint8_t[], AlignedFree> act_;
+  size_t act_cap_ = 0;
+  std::vector<const uint16_t*> rows_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(FastPool* pool) {
+  std::string why;
+  if (!usable(&why)) throw Error("cpu_avx512 cannot run on this CPU: " + why);
+  return std::make_unique<CpuAvx512Backend>(pool);
+}
+
+}  // namespace tessera::cpu_avx512

@@ -1,0 +1,27 @@
+// cpu_avx512: the AVX-512 (F, BW, VL, DQ, VNNI, BF16) CPU backend. Every op of
+// graph.h; MatMul for F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights with the weights
+// dequantized in registers and VNNI integer dot products against activations
+// quantized once per row exactly like the reference (cpu_scalar agrees to float
+// rounding). Node validation is cpu_scalar's, so both accept the same nodes; the few
+// ops that are a negligible share of the time (GetRows, Rope, KvWrite) run the
+// reference code.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "tessera/backend.h"
+
+namespace tessera {
+class FastPool;
+}
+
+namespace tessera::cpu_avx512 {
+
+// True when this CPU and OS can run the kernels; otherwise *why names what is missing.
+// Safe on any x86-64 CPU (this part is compiled without ISA flags).
+bool usable(std::string* why = nullptr);
+
+// Creates the backend (throws tessera::Error when !usable()). `pool` may be null.
+std::unique_ptr<Backend> make_backend(FastPool* pool);
+
+}  // namespace tessera::cpu_avx512

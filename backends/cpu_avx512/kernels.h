@@ -1,0 +1,51 @@
+// Entry points of the AVX-512 kernels (compiled with AVX-512 flags in their own
+// translation units). Plain functions over raw pointers only: nothing here may be
+// called before cpu_avx512::usable() said yes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tessera/dtype.h"
+
+namespace tessera::cpu_avx512::kern {
+
+// ---- MatMul -------------------------------------------------------------------
+// Weight dtypes with an AVX-512 product.
+bool matmul_type_supported(DType wt);
+// Bytes of one prepared activation column (64-byte multiple) for weight type wt.
+size_t act_bytes(DType wt, int64_t K);
+// Converts one F32 activation column to the prepared form of vec_dot_type(wt)
+// (quantized exactly like quant::quantize_row), into dst (64-byte aligned).
+void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst);
+
+struct MatMulJob {
+  DType wt;
+  int64_t K;
+  const uint8_t* w;      // row 0 of the weight
+  int64_t wstride;       // bytes between weight rows
+  int64_t M;             // activation columns
+  const uint8_t* act;    // M prepared columns
+  size_t act_stride;     // bytes between prepared columns
+  float* out;            // out[m * out_stride + n]
+  int64_t out_stride;    // floats between output columns
+};
+// Computes rows [r0, r1) of the product for every column. Each output element is
+// computed by one fixed code path independent of how rows are split.
+void matmul_rows(const MatMulJob& job, int64_t r0, int64_t r1);
+
+// ---- Other ops ----------------------------------------------------------------
+void rms_norm_row(const float* x, const float* w, float* y, int64_t K, float eps);
+void softmax_row(const float* x, float* y, int64_t K);
+void silu_row(const float* x, float* y, int64_t K);
+void swiglu_row(const float* g, const float* u, float* y, int64_t K);
+void add_row(const float* a, const float* b, float* y, int64_t K);
+void mul_row(const float* a, const float* b, float* y, int64_t K);
+int64_t argmax_row(const float* x, int64_t K);
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t K);
+
+// One attention item: q (hd floats), causal over L cached positions whose K/V rows
+// (already offset to the KV head) are krows[j] / vrows[j]; out: hd floats.
+void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
+                    int64_t L, float scale, float* out);
+
+}  // namespace tessera::cpu_avx512::kern

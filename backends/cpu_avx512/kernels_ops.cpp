@@ -1,0 +1,148 @@
+// AVX-512 kernels of the small ops (compiled with AVX-512 flags). Same arithmetic as
+// cpu_scalar up to float rounding: RMS sums in double, softmax sum in double, exp
+// from libm like the reference (so the next activation quantization sees identical
+// values), attention with F16-rounded q, F16
+// K/V converted in registers and an online softmax in F32.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels.h"
+
+namespace tessera::cpu_avx512::kern {
+namespace {
+
+inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+}  // namespace
+
+void rms_norm_row(const float* x, const float* w, float* y, int64_t K, float eps) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    const __m512 sq = _mm512_mul_ps(v, v);
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+  }
+  const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  const float mean = float(sum / double(K));
+  const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), scale);
+    if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + k));
+    _mm512_mask_storeu_ps(y + k, m, v);
+  }
+}
+
+void softmax_row(const float* x, float* y, int64_t K) {
+  // Vector max; exp (libm, as the reference) and the double sum per element in order.
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t k = 0; k < K; k += 16)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(K - k), x + k));
+  const float vmax = _mm512_reduce_max_ps(mx);
+  double sum = 0.0;
+  for (int64_t k = 0; k < K; ++k) {
+    const float e = std::exp(x[k] - vmax);
+    sum += double(e);
+    y[k] = e;
+  }
+  const __m512 inv = _mm512_set1_ps(float(1.0 / sum));
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + k), inv));
+  }
+}
+
+// Silu/SwiGlu use libm's expf per element (the reference's): a polynomial exp off by
+// an ulp moves values across the rounding boundaries of the next MatMul's activation
+// quantization, which shows up as ~1e-6 NMSE in model logits. These ops are a tiny
+// share of the time, so exactness wins.
+void silu_row(const float* x, float* y, int64_t K) {
+  for (int64_t k = 0; k < K; ++k) y[k] = x[k] / (1.0f + std::exp(-x[k]));
+}
+
+void swiglu_row(const float* g, const float* u, float* y, int64_t K) {
+  for (int64_t k = 0; k < K; ++k) y[k] = g[k] / (1.0f + std::exp(-g[k])) * u[k];
+}
+
+void add_row(const float* a, const float* b, float* y, int64_t K) {
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm512_mask_storeu_ps(y + k, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k)));
+  }
+}
+
+void mul_row(const float* a, const float* b, float* y, int64_t K) {
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k)));
+  }
+}
+
+int64_t argmax_row(const float* x, int64_t K) {
+  // First maximum, like the reference (NaNs never compare greater).
+  int64_t best = 0;
+  float bv = x[0];
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m512 v = _mm512_loadu_ps(x + k);
+    const __mmask16 gt = _mm512_cmp_ps_mask(v, _mm512_set1_ps(bv), _CMP_GT_OQ);
+    if (gt) {
+      for (int l = 0; l < 16; ++l)
+        if (x[k + l] > bv) bv = x[k + l], best = k + l;
+    }
+  }
+  for (; k < K; ++k)
+    if (x[k] > bv) bv = x[k], best = k;
+  return best;
+}
+
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t K) {
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm256_mask_storeu_epi16(y + k, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + k), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
+                    int64_t L, float scale, float* out) {
+  constexpr int kMaxChunks = 64;  // hd <= 1024 (checked by supports())
+  const int nch = int((hd + 15) / 16);
+  __m512 qf[kMaxChunks], acc[kMaxChunks];
+  __mmask16 mk[kMaxChunks];
+  for (int c = 0; c < nch; ++c) {
+    mk[c] = tail_mask(hd - 16 * c);
+    qf[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk[c], q + 16 * c), _MM_FROUND_TO_NEAREST_INT));
+    acc[c] = _mm512_setzero_ps();
+  }
+  float M = -INFINITY, S = 0.0f;
+  for (int64_t j = 0; j < L; ++j) {
+    const uint16_t* kr = krows[j];
+    __m512 d = _mm512_setzero_ps();
+    for (int c = 0; c < nch; ++c)
+      d = _mm512_fmadd_ps(qf[c], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], kr + 16 * c)), d);
+    const float s = _mm512_reduce_add_ps(d) * scale;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > M) {
+      const float Mold = M;
+      M = s;
+      ms = std::exp(Mold - M);
+      const __m512 vms = _mm512_set1_ps(ms);
+      for (int c = 0; c < nch; ++c) acc[c] = _mm512_mul_ps(acc[c], vms);
+    } else {
+      vs = std::exp(s - M);
+    }
+    const uint16_t* vr = vrows[j];
+    const __m512 vvs = _mm512_set1_ps(vs);
+    for (int c = 0; c < nch; ++c)
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], vr + 16 * c)), vvs, acc[c]);
+    S = S * ms + vs;
+  }
+  const __m512 inv = _mm512_set1_ps(S == 0.0f ? 0.0f : 1.0f / S);
+  for (int c = 0; c < nch; ++c) _mm512_mask_storeu_ps(out + 16 * c, mk[c], _mm512_mul_ps(acc[c], inv));
+}
+
+}  // namespace tessera::cpu_avx512::kern

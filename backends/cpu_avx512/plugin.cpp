@@ -1,0 +1,59 @@
+// Plugin entry of the cpu_avx512 backend. Compiled WITHOUT ISA flags: probe() and
+// create() run on any x86-64 CPU; the AVX-512 kernels are only reached through a
+// backend that create() made after checking the CPU and OS features.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cpu_avx512_backend.h"
+#include "tessera/fast_pool.h"
+#include "tessera/plugin_abi.h"
+
+namespace {
+
+int32_t probe(char* reason, size_t reason_size) {
+  std::string why;
+  const bool ok = tessera::cpu_avx512::usable(&why);
+  if (reason && reason_size)
+    std::snprintf(reason, reason_size, "%s",
+                  ok ? "AVX-512 F/BW/VL/DQ/VNNI/BF16 usable (CPUID and XCR0)" : why.c_str());
+  return ok ? 50 : 0;
+}
+
+void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
+  try {
+    tessera::FastPool* pool = nullptr;
+    // The pool field is only read when the host's struct is large enough to hold it.
+    // Options ("threads" etc.) are handled by the pool owner; unknown ones are ignored.
+    if (args && args->struct_size >= offsetof(TesseraCreateArgs, pool) + sizeof(args->pool))
+      pool = static_cast<tessera::FastPool*>(args->pool);
+    std::string why;
+    if (!tessera::cpu_avx512::usable(&why)) {
+      if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: not usable on this CPU: %s", why.c_str());
+      return nullptr;
+    }
+    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool).release());
+  } catch (const std::exception& e) {
+    if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: %s", e.what());
+  } catch (...) {
+    if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: unknown error");
+  }
+  return nullptr;
+}
+
+void destroy(void* instance) { delete static_cast<tessera::Backend*>(instance); }
+
+const TesseraPluginDescriptor kDescriptor = {
+    TESSERA_PLUGIN_ABI_VERSION,
+    sizeof(TesseraPluginDescriptor),
+    "cpu_avx512",
+    TESSERA_PLUGIN_BACKEND,
+    "AVX-512 VNNI/BF16 kernels: in-register dequantization, integer dot products",
+    &probe,
+    &create,
+    &destroy,
+};
+
+}  // namespace
+
+TESSERA_DEFINE_PLUGIN(kDescriptor)
