@@ -62,7 +62,9 @@ __attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* p, size_t
     a2 = _mm512_add_epi64(a2, _mm512_load_si512(v + i + 2));
     a3 = _mm512_add_epi64(a3, _mm512_load_si512(v + i + 3));
   }
-  return uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3))));
+  alignas(64) uint64_t out[8];
+  _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
 }
 #endif
 

@@ -120,7 +120,10 @@ int cmd_bench(int argc, char** argv) {
   std::uniform_int_distribution<int32_t> pick(0, int32_t(mi.n_vocab - 1));
   std::vector<int32_t> prompt(size_t(std::max(n_prompt, 1)));
   std::string backends;
-  for (const auto& b : engine->scheduler().backends()) backends += (backends.empty() ? "" : ",") + b->name();
+  for (const auto& b : engine->scheduler().backends()) {
+    if (!backends.empty()) backends += ',';
+    backends += b->name();
+  }
 
   if (!json) {
     std::printf("machine: %s; %u hardware threads; load average %s\n", cpu.brand.c_str(),
