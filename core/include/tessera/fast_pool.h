@@ -29,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace tessera {
@@ -71,7 +72,7 @@ class FastPool {
   // Runs f(begin, end) over [0, n) split into executorCount() contiguous chunks.
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    struct Ctx { F* f; int64_t n; int parts; } c{&f, n, executorCount()};
+    struct Ctx { std::remove_reference_t<F>* f; int64_t n; int parts; } c{&f, n, executorCount()};
     parallel([](void* p, int i) {
       auto* cx = static_cast<Ctx*>(p);
       int64_t b = cx->n * i / cx->parts, e = cx->n * (i + 1) / cx->parts;
