@@ -59,72 +59,134 @@ inline size_t q8_off_d(int64_t K) { return 2 * A64(size_t(K)); }
 
 // ---------------------------------------------------------------- preparation
 
+// roundf (halves away from zero) of every lane, exactly.
+inline __m512 round_half_away(__m512 t) {
+  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(t, r));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(int(0x80000000u))),
+      _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  return _mm512_mask_add_ps(r, up, r, one);
+}
+
+// Q8_0 activations exactly as quant::quantize_row (d = amax/127 stored as F16,
+// q = roundf(x / d) with the float d), then the layout of the weight type.
 void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
   const int64_t nb = K / 32;
-  // Quantized back into dst: blocks of 34 bytes fit below 2*A64(K) bytes... but they
-  // overlap the layout, so quantize in stack chunks of 16 blocks instead.
-  BlockQ8_0 blkbuf[16];
   int8_t* qs = reinterpret_cast<int8_t*>(dst);
   int32_t* corr = reinterpret_cast<int32_t*>(dst + q8_off_corr(K));
-  float* d = reinterpret_cast<float*>(dst + q8_off_d(K));
-  for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-    const int64_t n = std::min<int64_t>(16, nb - b0);
-    quant::quantize_row(DType::Q8_0, x + b0 * 32, blkbuf, n * 32);
-    for (int64_t b = 0; b < n; ++b) {
-      d[b0 + b] = h2f(blkbuf[b].d);
-      std::memcpy(qs + (b0 + b) * 32, blkbuf[b].qs, 32);
-    }
+  float* dd = reinterpret_cast<float*>(dst + q8_off_d(K));
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    dd[b] = quant::fp16_to_fp32(quant::fp32_to_fp16(d));
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)));
+    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
   }
+  const __m512i z = _mm512_setzero_si512();
   if (wt == DType::Q8_0) {
-    for (int64_t i = 0; i < K / 4; ++i)
-      corr[i] = -128 * (qs[4 * i] + qs[4 * i + 1] + qs[4 * i + 2] + qs[4 * i + 3]);
+    // corr lane = -128 * (sum of its 4 activations): -(dpbusd of 0x80 bytes with y).
+    const __m512i c80 = _mm512_set1_epi8(char(0x80));
+    int64_t e = 0;
+    for (; e + 64 <= K; e += 64)
+      _mm512_store_si512(corr + e / 4, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, c80, _mm512_load_si512(qs + e))));
+    for (; e < K; e += 4) corr[e / 4] = -128 * (qs[e] + qs[e + 1] + qs[e + 2] + qs[e + 3]);
     return;
   }
   // Q4_0: groups of 4 blocks as [lo halves of the 4 blocks][hi halves]; tail natural.
-  const int64_t nb4 = nb / 4 * 4;
-  for (int64_t g = 0; g < nb4; g += 4) {
-    int8_t* lo = qs + g * 32;
-    int8_t* hi = lo + 64;
-    int32_t* c = corr + g * 8;
-    int8_t nat[128];
-    std::memcpy(nat, lo, 128);
-    for (int j = 0; j < 4; ++j) {
-      std::memcpy(lo + 16 * j, nat + 32 * j, 16);
-      std::memcpy(hi + 16 * j, nat + 32 * j + 16, 16);
-    }
-    for (int l = 0; l < 16; ++l) {
-      int s = 0;
-      for (int u = 0; u < 4; ++u) s += lo[4 * l + u] + hi[4 * l + u];
-      c[l] = -8 * s;
-    }
+  const __m512i ilo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), ihi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+  const __m512i c8 = _mm512_set1_epi8(8);
+  for (int64_t g = 0; g + 4 <= nb; g += 4) {
+    int8_t* p = qs + g * 32;
+    const __m512i A = _mm512_load_si512(p), B = _mm512_load_si512(p + 64);
+    const __m512i lo = _mm512_permutex2var_epi64(A, ilo, B), hi = _mm512_permutex2var_epi64(A, ihi, B);
+    _mm512_store_si512(p, lo);
+    _mm512_store_si512(p + 64, hi);
+    _mm512_store_si512(corr + g * 8, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, c8, lo), c8, hi)));
   }
 }
 
+// Q8_K activations exactly as quant::quantize_row: the signed value of largest
+// magnitude (first one) maps to -127, q = min(127, nearest_int(-127/max * x)).
 void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
   const int64_t nb = K / QK_K;
-  BlockQ8_K blk[1];
+  const bool q6 = wt == DType::Q6_K;
+  static constexpr int kPos[4] = {0, 64, 32, 96};  // Q4_K/Q5_K order of the 32-element chunks
   for (int64_t b = 0; b < nb; ++b) {
-    quant::quantize_row(DType::Q8_K, x + b * QK_K, blk, QK_K);
+    const float* xb = x + b * QK_K;
     uint8_t* o = dst + size_t(b) * kQ8KBlockBytes;
-    const int8_t* y = blk[0].qs;
     std::memset(o + 256, 0, 64);
-    std::memcpy(o + 256, &blk[0].d, 4);
     int16_t* sums = reinterpret_cast<int16_t*>(o + 272);
-    if (wt == DType::Q6_K) {
-      std::memcpy(o, y, 256);
-      for (int j = 0; j < 16; ++j) sums[j] = blk[0].bsums[j];
-    } else {
-      for (int h = 0; h < 2; ++h) {
-        const int8_t* yh = y + 128 * h;
-        uint8_t* oh = o + 128 * h;
-        std::memcpy(oh, yh, 32);
-        std::memcpy(oh + 32, yh + 64, 32);
-        std::memcpy(oh + 64, yh + 32, 32);
-        std::memcpy(oh + 96, yh + 96, 32);
+    __m512 am = _mm512_setzero_ps();
+    for (int g = 0; g < 16; ++g) am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)));
+    const float amax = _mm512_reduce_max_ps(am);
+    if (amax == 0.f) {
+      std::memset(o, 0, 256);
+      continue;
+    }
+    float mx = 0.f;
+    for (int g = 0; g < 16; ++g) {
+      const __mmask16 k =
+          _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (k) {
+        mx = xb[16 * g + __builtin_ctz(unsigned(k))];
+        break;
       }
-      for (int j = 0; j < 8; ++j) sums[j] = int16_t(blk[0].bsums[2 * j] + blk[0].bsums[2 * j + 1]);
+    }
+    const float iscale = -127.f / mx;
+    const float d = 1.f / iscale;
+    std::memcpy(o + 256, &d, 4);
+    const __m512 vs = _mm512_set1_ps(iscale);
+    int16_t s16[16];
+    for (int g = 0; g < 16; ++g) {
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vs)),
+                                         _mm512_set1_epi32(127));
+      s16[g] = int16_t(_mm512_reduce_add_epi32(q));
+      const int e = 16 * g;
+      const int at = q6 ? e : 128 * (e / 128) + kPos[(e % 128) / 32] + e % 32;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + at), _mm512_cvtepi32_epi8(q));
+    }
+    if (q6)
+      for (int j = 0; j < 16; ++j) sums[j] = s16[j];
+    else
+      for (int j = 0; j < 8; ++j) sums[j] = int16_t(s16[2 * j] + s16[2 * j + 1]);
+  }
+}
+
+// BF16 rounding as quant::fp32_to_bf16 (nearest even; NaN kept, quieted).
+void prep_bf16(const float* x, int64_t K, uint16_t* y) {
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = K - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (K - k)) - 1);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + k));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                  _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    _mm256_mask_storeu_epi16(y + k, m, _mm512_cvtepi32_epi16(r));
+  }
+}
+
+// The F16 scales of up to 16 consecutive blocks (stride BS bytes), as floats. Plain
+// 16-bit loads through a small buffer: a vpgatherdd costs more on Zen 4.
+template <int64_t BS>
+inline __m512 block_scales(const uint8_t* w, int64_t cb) {
+  alignas(32) uint16_t h[16];
+  if (cb == 16) {
+    for (int j = 0; j < 16; ++j) std::memcpy(&h[j], w + j * BS, 2);
+  } else {
+    for (int j = 0; j < 16; ++j) {
+      h[j] = 0;
+      if (j < cb) std::memcpy(&h[j], w + j * BS, 2);
     }
   }
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
 }
 
 // ---------------------------------------------------------------- Q8_0
@@ -135,8 +197,6 @@ void dot_q8_0(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
   constexpr int64_t BS = sizeof(BlockQ8_0);
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(int(BS)));
   const __m512i off = _mm512_set1_epi8(char(0x80));
   const __m512i pidx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i two = _mm512_set1_epi32(2);
@@ -144,8 +204,7 @@ void dot_q8_0(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
   while (nb - b >= 2) {
     const int64_t cb = std::min<int64_t>(16, nb - b);
     const __mmask16 m = __mmask16((1u << cb) - 1);
-    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, w + b * BS, 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    const __m512 dw = block_scales<BS>(w + b * BS, cb);
     __m512 s[NC];
     for (int c = 0; c < NC; ++c)
       s[c] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c] + q8_off_d(K)) + b));
@@ -189,8 +248,6 @@ void dot_q4_0(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
   constexpr int64_t BS = sizeof(BlockQ4_0);
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(int(BS)));
   const __m512i lowmask = _mm512_set1_epi8(0x0F);
   const __m512i pidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i four = _mm512_set1_epi32(4);
@@ -198,8 +255,7 @@ void dot_q4_0(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
   while (nb - b >= 4) {
     const int64_t cb = std::min<int64_t>(16, nb - b);
     const __mmask16 m = __mmask16((1u << cb) - 1);
-    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, w + b * BS, 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    const __m512 dw = block_scales<BS>(w + b * BS, cb);
     __m512 s[NC];
     for (int c = 0; c < NC; ++c)
       s[c] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c] + q8_off_d(K)) + b));
@@ -250,6 +306,24 @@ inline void unpack_scales_k4(const uint8_t* scales, uint32_t u[4]) {
   u[0] &= kmask1;
 }
 
+// Index vectors for vpshufb: in 128-bit lane k, int16 element `lo` of the source
+// lane repeated 8 times for k < 2 and element `hi` for k >= 2 (zero-extended bytes
+// when `zext`, i.e. the source holds bytes; else the source holds int16s).
+inline __m512i scale_index(int lo, int hi, bool zext) {
+  alignas(64) int8_t idx[64];
+  for (int k = 0; k < 4; ++k) {
+    const int e = k < 2 ? lo : hi;
+    for (int i = 0; i < 8; ++i) {
+      idx[16 * k + 2 * i] = int8_t(zext ? e : 2 * e);
+      idx[16 * k + 2 * i + 1] = int8_t(zext ? -128 : 2 * e + 1);
+    }
+  }
+  return _mm512_load_si512(idx);
+}
+
+// Q4_K / Q5_K: per 64 weights, vpmaddubsw (q unsigned x activation, int16 pairs, no
+// saturation: 2*31*127 < 32767) then vpdpwssd with the sub-block scale (int16), so the
+// scaled integer sum of the whole block is exact in int32.
 template <int NC, bool Q5>
 void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
   const int64_t nb = K / QK_K;
@@ -258,10 +332,8 @@ void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* re
   __m128 accm[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps(), accm[c] = _mm_setzero_ps();
   const __m512i lowmask = _mm512_set1_epi8(0x0F);
-  const __m512i i02 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-  const __m512i one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4);
-  const __m512i i13 = _mm512_add_epi32(i02, one), i46 = _mm512_add_epi32(i02, four),
-                i57 = _mm512_add_epi32(i13, four);
+  const __m512i x02 = scale_index(0, 2, true), x13 = scale_index(1, 3, true), x46 = scale_index(4, 6, true),
+                x57 = scale_index(5, 7, true);
   __m512i hb[4];
   if constexpr (Q5) {
     const __m256i a = _mm256_set1_epi8(1), bb = _mm256_set1_epi8(4);
@@ -279,9 +351,9 @@ void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* re
     const float d = h2f(dh), dmin = h2f(dmh);
     uint32_t u[4];
     unpack_scales_k4(bp + 4, u);
-    const __m512i scv = _mm512_cvtepu8_epi32(_mm_setr_epi32(int(u[0]), int(u[1]), 0, 0));
-    const __m512i s02 = _mm512_permutexvar_epi32(i02, scv), s13 = _mm512_permutexvar_epi32(i13, scv),
-                  s46 = _mm512_permutexvar_epi32(i46, scv), s57 = _mm512_permutexvar_epi32(i57, scv);
+    const __m512i bsc = _mm512_set1_epi64(int64_t(uint64_t(u[0]) | (uint64_t(u[1]) << 32)));
+    const __m512i s02 = _mm512_shuffle_epi8(bsc, x02), s13 = _mm512_shuffle_epi8(bsc, x13),
+                  s46 = _mm512_shuffle_epi8(bsc, x46), s57 = _mm512_shuffle_epi8(bsc, x57);
     const __m128i mins = _mm_cvtepu8_epi16(_mm_setr_epi32(int(u[2]), int(u[3]), 0, 0));
     const uint8_t* qs = bp + (Q5 ? 48 : 16);
     const __m512i z1 = _mm512_loadu_si512(qs), z2 = _mm512_loadu_si512(qs + 64);
@@ -296,11 +368,10 @@ void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* re
     }
     for (int c = 0; c < NC; ++c) {
       const uint8_t* a = act[c] + size_t(b) * kQ8KBlockBytes;
-      const __m512i z = _mm512_setzero_si512();
-      __m512i i = _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, l1, _mm512_load_si512(a)), s02);
-      i = _mm512_add_epi32(i, _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, h1, _mm512_load_si512(a + 64)), s13));
-      i = _mm512_add_epi32(i, _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, l2, _mm512_load_si512(a + 128)), s46));
-      i = _mm512_add_epi32(i, _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, h2, _mm512_load_si512(a + 192)), s57));
+      __m512i i = _mm512_madd_epi16(_mm512_maddubs_epi16(l1, _mm512_load_si512(a)), s02);
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(h1, _mm512_load_si512(a + 64)), s13);
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(l2, _mm512_load_si512(a + 128)), s46);
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(h2, _mm512_load_si512(a + 192)), s57);
       const float dy = PrepQ8K::d(a);
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(d * dy), acc[c]);
       const __m128i mm = _mm_madd_epi16(mins, _mm_load_si128(reinterpret_cast<const __m128i*>(a + 272)));
@@ -317,6 +388,9 @@ void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* re
 
 // ---------------------------------------------------------------- Q6_K
 
+// q (0..63) unsigned: vpmaddubsw (2*63*127 < 32767) then vpdpwssd with the signed
+// 16-element sub-block scale; the -32 offset is applied with the activation's
+// 16-element sums times the scales.
 template <int NC>
 void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
   const int64_t nb = K / QK_K;
@@ -325,16 +399,19 @@ void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
   __m256 accm[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
   const __m512i lowmask = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const __m512i p0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i four = _mm512_set1_epi32(4);
+  // lane k of the low 64 values: int16 scale k; of the high 64: scale 4 + k.
+  alignas(64) int8_t ia[64], ib[64];
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 8; ++i) {
+      ia[16 * k + 2 * i] = int8_t(2 * k), ia[16 * k + 2 * i + 1] = int8_t(2 * k + 1);
+      ib[16 * k + 2 * i] = int8_t(2 * (k + 4)), ib[16 * k + 2 * i + 1] = int8_t(2 * (k + 4) + 1);
+    }
+  const __m512i xa = _mm512_load_si512(ia), xb = _mm512_load_si512(ib);
   for (int64_t b = 0; b < nb; ++b) {
     const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + b * BS);
     const float d = h2f(blk->d);
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales));
-    const __m512i scv = _mm512_cvtepi8_epi32(sc8);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
     __m512i q[4], sv[4];
-    __m512i pidx = p0;
     for (int h = 0; h < 2; ++h) {
       const __m512i zl = _mm512_loadu_si512(blk->ql + 64 * h);
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * h));
@@ -344,18 +421,16 @@ void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
           _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), m30);
       q[2 * h] = _mm512_or_si512(_mm512_and_si512(zl, lowmask), t1);
       q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(zl, 4), lowmask), t2);
-      sv[2 * h] = _mm512_permutexvar_epi32(pidx, scv);
-      pidx = _mm512_add_epi32(pidx, four);
-      sv[2 * h + 1] = _mm512_permutexvar_epi32(pidx, scv);
-      pidx = _mm512_add_epi32(pidx, four);
+      const __m512i B = _mm512_broadcast_i32x4(h == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1));
+      sv[2 * h] = _mm512_shuffle_epi8(B, xa);
+      sv[2 * h + 1] = _mm512_shuffle_epi8(B, xb);
     }
     for (int c = 0; c < NC; ++c) {
       const uint8_t* a = act[c] + size_t(b) * kQ8KBlockBytes;
-      const __m512i z = _mm512_setzero_si512();
-      __m512i i = _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, q[0], _mm512_load_si512(a)), sv[0]);
-      i = _mm512_add_epi32(i, _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, q[1], _mm512_load_si512(a + 64)), sv[1]));
-      i = _mm512_add_epi32(i, _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, q[2], _mm512_load_si512(a + 128)), sv[2]));
-      i = _mm512_add_epi32(i, _mm512_mullo_epi32(_mm512_dpbusd_epi32(z, q[3], _mm512_load_si512(a + 192)), sv[3]));
+      __m512i i = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_load_si512(a)), sv[0]);
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[1], _mm512_load_si512(a + 64)), sv[1]);
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[2], _mm512_load_si512(a + 128)), sv[2]);
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[3], _mm512_load_si512(a + 192)), sv[3]);
       const float dd = d * PrepQ8K::d(a);
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(dd), acc[c]);
       const __m256i mm = _mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 272)));
@@ -502,7 +577,7 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
       for (; k < K; ++k) o[k] = quant::fp16_to_fp32(quant::fp32_to_fp16(x[k]));
       return;
     }
-    case DType::BF16: quant::quantize_row(DType::BF16, x, dst, K); return;
+    case DType::BF16: prep_bf16(x, K, reinterpret_cast<uint16_t*>(dst)); return;
     case DType::Q8_0:
     case DType::Q4_0: prep_q8_0_for(wt, x, K, dst); return;
     case DType::Q4_K:
