@@ -110,6 +110,7 @@ int cmd_run(int argc, char** argv) {
   double t_decode = seconds_since(t1);
   out.flush();
   std::printf("\n");
+  std::fflush(stdout);  // the statistics below go to stderr: keep them after the text
   if (show_placement) std::fprintf(stderr, "%s", engine->placement().c_str());
   std::fprintf(stderr, "[prefill %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
                "seed %llu; %d threads]\n",
