@@ -3,6 +3,7 @@
 // kernels (kernels_*.cpp) are only entered after usable() said yes (make_backend
 // refuses otherwise).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -195,7 +196,33 @@ class CpuAvx512Backend final : public Backend {
     }
     kern::MatMulJob job{w.type, K, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), M, act, ab,
                         static_cast<float*>(dst.data), int64_t(dst.nb[1] / sizeof(float))};
-    parallel_for(N, [&job](int64_t b, int64_t e) { kern::matmul_rows(job, b, e); });
+    // Rows in chunks claimed from a shared counter, so an executor that is slowed
+    // down (a shared core) does not hold the others back. Each row is computed by the
+    // same code whichever executor takes it: results do not depend on the split.
+    const int execs = pool_ ? pool_->executorCount() : 1;
+    if (execs <= 1 || N < 2) {
+      kern::matmul_rows(job, 0, N);
+      return true;
+    }
+    struct Ctx {
+      const kern::MatMulJob* job;
+      int64_t n, chunk;
+      alignas(64) std::atomic<int64_t> next{0};
+    } ctx;
+    ctx.job = &job;
+    ctx.n = N;
+    // About 8 chunks per executor, each a multiple of 16 rows, at least 16.
+    ctx.chunk = std::max<int64_t>(16, (N / (8 * execs) + 15) / 16 * 16);
+    pool_->parallel(
+        [](void* p, int) {
+          auto* c = static_cast<Ctx*>(p);
+          for (;;) {
+            const int64_t b = c->next.fetch_add(c->chunk, std::memory_order_relaxed);
+            if (b >= c->n) break;
+            kern::matmul_rows(*c->job, b, std::min(c->n, b + c->chunk));
+          }
+        },
+        &ctx);
     return true;
   }
 

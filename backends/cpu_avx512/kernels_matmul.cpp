@@ -446,77 +446,110 @@ void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
 }
 
 // ---------------------------------------------------------------- F32 / F16 / BF16
+// NR weight rows x NC columns per pass (register tile); each (row, column) pair has
+// two accumulators (even/odd 16- or 32-element steps) and the same K order whatever
+// NR is, so a row's result does not depend on whether it was computed in a pair.
 
-template <int NC>
-void dot_f32(const uint8_t* w8, int64_t K, const uint8_t* const* act, float* res) {
-  const float* w = reinterpret_cast<const float*>(w8);
-  __m512 acc[NC][2];
-  for (int c = 0; c < NC; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
+struct LoadF32 {
+  static constexpr int kStep = 16;
+  static __m512 w(const uint8_t* p, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + k); }
+  static __m512 wm(const uint8_t* p, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + k);
+  }
+};
+struct LoadF16 {
+  static __m512 w(const uint8_t* p, int64_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(p) + k)));
+  }
+  static __m512 wm(const uint8_t* p, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(p) + k));
+  }
+};
+
+// F32 and F16 weights against F32 (F16-rounded for F16) activations.
+template <class L, int NR, int NC>
+void dot_fp(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* act, float* res) {
+  __m512 acc[NR][NC][2];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
-    const __m512 w0 = _mm512_loadu_ps(w + k), w1 = _mm512_loadu_ps(w + k + 16);
+    __m512 w0[NR], w1[NR];
+    for (int r = 0; r < NR; ++r) w0[r] = L::w(w + r * wstride, k), w1[r] = L::w(w + r * wstride, k + 16);
     for (int c = 0; c < NC; ++c) {
       const float* a = reinterpret_cast<const float*>(act[c]);
-      acc[c][0] = _mm512_fmadd_ps(w0, _mm512_load_ps(a + k), acc[c][0]);
-      acc[c][1] = _mm512_fmadd_ps(w1, _mm512_load_ps(a + k + 16), acc[c][1]);
+      const __m512 a0 = _mm512_load_ps(a + k), a1 = _mm512_load_ps(a + k + 16);
+      for (int r = 0; r < NR; ++r) {
+        acc[r][c][0] = _mm512_fmadd_ps(w0[r], a0, acc[r][c][0]);
+        acc[r][c][1] = _mm512_fmadd_ps(w1[r], a1, acc[r][c][1]);
+      }
     }
   }
   for (; k < K; k += 16) {
     const __mmask16 m = K - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (K - k)) - 1);
-    const __m512 w0 = _mm512_maskz_loadu_ps(m, w + k);
-    for (int c = 0; c < NC; ++c)
-      acc[c][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c]) + k), acc[c][0]);
-  }
-  for (int c = 0; c < NC; ++c) res[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1]));
-}
-
-template <int NC>
-void dot_f16(const uint8_t* w8, int64_t K, const uint8_t* const* act, float* res) {
-  const uint16_t* w = reinterpret_cast<const uint16_t*>(w8);
-  __m512 acc[NC][2];
-  for (int c = 0; c < NC; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k)));
-    const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k + 16)));
+    __m512 w0[NR];
+    for (int r = 0; r < NR; ++r) w0[r] = L::wm(w + r * wstride, k, m);
     for (int c = 0; c < NC; ++c) {
-      const float* a = reinterpret_cast<const float*>(act[c]);
-      acc[c][0] = _mm512_fmadd_ps(w0, _mm512_load_ps(a + k), acc[c][0]);
-      acc[c][1] = _mm512_fmadd_ps(w1, _mm512_load_ps(a + k + 16), acc[c][1]);
+      const __m512 a0 = _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c]) + k);
+      for (int r = 0; r < NR; ++r) acc[r][c][0] = _mm512_fmadd_ps(w0[r], a0, acc[r][c][0]);
     }
   }
-  for (; k < K; k += 16) {
-    const __mmask16 m = K - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (K - k)) - 1);
-    const __m512 w0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + k));
-    for (int c = 0; c < NC; ++c)
-      acc[c][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c]) + k), acc[c][0]);
-  }
-  for (int c = 0; c < NC; ++c) res[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1]));
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) res[4 * r + c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
 }
 
-template <int NC>
-void dot_bf16(const uint8_t* w8, int64_t K, const uint8_t* const* act, float* res) {
-  const uint16_t* w = reinterpret_cast<const uint16_t*>(w8);
-  __m512 acc[NC][2];
-  for (int c = 0; c < NC; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
+// BF16 weights against BF16 activations: vdpbf16ps (pairs of exact products).
+template <int NR, int NC>
+void dot_bf16(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* act, float* res) {
+  __m512 acc[NR][NC][2];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
-    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + k);
-    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + k + 32);
+    __m512bh w0[NR], w1[NR];
+    for (int r = 0; r < NR; ++r) {
+      const uint16_t* wr = reinterpret_cast<const uint16_t*>(w + r * wstride);
+      w0[r] = (__m512bh)_mm512_loadu_si512(wr + k);
+      w1[r] = (__m512bh)_mm512_loadu_si512(wr + k + 32);
+    }
     for (int c = 0; c < NC; ++c) {
       const uint16_t* a = reinterpret_cast<const uint16_t*>(act[c]);
-      acc[c][0] = _mm512_dpbf16_ps(acc[c][0], w0, (__m512bh)_mm512_load_si512(a + k));
-      acc[c][1] = _mm512_dpbf16_ps(acc[c][1], w1, (__m512bh)_mm512_load_si512(a + k + 32));
+      const __m512bh a0 = (__m512bh)_mm512_load_si512(a + k), a1 = (__m512bh)_mm512_load_si512(a + k + 32);
+      for (int r = 0; r < NR; ++r) {
+        acc[r][c][0] = _mm512_dpbf16_ps(acc[r][c][0], w0[r], a0);
+        acc[r][c][1] = _mm512_dpbf16_ps(acc[r][c][1], w1[r], a1);
+      }
     }
   }
   for (; k < K; k += 32) {
     const __mmask32 m = K - k >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (K - k)) - 1);
-    const __m512bh w0 = (__m512bh)_mm512_maskz_loadu_epi16(m, w + k);
-    for (int c = 0; c < NC; ++c)
-      acc[c][0] = _mm512_dpbf16_ps(acc[c][0], w0,
-                                   (__m512bh)_mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(act[c]) + k));
+    __m512bh w0[NR];
+    for (int r = 0; r < NR; ++r)
+      w0[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(w + r * wstride) + k);
+    for (int c = 0; c < NC; ++c) {
+      const __m512bh a0 = (__m512bh)_mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(act[c]) + k);
+      for (int r = 0; r < NR; ++r) acc[r][c][0] = _mm512_dpbf16_ps(acc[r][c][0], w0[r], a0);
+    }
   }
-  for (int c = 0; c < NC; ++c) res[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1]));
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) res[4 * r + c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
+}
+
+// One-row adapters with the signature of the quantized kernels.
+template <int NC> void dot_f32(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_fp<LoadF32, 1, NC>(w, 0, K, a, res); }
+template <int NC> void dot_f16(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_fp<LoadF16, 1, NC>(w, 0, K, a, res); }
+template <int NC> void dot_bf16_1(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_bf16<1, NC>(w, 0, K, a, res); }
+
+// Two-row kernels (float weights only; null for the others).
+using Dot2Fn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t* const*, float*);
+template <int NC>
+Dot2Fn pick2(DType wt) {
+  switch (wt) {
+    case DType::F32: return &dot_fp<LoadF32, 2, NC>;
+    case DType::F16: return &dot_fp<LoadF16, 2, NC>;
+    case DType::BF16: return &dot_bf16<2, NC>;
+    default: return nullptr;
+  }
 }
 
 using DotFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, float*);
@@ -526,7 +559,7 @@ DotFn pick(DType wt) {
   switch (wt) {
     case DType::F32: return &dot_f32<NC>;
     case DType::F16: return &dot_f16<NC>;
-    case DType::BF16: return &dot_bf16<NC>;
+    case DType::BF16: return &dot_bf16_1<NC>;
     case DType::Q8_0: return &dot_q8_0<NC>;
     case DType::Q4_0: return &dot_q4_0<NC>;
     case DType::Q4_K: return &dot_q45_k<NC, false>;
@@ -589,6 +622,7 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
 
 void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
   const DotFn f1 = pick<1>(j.wt), f2 = pick<2>(j.wt), f3 = pick<3>(j.wt), f4 = pick<4>(j.wt);
+  const Dot2Fn g1 = pick2<1>(j.wt), g2 = pick2<2>(j.wt), g3 = pick2<3>(j.wt), g4 = pick2<4>(j.wt);
   // Rows per cache block: about 32 KiB of weights, at least 4.
   const int64_t RB = j.M <= 4 ? (r1 - r0) : std::max<int64_t>(4, (32 << 10) / std::max<int64_t>(1, j.wstride));
   for (int64_t rb = r0; rb < r1; rb += RB) {
@@ -598,8 +632,18 @@ void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
       const uint8_t* a[4];
       for (int c = 0; c < nc; ++c) a[c] = j.act + size_t(m0 + c) * j.act_stride;
       const DotFn f = nc == 4 ? f4 : nc == 3 ? f3 : nc == 2 ? f2 : f1;
-      float res[4];
-      for (int64_t r = rb; r < re; ++r) {
+      const Dot2Fn g = nc == 4 ? g4 : nc == 3 ? g3 : nc == 2 ? g2 : g1;
+      float res[8];
+      int64_t r = rb;
+      if (g && j.M > 1)  // prefill: 2 rows x nc columns per pass
+        for (; r + 2 <= re; r += 2) {
+          g(j.w + r * j.wstride, j.wstride, j.K, a, res);
+          for (int c = 0; c < nc; ++c) {
+            j.out[(m0 + c) * j.out_stride + r] = res[c];
+            j.out[(m0 + c) * j.out_stride + r + 1] = res[4 + c];
+          }
+        }
+      for (; r < re; ++r) {
         f(j.w + r * j.wstride, j.K, a, res);
         for (int c = 0; c < nc; ++c) j.out[(m0 + c) * j.out_stride + r] = res[c];
       }
