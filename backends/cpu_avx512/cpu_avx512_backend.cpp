@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu_avx512_backend.h"
@@ -65,9 +66,48 @@ struct AlignedFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
 
+// A cheap fingerprint of a weight's bytes (shape plus 64 bytes of its first, middle
+// and last rows): a repacked copy is used only while the original still matches, so
+// a freed and reused address can never pick up a stale repack.
+uint64_t fingerprint(const Tensor& w) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const int64_t K = w.ne[0], N = w.ne[1];
+  mix(&K, sizeof K);
+  mix(&N, sizeof N);
+  mix(&w.nb[1], sizeof w.nb[1]);
+  const size_t n = std::min<size_t>(64, row_bytes(w.type, K));
+  for (int64_t r : {int64_t(0), N / 2, N - 1}) mix(static_cast<const char*>(w.data) + r * int64_t(w.nb[1]), n);
+  return h;
+}
+
 class CpuAvx512Backend final : public Backend {
  public:
-  explicit CpuAvx512Backend(FastPool* pool) : pool_(pool), ref_(cpu_scalar::make_backend(pool)) {}
+  CpuAvx512Backend(FastPool* pool, bool repack) : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack) {}
+
+  // Q4_0 / Q8_0 weights get a row-interleaved copy (see kernels.h). The tensor itself
+  // is left untouched, so every other reader (GetRows of a tied embedding, another
+  // backend, the reference) still sees the GGUF layout.
+  void prepare_weight(Tensor& w) override {
+    if (!repack_ || !w.data || !kern::repack_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1 || w.ne[1] < 1 ||
+        w.ne[0] % 32 != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]))
+      return;
+    Repacked r;
+    r.type = w.type;
+    r.K = w.ne[0];
+    r.N = w.ne[1];
+    r.wstride = w.nb[1];
+    const size_t bytes = kern::repacked_bytes(w.type, r.K, r.N);
+    void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
+    if (!p) throw Error("cpu_avx512: out of memory repacking '" + w.name + "'");
+    r.data.reset(static_cast<uint8_t*>(p));
+    kern::repack(w.type, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), r.K, r.N, r.data.get());
+    r.fp = fingerprint(w);
+    repacked_[w.data] = std::move(r);
+  }
 
   std::string name() const override { return "cpu_avx512"; }
 
@@ -181,8 +221,71 @@ class CpuAvx512Backend final : public Backend {
     return act_.get();
   }
 
+  struct Repacked {
+    DType type = DType::F32;
+    int64_t K = 0, N = 0;
+    size_t wstride = 0;
+    uint64_t fp = 0;
+    std::unique_ptr<uint8_t[], AlignedFree> data;
+  };
+
+  const Repacked* find_repacked(const Tensor& w) {
+    auto it = repacked_.find(w.data);
+    if (it == repacked_.end()) return nullptr;
+    const Repacked& r = it->second;
+    if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || w.ne[2] != 1 || w.ne[3] != 1 ||
+        r.fp != fingerprint(w)) {
+      repacked_.erase(it);  // stale: the memory now holds another tensor
+      return nullptr;
+    }
+    return &r;
+  }
+
+  bool mat_mul_repacked(const Repacked& rp, const Tensor& x, const Tensor& dst) {
+    const int64_t K = rp.K, N = rp.N, M = x.nrows();
+    const size_t ab = kern::act_bytes_repacked(rp.type, K);
+    uint8_t* act = act_buffer(ab * size_t(M));
+    if (M == 1) {
+      kern::prep_act_repacked(rp.type, frow(x, 0), K, act);
+    } else {
+      parallel_for(M, [&](int64_t b, int64_t e) {
+        for (int64_t m = b; m < e; ++m) kern::prep_act_repacked(rp.type, frow(x, m), K, act + size_t(m) * ab);
+      });
+    }
+    kern::MatMulJob job{rp.type, K, rp.data.get(), 0, M, act, ab, static_cast<float*>(dst.data),
+                        int64_t(dst.nb[1] / sizeof(float))};
+    const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
+    const int execs = pool_ ? pool_->executorCount() : 1;
+    if (execs <= 1 || tiles < 2) {
+      kern::matmul_tiles_repacked(job, N, 0, tiles);
+      return true;
+    }
+    struct Ctx {
+      const kern::MatMulJob* job;
+      int64_t N, tiles, chunk;
+      alignas(64) std::atomic<int64_t> next{0};
+    } ctx;
+    ctx.job = &job;
+    ctx.N = N;
+    ctx.tiles = tiles;
+    ctx.chunk = std::max<int64_t>(1, tiles / (8 * execs));
+    pool_->parallel(
+        [](void* p, int) {
+          auto* c = static_cast<Ctx*>(p);
+          for (;;) {
+            const int64_t b = c->next.fetch_add(c->chunk, std::memory_order_relaxed);
+            if (b >= c->tiles) break;
+            kern::matmul_tiles_repacked(*c->job, c->N, b, std::min(c->tiles, b + c->chunk));
+          }
+        },
+        &ctx);
+    return true;
+  }
+
   bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst) {
     if (!uniform_rows(dst) || dst.nb[1] % sizeof(float) != 0) return false;
+    if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
+    if (const Repacked* rp = find_repacked(w)) return mat_mul_repacked(*rp, x, dst);
     const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
     const size_t ab = kern::act_bytes(w.type, K);
@@ -269,14 +372,16 @@ class CpuAvx512Backend final : public Backend {
   std::unique_ptr<uint8_t[], AlignedFree> act_;
   size_t act_cap_ = 0;
   std::vector<const uint16_t*> rows_;
+  bool repack_ = true;
+  std::unordered_map<const void*, Repacked> repacked_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(FastPool* pool) {
+std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack) {
   std::string why;
   if (!usable(&why)) throw Error("cpu_avx512 cannot run on this CPU: " + why);
-  return std::make_unique<CpuAvx512Backend>(pool);
+  return std::make_unique<CpuAvx512Backend>(pool, repack);
 }
 
 }  // namespace tessera::cpu_avx512

@@ -22,6 +22,8 @@ namespace tessera::cpu_avx512 {
 bool usable(std::string* why = nullptr);
 
 // Creates the backend (throws tessera::Error when !usable()). `pool` may be null.
-std::unique_ptr<Backend> make_backend(FastPool* pool);
+// `repack`: prepare_weight() keeps a row-interleaved copy of Q4_0/Q8_0 weights (the
+// tensor itself is not modified); false reads the GGUF layout directly.
+std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack = true);
 
 }  // namespace tessera::cpu_avx512

@@ -49,3 +49,20 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
                     int64_t L, float scale, float* out);
 
 }  // namespace tessera::cpu_avx512::kern
+
+namespace tessera::cpu_avx512::kern {
+
+// ---- Repacked Q4_0 / Q8_0 weights (prepare_weight) -------------------------------
+// 16-row tiles, per block: 16 F16 scales then the rows' quantized bytes interleaved
+// in 4-byte groups (lane i of each 64-byte vector = row i), so one vpdpbusd covers
+// 16 rows x 4 (Q8_0) or 8 (Q4_0, both nibbles) weights with no shuffles.
+constexpr int kTileRows = 16;
+bool repack_supported(DType wt);
+size_t repacked_bytes(DType wt, int64_t K, int64_t N);
+void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst);
+size_t act_bytes_repacked(DType wt, int64_t K);
+void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst);
+// Tiles [t0, t1) of the product for every column (job.w = repacked data).
+void matmul_tiles_repacked(const MatMulJob& job, int64_t N, int64_t t0, int64_t t1);
+
+}  // namespace tessera::cpu_avx512::kern

@@ -759,3 +759,155 @@ void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
 }
 
 }  // namespace tessera::cpu_avx512::kern
+
+// ===================================================================== repacked
+namespace tessera::cpu_avx512::kern {
+namespace {
+
+// Bytes per block of one 16-row tile: 32 bytes of scales + 16 rows of quantized bytes.
+constexpr int64_t tile_block_bytes(DType wt) { return wt == DType::Q4_0 ? 32 + 16 * 16 : 32 + 16 * 32; }
+
+// Prepared activation for repacked weights: int8 values in natural order [A64(K)],
+// per block the float scale [nb] and the int32 offset correction [nb]
+// (-8 * block sum for Q4_0, -128 * block sum for Q8_0).
+inline size_t rp_off_d(int64_t K) { return A64(size_t(K)); }
+inline size_t rp_off_c(int64_t K) { return A64(size_t(K)) + A64(size_t(K / 32) * 4); }
+
+template <bool Q4, int NC>
+void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res /*[NC][16]*/) {
+  constexpr int64_t TB = Q4 ? 32 + 256 : 32 + 512;
+  __m512 acc[NC];
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i lowmask = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(char(0x80));
+  const float* dy[NC];
+  const int32_t* cy[NC];
+  const int8_t* y[NC];
+  for (int c = 0; c < NC; ++c) {
+    y[c] = reinterpret_cast<const int8_t*>(act[c]);
+    dy[c] = reinterpret_cast<const float*>(act[c] + rp_off_d(K));
+    cy[c] = reinterpret_cast<const int32_t*>(act[c] + rp_off_c(K));
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = tile + b * TB;
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 128, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 192, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 256, _MM_HINT_T0);
+    if constexpr (!Q4) {
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 320, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 384, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 448, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 512, _MM_HINT_T0);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512i i[NC];
+    for (int c = 0; c < NC; ++c) i[c] = _mm512_set1_epi32(cy[c][b]);
+    const uint8_t* q = p + 32;
+    if constexpr (Q4) {
+      for (int t = 0; t < 4; ++t) {
+        const __m512i z = _mm512_loadu_si512(q + 64 * t);
+        const __m512i lo = _mm512_and_si512(z, lowmask), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lowmask);
+        for (int c = 0; c < NC; ++c) {
+          int32_t a0, a1;
+          std::memcpy(&a0, y[c] + b * 32 + 4 * t, 4);
+          std::memcpy(&a1, y[c] + b * 32 + 16 + 4 * t, 4);
+          i[c] = _mm512_dpbusd_epi32(i[c], lo, _mm512_set1_epi32(a0));
+          i[c] = _mm512_dpbusd_epi32(i[c], hi, _mm512_set1_epi32(a1));
+        }
+      }
+    } else {
+      for (int t = 0; t < 8; ++t) {
+        const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * t), off);
+        for (int c = 0; c < NC; ++c) {
+          int32_t a0;
+          std::memcpy(&a0, y[c] + b * 32 + 4 * t, 4);
+          i[c] = _mm512_dpbusd_epi32(i[c], u, _mm512_set1_epi32(a0));
+        }
+      }
+    }
+    // Lane = row, blocks in order, the reference's rounding: Q4_0 adds (s * dx) * dy,
+    // Q8_0 adds s * (dx * dy), no FMA: bit-identical to cpu_scalar.
+    for (int c = 0; c < NC; ++c) {
+      const __m512 si = _mm512_cvtepi32_ps(i[c]), vdy = _mm512_set1_ps(dy[c][b]);
+      const __m512 t = Q4 ? _mm512_mul_ps(_mm512_mul_ps(si, dw), vdy) : _mm512_mul_ps(si, _mm512_mul_ps(dw, vdy));
+      acc[c] = _mm512_add_ps(acc[c], t);
+    }
+  }
+  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(res + 16 * c, acc[c]);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*);
+template <int NC>
+TileFn pick_tile(DType wt) {
+  return wt == DType::Q4_0 ? &tile_dot<true, NC> : &tile_dot<false, NC>;
+}
+
+}  // namespace
+
+bool repack_supported(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0; }
+
+size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
+  const int64_t tiles = (N + kTileRows - 1) / kTileRows;
+  return size_t(tiles) * size_t(K / 32) * size_t(tile_block_bytes(wt));
+}
+
+void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst) {
+  const int64_t nb = K / 32, TB = tile_block_bytes(wt), tiles = (N + kTileRows - 1) / kTileRows;
+  const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
+  std::memset(dst, 0, repacked_bytes(wt, K, N));
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = dst + size_t(t * nb + b) * size_t(TB);
+      for (int i = 0; i < kTileRows; ++i) {
+        const int64_t r = t * kTileRows + i;
+        if (r >= N) break;  // padding rows stay zero (scale 0)
+        const uint8_t* blk = w + r * wstride + b * BS;
+        std::memcpy(o + 2 * i, blk, 2);
+        for (int64_t g = 0; g < QB / 4; ++g) std::memcpy(o + 32 + 64 * g + 4 * i, blk + 2 + 4 * g, 4);
+      }
+    }
+}
+
+size_t act_bytes_repacked(DType wt, int64_t K) { return rp_off_c(K) + A64(size_t(K / 32) * 4); }
+
+void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
+  const int64_t nb = K / 32;
+  int8_t* qs = reinterpret_cast<int8_t*>(dst);
+  float* dd = reinterpret_cast<float*>(dst + rp_off_d(K));
+  int32_t* cc = reinterpret_cast<int32_t*>(dst + rp_off_c(K));
+  const int32_t mult = wt == DType::Q4_0 ? -8 : -128;
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    dd[b] = quant::fp16_to_fp32(quant::fp32_to_fp16(d));
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)));
+    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+    cc[b] = mult * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1) {
+  const TileFn f1 = pick_tile<1>(j.wt), f2 = pick_tile<2>(j.wt), f3 = pick_tile<3>(j.wt), f4 = pick_tile<4>(j.wt);
+  const int64_t nb = j.K / 32, TB = tile_block_bytes(j.wt);
+  alignas(64) float res[4 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = j.w + size_t(t * nb) * size_t(TB);
+    const int rows = int(std::min<int64_t>(kTileRows, N - t * kTileRows));
+    for (int64_t m0 = 0; m0 < j.M; m0 += 4) {
+      const int nc = int(std::min<int64_t>(4, j.M - m0));
+      const uint8_t* a[4];
+      for (int c = 0; c < nc; ++c) a[c] = j.act + size_t(m0 + c) * j.act_stride;
+      (nc == 4 ? f4 : nc == 3 ? f3 : nc == 2 ? f2 : f1)(tile, nb, a, j.K, res);
+      for (int c = 0; c < nc; ++c)
+        std::memcpy(j.out + (m0 + c) * j.out_stride + t * kTileRows, res + 16 * c, sizeof(float) * size_t(rows));
+    }
+  }
+}
+
+}  // namespace tessera::cpu_avx512::kern

@@ -32,7 +32,18 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
       if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: not usable on this CPU: %s", why.c_str());
       return nullptr;
     }
-    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool).release());
+    // Option `repack` (plugins.toml [backend.cpu_avx512.options]): "false"/"0"/"no"
+    // turns off the interleaved copy of Q4_0/Q8_0 weights.
+    bool repack = true;
+    if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
+      for (size_t i = 0; i < args->option_count; ++i) {
+        const TesseraOption& o = args->options[i];
+        if (o.key && o.value && std::string(o.key) == "repack") {
+          const std::string v = o.value;
+          repack = !(v == "false" || v == "0" || v == "no" || v == "off");
+        }
+      }
+    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool, repack).release());
   } catch (const std::exception& e) {
     if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: %s", e.what());
   } catch (...) {

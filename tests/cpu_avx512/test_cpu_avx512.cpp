@@ -105,10 +105,13 @@ std::vector<uint8_t> quantize_matrix(DType t, const std::vector<float>& w, int64
 }
 
 // dst = W x, on backend `be`.
-Out matmul(Backend& be, DType wt, std::vector<uint8_t>& w, int64_t K, int64_t N, std::vector<float>& x, int64_t M) {
+Out matmul(Backend& be, DType wt, std::vector<uint8_t>& w, int64_t K, int64_t N, std::vector<float>& x, int64_t M,
+           bool prepare = false) {
   Out out(size_t(N * M));
   Graph g;
-  const int tw = g.add_tensor(Tensor::contiguous(wt, {K, N}, w.data()));
+  Tensor wt_t = Tensor::contiguous(wt, {K, N}, w.data());
+  if (prepare) be.prepare_weight(wt_t);  // may keep a repacked copy (Q4_0 / Q8_0)
+  const int tw = g.add_tensor(wt_t);
   const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
   const int to = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, out.data()));
   g.add_node(node(Op::MatMul, to, tw, tx));
@@ -158,6 +161,16 @@ TEST_P(Avx512MatMul, AgreesWithScalarAndThreadCountIndependent) {
         Out r = matmul(*ref, c.wt, w, K, N, x, M);
         Out a = matmul(*be1, c.wt, w, K, N, x, M);
         Out b = matmul(*be2, c.wt, w, K, N, x, M);
+        // Repacked weights (prepare_weight), 1 and 2 threads.
+        Out pa = matmul(*be1, c.wt, w, K, N, x, M, true);
+        Out pb = matmul(*be2, c.wt, w, K, N, x, M, true);
+        const double ep = nmse(pa.data(), r.data(), size_t(N * M));
+        EXPECT_LE(ep, 1e-6) << "repacked nmse " << ep;
+        if (c.wt == DType::Q4_0 || c.wt == DType::Q8_0)  // repacked: the reference's exact rounding
+          EXPECT_EQ(std::memcmp(pa.data(), r.data(), sizeof(float) * size_t(N * M)), 0) << "repacked not bit-identical";
+        EXPECT_EQ(std::memcmp(pa.data(), pb.data(), sizeof(float) * size_t(N * M)), 0) << "repacked: 1 vs 2 threads differ";
+        EXPECT_TRUE(pa.guard_ok());
+        EXPECT_TRUE(pb.guard_ok());
         const double e = nmse(a.data(), r.data(), size_t(N * M));
         SCOPED_TRACE(std::string(dtype_name(c.wt)) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
                      " M=" + std::to_string(M));
@@ -195,6 +208,22 @@ TEST_F(Avx512, MatMulStridedAnd3DActivations) {
   }
   EXPECT_LE(nmse(a.data(), r.data(), a.n), 1e-6);
   EXPECT_TRUE(a.guard_ok());
+}
+
+// A repacked copy is only used while the original bytes still match: a weight buffer
+// whose contents change (or whose address is reused by another tensor) is read afresh.
+TEST_F(Avx512, RepackedCopyIsNotUsedWhenTheWeightChanges) {
+  const int64_t K = 64, N = 40, M = 2;
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N), 21), K, N);
+    std::vector<float> x = randn(size_t(K * M), 22);
+    Out a = matmul(*be2, t, w, K, N, x, M, true);
+    // New contents at the same address, no prepare_weight.
+    w = quantize_matrix(t, randn(size_t(K * N), 23), K, N);
+    Out r = matmul(*ref, t, w, K, N, x, M);
+    Out b = matmul(*be2, t, w, K, N, x, M);
+    EXPECT_LE(nmse(b.data(), r.data(), r.n), 1e-6) << dtype_name(t);
+  }
 }
 
 TEST_F(Avx512, UnsupportedIsDeclinedWithReason) {
