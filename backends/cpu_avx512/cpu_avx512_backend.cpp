@@ -88,12 +88,12 @@ class CpuAvx512Backend final : public Backend {
  public:
   CpuAvx512Backend(FastPool* pool, bool repack) : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack) {}
 
-  // Q4_0 / Q8_0 weights get a row-interleaved copy (see kernels.h). The tensor itself
+  // Q4_0 / Q8_0 / Q4_K weights get a row-interleaved copy (see kernels.h). The tensor itself
   // is left untouched, so every other reader (GetRows of a tied embedding, another
   // backend, the reference) still sees the GGUF layout.
   void prepare_weight(Tensor& w) override {
     if (!repack_ || !w.data || !kern::repack_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1 || w.ne[1] < 1 ||
-        w.ne[0] % 32 != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]))
+        w.ne[0] % dtype_traits(w.type).block_elems != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]))
       return;
     Repacked r;
     r.type = w.type;

@@ -765,7 +765,11 @@ namespace tessera::cpu_avx512::kern {
 namespace {
 
 // Bytes per block of one 16-row tile: 32 bytes of scales + 16 rows of quantized bytes.
-constexpr int64_t tile_block_bytes(DType wt) { return wt == DType::Q4_0 ? 32 + 16 * 16 : 32 + 16 * 32; }
+constexpr int64_t kQ4KTileBytes = 448 + 32 * 64;  // d, dmin, scales, min pairs, qs (see repack)
+constexpr int64_t tile_block_bytes(DType wt) {
+  return wt == DType::Q4_0 ? 32 + 16 * 16 : wt == DType::Q8_0 ? 32 + 16 * 32 : kQ4KTileBytes;
+}
+constexpr int64_t block_elems_rp(DType wt) { return wt == DType::Q4_K ? 256 : 32; }
 
 // Prepared activation for repacked weights: int8 values in natural order [A64(K)],
 // per block the float scale [nb] and the int32 offset correction [nb]
@@ -837,22 +841,102 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   for (int c = 0; c < NC; ++c) _mm512_storeu_ps(res + 16 * c, acc[c]);
 }
 
+// Repacked Q4_K tile (16 rows, lane = row). Per 256-weight block: F16 d[16],
+// dmin[16]; 8 x 16 six-bit scales (u8); 4 x 16 lanes of (min_2p, min_2p+1) int16
+// pairs; then 32 x 64 bytes of quantized bytes, vector g lane i = row i's qs[4g..4g+3].
+// Per sub-block the integer dot is exact (vpdpbusd), scaled by the row's 6-bit scale
+// in int32 (vpmulld); mins against the activation's 32-element sums with vpdpwssd.
+template <int NC>
+void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
+  __m512 acc[NC];
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i lowmask = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = tile + b * kQ4KTileBytes;
+    for (int l = 0; l < kQ4KTileBytes / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    const uint8_t* a[NC];
+    for (int c = 0; c < NC; ++c) a[c] = act[c] + size_t(b) * kQ8KBlockBytes;
+    __m512i tot[NC], mn[NC];
+    for (int c = 0; c < NC; ++c) {
+      tot[c] = _mm512_setzero_si512();
+      mn[c] = _mm512_setzero_si512();
+      const int32_t* ys = reinterpret_cast<const int32_t*>(a[c] + 272);  // (sum_2p, sum_2p+1) int16 pairs
+      for (int pp = 0; pp < 4; ++pp)
+        mn[c] = _mm512_dpwssd_epi32(mn[c], _mm512_loadu_si512(p + 192 + 64 * pp), _mm512_set1_epi32(ys[pp]));
+    }
+    const uint8_t* q = p + 448;
+    for (int ch = 0; ch < 4; ++ch) {
+      __m512i alo[NC], ahi[NC];
+      for (int c = 0; c < NC; ++c) alo[c] = ahi[c] = _mm512_setzero_si512();
+      for (int g = 0; g < 8; ++g) {
+        const __m512i z = _mm512_loadu_si512(q + 64 * (8 * ch + g));
+        const __m512i lo = _mm512_and_si512(z, lowmask), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lowmask);
+        for (int c = 0; c < NC; ++c) {
+          int32_t y0, y1;
+          std::memcpy(&y0, a[c] + 64 * ch + 4 * g, 4);
+          std::memcpy(&y1, a[c] + 64 * ch + 32 + 4 * g, 4);
+          alo[c] = _mm512_dpbusd_epi32(alo[c], lo, _mm512_set1_epi32(y0));
+          ahi[c] = _mm512_dpbusd_epi32(ahi[c], hi, _mm512_set1_epi32(y1));
+        }
+      }
+      const __m512i slo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 64 + 16 * (2 * ch))));
+      const __m512i shi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 64 + 16 * (2 * ch + 1))));
+      for (int c = 0; c < NC; ++c)
+        tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[c], slo), _mm512_mullo_epi32(ahi[c], shi)));
+    }
+    for (int c = 0; c < NC; ++c) {
+      const __m512 vdy = _mm512_set1_ps(PrepQ8K::d(a[c]));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[c]), _mm512_mul_ps(d, vdy), acc[c]);
+      acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mn[c]), _mm512_mul_ps(dmin, vdy), acc[c]);
+    }
+  }
+  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(res + 16 * c, acc[c]);
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*);
 template <int NC>
 TileFn pick_tile(DType wt) {
-  return wt == DType::Q4_0 ? &tile_dot<true, NC> : &tile_dot<false, NC>;
+  return wt == DType::Q4_0 ? &tile_dot<true, NC> : wt == DType::Q8_0 ? &tile_dot<false, NC> : &tile_dot_q4k<NC>;
 }
 
 }  // namespace
 
-bool repack_supported(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0; }
+bool repack_supported(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K; }
 
 size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
-  return size_t(tiles) * size_t(K / 32) * size_t(tile_block_bytes(wt));
+  return size_t(tiles) * size_t(K / block_elems_rp(wt)) * size_t(tile_block_bytes(wt));
 }
 
 void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst) {
+  if (wt == DType::Q4_K) {
+    const int64_t nb = K / QK_K, tiles = (N + kTileRows - 1) / kTileRows;
+    std::memset(dst, 0, repacked_bytes(wt, K, N));
+    for (int64_t t = 0; t < tiles; ++t)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = dst + size_t(t * nb + b) * size_t(kQ4KTileBytes);
+        for (int i = 0; i < kTileRows; ++i) {
+          const int64_t r = t * kTileRows + i;
+          if (r >= N) break;
+          const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * wstride + b * int64_t(sizeof(BlockQ4_K)));
+          std::memcpy(o + 2 * i, &blk->d, 2);
+          std::memcpy(o + 32 + 2 * i, &blk->dmin, 2);
+          uint32_t u[4];
+          unpack_scales_k4(blk->scales, u);
+          const uint8_t* sc = reinterpret_cast<const uint8_t*>(u);
+          const uint8_t* mi = sc + 8;
+          for (int j = 0; j < 8; ++j) o[64 + 16 * j + i] = sc[j];
+          for (int pp = 0; pp < 4; ++pp) {
+            const int16_t m2[2] = {int16_t(mi[2 * pp]), int16_t(mi[2 * pp + 1])};
+            std::memcpy(o + 192 + 64 * pp + 4 * i, m2, 4);
+          }
+          for (int g = 0; g < 32; ++g) std::memcpy(o + 448 + 64 * g + 4 * i, blk->qs + 4 * g, 4);
+        }
+      }
+    return;
+  }
   const int64_t nb = K / 32, TB = tile_block_bytes(wt), tiles = (N + kTileRows - 1) / kTileRows;
   const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
   std::memset(dst, 0, repacked_bytes(wt, K, N));
@@ -869,9 +953,22 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
     }
 }
 
-size_t act_bytes_repacked(DType wt, int64_t K) { return rp_off_c(K) + A64(size_t(K / 32) * 4); }
+size_t act_bytes_repacked(DType wt, int64_t K) {
+  if (wt == DType::Q4_K) return size_t(K / QK_K) * kQ8KBlockBytes;
+  return rp_off_c(K) + A64(size_t(K / 32) * 4);
+}
 
 void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
+  if (wt == DType::Q4_K) {  // natural order; 32-element sums as int16 pairs
+    prep_q8_k_for(DType::Q6_K, x, K, dst);  // natural qs, d, 16-element sums
+    for (int64_t b = 0; b < K / QK_K; ++b) {
+      int16_t* sums = reinterpret_cast<int16_t*>(dst + size_t(b) * kQ8KBlockBytes + 272);
+      int16_t s32[8];
+      for (int j = 0; j < 8; ++j) s32[j] = int16_t(sums[2 * j] + sums[2 * j + 1]);
+      std::memcpy(sums, s32, sizeof s32);
+    }
+    return;
+  }
   const int64_t nb = K / 32;
   int8_t* qs = reinterpret_cast<int8_t*>(dst);
   float* dd = reinterpret_cast<float*>(dst + rp_off_d(K));
@@ -894,7 +991,7 @@ void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
 
 void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1) {
   const TileFn f1 = pick_tile<1>(j.wt), f2 = pick_tile<2>(j.wt), f3 = pick_tile<3>(j.wt), f4 = pick_tile<4>(j.wt);
-  const int64_t nb = j.K / 32, TB = tile_block_bytes(j.wt);
+  const int64_t nb = j.K / block_elems_rp(j.wt), TB = tile_block_bytes(j.wt);
   alignas(64) float res[4 * 16];
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = j.w + size_t(t * nb) * size_t(TB);

@@ -213,8 +213,8 @@ TEST_F(Avx512, MatMulStridedAnd3DActivations) {
 // A repacked copy is only used while the original bytes still match: a weight buffer
 // whose contents change (or whose address is reused by another tensor) is read afresh.
 TEST_F(Avx512, RepackedCopyIsNotUsedWhenTheWeightChanges) {
-  const int64_t K = 64, N = 40, M = 2;
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+  const int64_t K = 256, N = 40, M = 2;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
     std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N), 21), K, N);
     std::vector<float> x = randn(size_t(K * M), 22);
     Out a = matmul(*be2, t, w, K, N, x, M, true);
