@@ -104,7 +104,10 @@ class CpuAvx512Backend final : public Backend {
     void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
     if (!p) throw Error("cpu_avx512: out of memory repacking '" + w.name + "'");
     r.data.reset(static_cast<uint8_t*>(p));
-    kern::repack(w.type, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), r.K, r.N, r.data.get());
+    const int64_t tiles = (r.N + kern::kTileRows - 1) / kern::kTileRows;
+    const auto* src = static_cast<const uint8_t*>(w.data);
+    uint8_t* out = r.data.get();
+    parallel_for(tiles, [&](int64_t t0, int64_t t1) { kern::repack(r.type, src, int64_t(w.nb[1]), r.K, r.N, out, t0, t1); });
     r.fp = fingerprint(w);
     repacked_[w.data] = std::move(r);
   }

@@ -59,7 +59,8 @@ namespace tessera::cpu_avx512::kern {
 constexpr int kTileRows = 16;
 bool repack_supported(DType wt);
 size_t repacked_bytes(DType wt, int64_t K, int64_t N);
-void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst);
+// Repacks tiles [t0, t1) (of (N + 15) / 16) into dst (repacked_bytes(wt, K, N) bytes).
+void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst, int64_t t0, int64_t t1);
 size_t act_bytes_repacked(DType wt, int64_t K);
 void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst);
 // Tiles [t0, t1) of the product for every column (job.w = repacked data).

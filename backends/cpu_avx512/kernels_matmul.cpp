@@ -910,11 +910,11 @@ size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
   return size_t(tiles) * size_t(K / block_elems_rp(wt)) * size_t(tile_block_bytes(wt));
 }
 
-void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst) {
+void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst, int64_t t0, int64_t t1) {
   if (wt == DType::Q4_K) {
-    const int64_t nb = K / QK_K, tiles = (N + kTileRows - 1) / kTileRows;
-    std::memset(dst, 0, repacked_bytes(wt, K, N));
-    for (int64_t t = 0; t < tiles; ++t)
+    const int64_t nb = K / QK_K;
+    std::memset(dst + size_t(t0 * nb) * size_t(kQ4KTileBytes), 0, size_t((t1 - t0) * nb) * size_t(kQ4KTileBytes));
+    for (int64_t t = t0; t < t1; ++t)
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t* o = dst + size_t(t * nb + b) * size_t(kQ4KTileBytes);
         for (int i = 0; i < kTileRows; ++i) {
@@ -937,10 +937,10 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
       }
     return;
   }
-  const int64_t nb = K / 32, TB = tile_block_bytes(wt), tiles = (N + kTileRows - 1) / kTileRows;
+  const int64_t nb = K / 32, TB = tile_block_bytes(wt);
   const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
-  std::memset(dst, 0, repacked_bytes(wt, K, N));
-  for (int64_t t = 0; t < tiles; ++t)
+  std::memset(dst + size_t(t0 * nb) * size_t(TB), 0, size_t((t1 - t0) * nb) * size_t(TB));
+  for (int64_t t = t0; t < t1; ++t)
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* o = dst + size_t(t * nb + b) * size_t(TB);
       for (int i = 0; i < kTileRows; ++i) {

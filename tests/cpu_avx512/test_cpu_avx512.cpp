@@ -6,7 +6,8 @@
 //
 // TESSERA_AVX512_BENCH=1 enables a quick decode bandwidth check (not a benchmark
 // suite: it prints GB/s of weights streamed next to a measured streaming-read
-// bandwidth).
+// bandwidth). On a shared machine run it as `chrt -f 1 ./test_cpu_avx512
+// --gtest_filter='*Bench*'` so other processes do not stall the 2-thread dispatches.
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <gtest/gtest.h>
@@ -509,7 +510,9 @@ TEST(Avx512Bench, DecodeBandwidth) {
       std::vector<std::unique_ptr<Graph>> gs;
       for (int c = 0; c < copies; ++c) {
         auto g = std::make_unique<Graph>();
-        const int tw = g->add_tensor(Tensor::contiguous(t, {s.K, s.N}, w.data() + mat * size_t(c)));
+        Tensor wt = Tensor::contiguous(t, {s.K, s.N}, w.data() + mat * size_t(c));
+        be->prepare_weight(wt);  // the engine does this at load (repacked Q4_0/Q8_0/Q4_K)
+        const int tw = g->add_tensor(wt);
         const int tx = g->add_tensor(Tensor::contiguous(DType::F32, {s.K, 1}, x.data()));
         const int to = g->add_tensor(Tensor::contiguous(DType::F32, {s.N, 1}, out.data()));
         g->add_node(node(Op::MatMul, to, tw, tx));
