@@ -236,8 +236,10 @@ class CpuAvx512Backend final : public Backend {
     auto it = repacked_.find(w.data);
     if (it == repacked_.end()) return nullptr;
     const Repacked& r = it->second;
-    if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || w.ne[2] != 1 || w.ne[3] != 1 ||
-        r.fp != fingerprint(w)) {
+    // Another view of the same memory (e.g. the first rows of the weight): not ours.
+    if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || w.ne[2] != 1 || w.ne[3] != 1)
+      return nullptr;
+    if (r.fp != fingerprint(w)) {
       repacked_.erase(it);  // stale: the memory now holds another tensor
       return nullptr;
     }

@@ -2,8 +2,11 @@
 // graph.h; MatMul for F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights with the weights
 // dequantized in registers and VNNI integer dot products against activations
 // quantized once per row exactly like the reference (cpu_scalar agrees to float
-// rounding). Node validation is cpu_scalar's, so both accept the same nodes; the few
-// ops that are a negligible share of the time (GetRows, Rope, KvWrite) run the
+// rounding; repacked Q4_0/Q8_0 bit for bit). prepare_weight() keeps a 16-row
+// interleaved copy of Q4_0/Q8_0/Q4_K weights (lane = row: no shuffles in the decode
+// loop) next to the untouched tensor; other dtypes, and weights it never saw, are
+// read in the GGUF layout. Node validation is cpu_scalar's, so both accept the same
+// nodes; GetRows, Rope and KvWrite (a negligible share of the time) run the
 // reference code.
 #pragma once
 #include <memory>
