@@ -24,6 +24,7 @@
 #include "cpu_avx512_backend.h"
 #include "cpu_scalar_backend.h"
 #include "tessera/backend.h"
+#include "tessera/conformance.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
@@ -49,15 +50,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float sigma = 1.0f) {
   return v;
 }
 
-double nmse(const float* got, const float* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double e = double(got[i]) - double(ref[i]);
-    num += e * e;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den == 0 ? num : num / den;
-}
 
 Node node(Op op, int32_t dst, int32_t s0, int32_t s1 = -1) {
   Node n;
@@ -161,7 +153,7 @@ TEST_P(Avx512MatMul, AgreesWithScalarAndThreadCountIndependent) {
         // Repacked weights (prepare_weight), 1 and 2 threads.
         Out pa = matmul(*be1, c.wt, w, K, N, x, M, true);
         Out pb = matmul(*be2, c.wt, w, K, N, x, M, true);
-        const double ep = nmse(pa.data(), r.data(), size_t(N * M));
+        const double ep = tessera::nmse(r.data(), pa.data(), size_t(N * M));
         EXPECT_LE(ep, 1e-6) << "repacked nmse " << ep;
         if (c.wt == DType::Q4_0 || c.wt == DType::Q8_0) {  // repacked: the reference's exact rounding
           EXPECT_EQ(std::memcmp(pa.data(), r.data(), sizeof(float) * size_t(N * M)), 0) << "repacked not bit-identical";
@@ -169,7 +161,7 @@ TEST_P(Avx512MatMul, AgreesWithScalarAndThreadCountIndependent) {
         EXPECT_EQ(std::memcmp(pa.data(), pb.data(), sizeof(float) * size_t(N * M)), 0) << "repacked: 1 vs 2 threads differ";
         EXPECT_TRUE(pa.guard_ok());
         EXPECT_TRUE(pb.guard_ok());
-        const double e = nmse(a.data(), r.data(), size_t(N * M));
+        const double e = tessera::nmse(r.data(), a.data(), size_t(N * M));
         SCOPED_TRACE(std::string(dtype_name(c.wt)) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
                      " M=" + std::to_string(M));
         EXPECT_LE(e, 1e-6) << "nmse " << e;  // the integer sums are exact: float rounding only
@@ -204,7 +196,7 @@ TEST_F(Avx512, MatMulStridedAnd3DActivations) {
     g.add_node(node(Op::MatMul, to, tw, tx));
     run(*be, g);
   }
-  EXPECT_LE(nmse(a.data(), r.data(), a.n), 1e-6);
+  EXPECT_LE(tessera::nmse(r.data(), a.data(), a.n), 1e-6);
   EXPECT_TRUE(a.guard_ok());
 }
 
@@ -220,13 +212,13 @@ TEST_F(Avx512, RepackedCopyIsNotUsedWhenTheWeightChanges) {
     w = quantize_matrix(t, randn(size_t(K * N), 23), K, N);
     Out r = matmul(*ref, t, w, K, N, x, M);
     Out b = matmul(*be2, t, w, K, N, x, M);
-    EXPECT_LE(nmse(b.data(), r.data(), r.n), 1e-6) << dtype_name(t);
+    EXPECT_LE(tessera::nmse(r.data(), b.data(), r.n), 1e-6) << dtype_name(t);
     // A view of the first rows of a repacked weight (same address, fewer rows) reads
     // the tensor itself, and the full weight keeps its repacked copy.
     Out full1 = matmul(*be2, t, w, K, N, x, M, true);
     Out part = matmul(*be2, t, w, K, N / 2, x, M);
     Out partr = matmul(*ref, t, w, K, N / 2, x, M);
-    EXPECT_LE(nmse(part.data(), partr.data(), partr.n), 1e-6) << dtype_name(t);
+    EXPECT_LE(tessera::nmse(partr.data(), part.data(), partr.n), 1e-6) << dtype_name(t);
     Out full2 = matmul(*be2, t, w, K, N, x, M);
     EXPECT_EQ(std::memcmp(full1.data(), full2.data(), sizeof(float) * full1.n), 0) << dtype_name(t);
   }
@@ -288,7 +280,7 @@ TEST_F(Avx512, ElementwiseOpsAgree) {
       g.add_node(n);
       run(be, g);
     }
-    const double e = nmse(o1.data(), r.data(), r.n);
+    const double e = tessera::nmse(r.data(), o1.data(), r.n);
     EXPECT_LE(e, 1e-7) << "nmse " << e;
     EXPECT_EQ(std::memcmp(o1.data(), o2.data(), sizeof(float) * r.n), 0);
     EXPECT_TRUE(o1.guard_ok());
@@ -355,7 +347,7 @@ TEST_F(Avx512, GetRowsAndRopeAgree) {
       g.add_node(n);
       run(*be, g);
     }
-    EXPECT_LE(nmse(a.data(), r.data(), r.n), 1e-7);
+    EXPECT_LE(tessera::nmse(r.data(), a.data(), r.n), 1e-7);
     EXPECT_TRUE(a.guard_ok());
   }
 }
@@ -410,7 +402,7 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
       Out o = r.step(*ref, 1, p0, n, c.hd, c.n_head, c.n_kv, k, v, q, scale);
       Out x1 = a1.step(*be1, 1, p0, n, c.hd, c.n_head, c.n_kv, k, v, q, scale);
       Out x2 = a2.step(*be2, 1, p0, n, c.hd, c.n_head, c.n_kv, k, v, q, scale);
-      const double e = nmse(x1.data(), o.data(), o.n);
+      const double e = tessera::nmse(o.data(), x1.data(), o.n);
       EXPECT_LE(e, 1e-6) << "nmse " << e << " at p0=" << p0;
       EXPECT_EQ(std::memcmp(x1.data(), x2.data(), sizeof(float) * o.n), 0);
       EXPECT_TRUE(x1.guard_ok());

@@ -56,6 +56,10 @@ struct ConformanceCase {
   std::string name() const { return op + "_" + dtype + "_" + shape; }
 };
 
+// NMSE = sum((ref-got)^2) / sum(ref^2), llama.cpp test-backend-ops' metric; an
+// all-zero reference gives 0 for an exact match and infinity otherwise.
+double nmse(const float* ref, const float* got, size_t n);
+
 enum class ConformanceStatus { Pass, Fail, Skip };
 const char* conformance_status_name(ConformanceStatus s);  // "PASS" / "FAIL" / "SKIP"
 

@@ -549,7 +549,6 @@ struct Compared {
 Compared compare_floats(const float* ref, const float* got, size_t n, double limit, const std::string& what) {
   Compared c;
   c.limit = limit;
-  double num = 0.0, den = 0.0;
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(got[i])) {
       c.error = what + ": non-finite value " + std::to_string(got[i]) + " at element " + std::to_string(i) +
@@ -562,11 +561,8 @@ Compared compare_floats(const float* ref, const float* got, size_t n, double lim
       c.nmse = std::numeric_limits<double>::infinity();
       return c;
     }
-    const double d = double(ref[i]) - double(got[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
   }
-  c.nmse = den > 0.0 ? num / den : (num > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
+  c.nmse = nmse(ref, got, n);
   return c;
 }
 
@@ -794,6 +790,16 @@ std::vector<ConformanceResult> run_conformance(Backend& test, Backend& reference
   for (const auto& c : conformance_cases())
     if (filter.matches(c)) out.push_back(run_conformance_case(c, test, reference));
   return out;
+}
+
+double nmse(const float* ref, const float* got, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(ref[i]) - double(got[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den > 0.0 ? num / den : (num > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
 }
 
 }  // namespace tessera
