@@ -12,7 +12,7 @@
 //               theta_scale = powf(base, -2/n_dims) per pair; angle = freq_scale*theta.
 //  - KvWrite:   F32 -> F16 (round to nearest even).
 //  - Attention: q rounded to F16, score = scale * (F32 sum of f16(q)*K), online
-//               ("flash") softmax in F32, V (F16) weighted sum accumulated in F32.
+//               ("flash") softmax in F32, the V (F16) weighted sum kept in F16 (llama.cpp).
 //  - Softmax:   max in float, exp in float, sum in double, scale = 1/sum.
 //  - Silu:      x / (1 + expf(-x)); SwiGlu: silu(gate) * up.
 //  - Argmax:    first maximum.
@@ -129,6 +129,10 @@ class Checker {
       case Op::Add:
       case Op::Mul: return binary();
       case Op::Argmax: return argmax();
+      case Op::TopK: return top_k();
+      case Op::GatherCols: return gather_cols();
+      case Op::MatMulId: return mat_mul_id();
+      case Op::MoeCombine: return moe_combine();
       case Op::Count: break;
     }
     return "unknown op " + std::to_string(int(n_.op));
@@ -320,6 +324,71 @@ class Checker {
       return "dst " + desc(dst) + " must be [" + std::to_string(x.nrows()) + "] (one per row of " + desc(x) + ")";
     return {};
   }
+  std::string top_k() const {
+    TRY(need(n_.src[0], "src0"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "src0"));
+    TRY(plain(dst, DType::I32, "dst"));
+    if (x.ne[2] != 1 || x.ne[3] != 1) return "src0 must be 2-D, got " + desc(x);
+    if (dst.ne[0] < 1 || dst.ne[0] > x.ne[0] || dst.ne[1] != x.ne[1] || dst.ne[2] != 1 || dst.ne[3] != 1)
+      return "dst " + desc(dst) + " must be [k, " + std::to_string(x.ne[1]) + "] with 1 <= k <= " + std::to_string(x.ne[0]);
+    return {};
+  }
+
+  std::string gather_cols() const {
+    TRY(need(n_.src[0], "src0"));
+    TRY(need(n_.src[1], "ids (src1)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &ids = t(n_.src[1]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "src0"));
+    TRY(plain(ids, DType::I32, "ids"));
+    TRY(plain(dst, DType::F32, "dst"));
+    if (x.ne[2] != 1 || x.ne[3] != 1 || ids.ne[2] != 1 || ids.ne[3] != 1 || ids.ne[1] != x.ne[1])
+      return "src0 " + desc(x) + " and ids " + desc(ids) + " must be 2-D with the same column count";
+    if (!same_shape(ids, dst)) return "dst " + desc(dst) + " must have the shape of ids " + desc(ids);
+    return {};
+  }
+
+  std::string mat_mul_id() const {
+    TRY(need(n_.src[0], "weights (src0)"));
+    TRY(need(n_.src[1], "x (src1)"));
+    TRY(need(n_.src[2], "ids (src2)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &w = t(n_.src[0]), &x = t(n_.src[1]), &ids = t(n_.src[2]), &dst = t(n_.dst);
+    if (!known_matrix_type(w.type)) return "unsupported weight dtype " + desc(w);
+    if (w.ne[3] != 1) return "weights must be [K, N, experts], got " + desc(w);
+    TRY(plain(x, DType::F32, "x"));
+    TRY(plain(ids, DType::I32, "ids"));
+    TRY(plain(dst, DType::F32, "dst"));
+    const int64_t K = w.ne[0];
+    const DType vdt = quant::vec_dot_type(w.type);
+    if (K % block_elems(w.type) != 0 || K % block_elems(vdt) != 0)
+      return "row length " + std::to_string(K) + " is not a multiple of the block sizes of " +
+             std::string(dtype_name(w.type)) + " / " + std::string(dtype_name(vdt));
+    if (ids.ne[2] != 1 || ids.ne[3] != 1) return "ids must be [k, n], got " + desc(ids);
+    if (x.ne[0] != K || x.ne[2] != ids.ne[1] || x.ne[3] != 1 || (x.ne[1] != 1 && x.ne[1] != ids.ne[0]))
+      return "x " + desc(x) + " must be [" + std::to_string(K) + ", 1 or k, " + std::to_string(ids.ne[1]) + "]";
+    if (dst.ne[0] != w.ne[1] || dst.ne[1] != ids.ne[0] || dst.ne[2] != ids.ne[1] || dst.ne[3] != 1)
+      return "dst " + desc(dst) + " must be [" + std::to_string(w.ne[1]) + ", " + std::to_string(ids.ne[0]) + ", " +
+             std::to_string(ids.ne[1]) + "]";
+    return {};
+  }
+
+  std::string moe_combine() const {
+    TRY(need(n_.src[0], "experts (src0)"));
+    TRY(need(n_.src[1], "weights (src1)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &e = t(n_.src[0]), &w = t(n_.src[1]), &dst = t(n_.dst);
+    TRY(plain(e, DType::F32, "experts"));
+    TRY(plain(w, DType::F32, "weights"));
+    TRY(plain(dst, DType::F32, "dst"));
+    if (e.ne[3] != 1 || w.ne[0] != e.ne[1] || w.ne[1] != e.ne[2] || w.ne[2] != 1 || w.ne[3] != 1)
+      return "weights " + desc(w) + " must be [k, n] for experts " + desc(e);
+    if (dst.ne[0] != e.ne[0] || dst.ne[1] != e.ne[2] || dst.ne[2] != 1 || dst.ne[3] != 1)
+      return "dst " + desc(dst) + " must be [" + std::to_string(e.ne[0]) + ", " + std::to_string(e.ne[2]) + "]";
+    return {};
+  }
 #undef TRY
 
   const Graph& g_;
@@ -401,6 +470,10 @@ class CpuScalarBackend final : public Backend {
       case Op::Add: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), false);
       case Op::Mul: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), true);
       case Op::Argmax: return argmax(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::TopK: return top_k(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::GatherCols: return gather_cols(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::MatMulId: return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
+      case Op::MoeCombine: return moe_combine(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::Count: break;
     }
     throw Error("unknown op");
@@ -562,6 +635,11 @@ class CpuScalarBackend final : public Backend {
       vrows[size_t(j)] = kv.v_row(layer, seq, j);
     }
 
+    // The weighted sum of V is kept in F16 between steps, as llama.cpp's CPU flash
+    // attention does for an F16 cache (measured: it brings every fixture closer to
+    // the reference, e.g. F32 llama 2.1e-7 -> 3.1e-8, and fixes a router flip in
+    // qwen3moe-q4_k_m); the scores, max and sum stay F32.
+    auto round_f16 = [](float v) { return quant::fp16_to_fp32(quant::fp32_to_fp16(v)); };
     parallel_for(T * n_head, [&](int64_t b, int64_t e) {
       std::vector<float> qf(static_cast<size_t>(hd)), acc(static_cast<size_t>(hd));
       for (int64_t item = b; item < e; ++item) {
@@ -582,12 +660,12 @@ class CpuScalarBackend final : public Backend {
             const float Mold = M;
             M = s;
             ms = std::exp(Mold - M);
-            for (float& a : acc) a *= ms;
+            for (float& a : acc) a = round_f16(a * ms);
           } else {
             vs = std::exp(s - M);
           }
           const uint16_t* vr = vrows[size_t(j)] + kvh * hd;
-          for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += quant::fp16_to_fp32(vr[d]) * vs;
+          for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] = round_f16(acc[size_t(d)] + quant::fp16_to_fp32(vr[d]) * vs);
           S = S * ms + vs;
         }
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
@@ -645,6 +723,86 @@ class CpuScalarBackend final : public Backend {
         for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] * br[i % Kb];
       else
         for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] + br[i % Kb];
+    }
+  }
+
+  // --- Mixture of experts ---------------------------------------------------
+  static void top_k(const Tensor& x, const Tensor& dst) {
+    const int64_t E = x.ne[0], k = dst.ne[0];
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    for (int64_t t = 0; t < x.ne[1]; ++t) {
+      const float* xr = frow(x, t);
+      // NaN ranks last; ties go to the lower id.
+      auto key = [&](int32_t i) { return std::isnan(xr[i]) ? -INFINITY : xr[i]; };
+      for (int64_t i = 0; i < E; ++i) order[size_t(i)] = int32_t(i);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        return key(a) > key(b) || (key(a) == key(b) && a < b);
+      });
+      int32_t* out = reinterpret_cast<int32_t*>(row_ptr(dst, t));
+      for (int64_t j = 0; j < k; ++j) out[j] = order[size_t(j)];
+    }
+  }
+
+  static void gather_cols(const Tensor& x, const Tensor& ids, const Tensor& dst) {
+    for (int64_t t = 0; t < ids.ne[1]; ++t) {
+      const int32_t* id = reinterpret_cast<const int32_t*>(row_ptr(ids, t));
+      for (int64_t j = 0; j < ids.ne[0]; ++j) {
+        if (id[j] < 0 || id[j] >= x.ne[0])
+          throw Error("gather_cols: id " + std::to_string(id[j]) + " out of range [0, " + std::to_string(x.ne[0]) + ")");
+        frow(dst, t)[j] = frow(x, t)[id[j]];
+      }
+    }
+  }
+
+  // Tokens are grouped by expert so each expert's rows are read once per call; each
+  // output is one vec_dot, so results do not depend on grouping or thread count.
+  void mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst) {
+    const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2], k = ids.ne[0], n = ids.ne[1], b = x.ne[1];
+    const DType vdt = quant::vec_dot_type(w.type);
+    const size_t act_bytes = row_bytes(vdt, K);
+    act_buf_.resize(act_bytes * size_t(b * n));
+    for (int64_t r = 0; r < b * n; ++r) {  // every activation row converted once
+      const float* xr = frow(x, r);
+      if (vdt == DType::F32) std::memcpy(act_buf_.data() + size_t(r) * act_bytes, xr, act_bytes);
+      else quant::quantize_row(vdt, xr, act_buf_.data() + size_t(r) * act_bytes, K);
+    }
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> by_expert(static_cast<size_t>(E));  // (j, t)
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t* id = reinterpret_cast<const int32_t*>(row_ptr(ids, t));
+      for (int64_t j = 0; j < k; ++j) {
+        if (id[j] < 0 || id[j] >= E)
+          throw Error("mat_mul_id: expert id " + std::to_string(id[j]) + " out of range [0, " + std::to_string(E) + ")");
+        by_expert[size_t(id[j])].emplace_back(j, t);
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const auto& pairs = by_expert[size_t(e)];
+      if (pairs.empty()) continue;
+      const char* we = static_cast<const char*>(w.data) + e * int64_t(w.nb[2]);
+      parallel_for(N, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const void* wr = we + r * int64_t(w.nb[1]);
+          for (const auto& [j, t] : pairs) {
+            const uint8_t* act = act_buf_.data() + size_t((t * b + (j % b))) * act_bytes;
+            frow(dst, t * k + j)[r] = quant::vec_dot(w.type, K, wr, act);
+          }
+        }
+      });
+    }
+  }
+
+  // Products first, then a running sum in expert-slot order (the reference's
+  // multiply-then-add of views).
+  static void moe_combine(const Tensor& e, const Tensor& w, const Tensor& dst) {
+    const int64_t N = e.ne[0], k = e.ne[1];
+    for (int64_t t = 0; t < e.ne[2]; ++t) {
+      const float* wt = frow(w, t);
+      float* out = frow(dst, t);
+      for (int64_t i = 0; i < N; ++i) {
+        float acc = frow(e, t * k)[i] * wt[0];
+        for (int64_t j = 1; j < k; ++j) acc = acc + frow(e, t * k + j)[i] * wt[j];
+        out[i] = acc;
+      }
     }
   }
 
