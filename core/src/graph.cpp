@@ -22,6 +22,10 @@ std::string_view op_name(Op op) {
     case Op::Add: return "add";
     case Op::Mul: return "mul";
     case Op::Argmax: return "argmax";
+    case Op::TopK: return "top_k";
+    case Op::GatherCols: return "gather_cols";
+    case Op::MatMulId: return "mat_mul_id";
+    case Op::MoeCombine: return "moe_combine";
     case Op::Count: break;
   }
   return "unknown";

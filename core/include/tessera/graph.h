@@ -32,6 +32,15 @@ enum class Op : uint16_t {
   Add,        // src0 + src1, same shape
   Mul,        // src0 * src1, same shape or src1 one row broadcast over rows
   Argmax,     // src0 F32 [V, n] -> I32 [n]
+  // Mixture of experts (router, expert products, weighted sum):
+  TopK,       // src0 F32 [E, n] -> I32 [k, n]: ids of the k largest values of each row,
+              // largest first, lowest id on ties (k = dst.ne[0])
+  GatherCols, // src0 F32 [E, n], src1 ids I32 [k, n] -> F32 [k, n]: dst[j, t] = src0[ids[j, t], t]
+  MatMulId,   // src0 weights [K, N, E], src1 x F32 [K, b, n] (b = 1: one row shared by
+              // every chosen expert, or b = k), src2 ids I32 [k, n] -> F32 [N, k, n]:
+              // dst[:, j, t] = W[ids[j, t]] . x[:, j % b, t] (activations as in MatMul)
+  MoeCombine, // src0 experts F32 [N, k, n], src1 weights F32 [k, n] -> F32 [N, n]:
+              // sum over j in order of weights[j, t] * experts[:, j, t]
   Count
 };
 std::string_view op_name(Op op);
