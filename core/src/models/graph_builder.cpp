@@ -79,4 +79,25 @@ int32_t GraphBuilder::swiglu(int32_t gate, int32_t up) { return node(Op::SwiGlu,
 
 int32_t GraphBuilder::add(int32_t a, int32_t b) { return node(Op::Add, same_shape_f32(a), {a, b}); }
 
+int32_t GraphBuilder::softmax(int32_t x) { return node(Op::Softmax, same_shape_f32(x), {x}); }
+
+int32_t GraphBuilder::top_k(int32_t x, int64_t k) {
+  return node(Op::TopK, g_.new_tensor(DType::I32, {k, g_.tensor(x).ne[1]}), {x});
+}
+
+int32_t GraphBuilder::gather_cols(int32_t x, int32_t ids) {
+  const Tensor& i = g_.tensor(ids);
+  return node(Op::GatherCols, g_.new_tensor(DType::F32, {i.ne[0], i.ne[1]}), {x, ids});
+}
+
+int32_t GraphBuilder::mat_mul_id(int32_t weights, int32_t x, int32_t ids) {
+  const Tensor& i = g_.tensor(ids);
+  return node(Op::MatMulId, g_.new_tensor(DType::F32, {g_.tensor(weights).ne[1], i.ne[0], i.ne[1]}), {weights, x, ids});
+}
+
+int32_t GraphBuilder::moe_combine(int32_t experts, int32_t weights) {
+  const Tensor& e = g_.tensor(experts);
+  return node(Op::MoeCombine, g_.new_tensor(DType::F32, {e.ne[0], e.ne[2]}), {experts, weights});
+}
+
 }  // namespace tessera::models

@@ -20,6 +20,11 @@ class GraphBuilder {
   int32_t attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale);
   int32_t swiglu(int32_t gate, int32_t up);
   int32_t add(int32_t a, int32_t b);
+  int32_t softmax(int32_t x);
+  int32_t top_k(int32_t x, int64_t k);
+  int32_t gather_cols(int32_t x, int32_t ids);
+  int32_t mat_mul_id(int32_t weights, int32_t x, int32_t ids);
+  int32_t moe_combine(int32_t experts, int32_t weights);
   int32_t reshape(int32_t x, std::initializer_list<int64_t> shape) { return g_.reshape(x, shape); }
   int32_t last_row(int32_t x) { return g_.view_rows(x, g_.tensor(x).ne[1] - 1, 1); }
 

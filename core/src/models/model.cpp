@@ -13,6 +13,7 @@ struct Architecture {
 // Dense llama-style models that share the llama graph in GGUF.
 constexpr Architecture kArchitectures[] = {
     {"llama", models::make_llama},
+    {"qwen3moe", models::make_qwen3moe},
 };
 }  // namespace
 
