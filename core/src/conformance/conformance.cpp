@@ -40,6 +40,10 @@ const char* op_label(Op op) {
     case Op::Add: return "Add";
     case Op::Mul: return "Mul";
     case Op::Argmax: return "Argmax";
+    case Op::TopK: return "TopK";
+    case Op::GatherCols: return "GatherCols";
+    case Op::MatMulId: return "MatMulId";
+    case Op::MoeCombine: return "MoeCombine";
     case Op::Count: break;
   }
   return "?";
@@ -204,6 +208,36 @@ std::vector<ConformanceCase> make_cases() {
           add(c, Op::Attention, DType::F32,
               "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(c.m) + "_dec1");
         }
+
+  // Mixture of experts. TopK: ids must be identical (ties go to the lower id).
+  for (auto [E, k, n, ties] : {std::tuple<int64_t, int64_t, int64_t, bool>{8, 2, 1, false},
+                               {8, 2, 17, false},
+                               {128, 8, 5, false},
+                               {8, 3, 6, true}}) {
+    ConformanceCase c;
+    c.k = E, c.m = k, c.n = n, c.flag = ties;
+    add(c, Op::TopK, DType::F32, "E" + s(E) + "_k" + s(k) + "_n" + s(n) + (ties ? "_ties" : ""));
+  }
+  for (auto [E, k, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {128, 8, 9}}) {
+    ConformanceCase c;
+    c.k = E, c.m = k, c.n = n;
+    add(c, Op::GatherCols, DType::F32, "E" + s(E) + "_k" + s(k) + "_n" + s(n));
+  }
+  // MatMulId: every expert dtype, one token and several, x shared (b = 1) or per slot.
+  for (DType t : matrix_types)
+    for (int64_t K : {32, 256}) {
+      if (!row_ok(t, K)) continue;
+      for (auto [N, n, per_slot] : {std::tuple<int64_t, int64_t, bool>{7, 1, false}, {33, 5, false}, {33, 5, true}}) {
+        ConformanceCase c;
+        c.k = K, c.n = N, c.m = n, c.flag = per_slot, c.n_head = 4 /* experts */, c.n_kv = 2 /* used */;
+        add(c, Op::MatMulId, t, "K" + s(K) + "_N" + s(N) + "_n" + s(n) + "_E4_k2" + (per_slot ? "_xk" : "_x1"));
+      }
+    }
+  for (auto [N, k, n] : {std::tuple<int64_t, int64_t, int64_t>{33, 2, 1}, {256, 8, 7}}) {
+    ConformanceCase c;
+    c.k = N, c.m = k, c.n = n;
+    add(c, Op::MoeCombine, DType::F32, "N" + s(N) + "_k" + s(k) + "_n" + s(n));
+  }
   return cs;
 }
 
@@ -418,6 +452,45 @@ CaseGraph build_case(const ConformanceCase& c) {
       }
       break;
     }
+    case Op::TopK: {  // c.k experts, c.m chosen, c.n tokens
+      std::vector<float> v(size_t(K * N));
+      for (float& x : v) x = c.flag ? std::round(r.uniform(-1.0f, 1.0f) * 2.0f) / 2.0f : r.uniform(-5.0f, 5.0f);
+      int x = add_spec(g, "logits", DType::F32, {K, N, 1, 1}, Role::Input, to_bytes(v));
+      int y = add_spec(g, "ids", DType::I32, {M, N, 1, 1}, Role::Output);
+      g.nodes.push_back(node(Op::TopK, y, x));
+      break;
+    }
+    case Op::GatherCols: {
+      int x = f32_input(g, r, "x", {K, N, 1, 1}, -5.0f, 5.0f);
+      std::vector<int32_t> ids(size_t(M * N));
+      for (auto& i : ids) i = r.integer(0, int32_t(K) - 1);
+      int id = add_spec(g, "ids", DType::I32, {M, N, 1, 1}, Role::Input, to_bytes(ids));
+      int y = add_spec(g, "dst", DType::F32, {M, N, 1, 1}, Role::Output);
+      g.nodes.push_back(node(Op::GatherCols, y, x, id));
+      break;
+    }
+    case Op::MatMulId: {  // K inputs, N rows, c.n_head experts, c.n_kv chosen, M tokens
+      const int64_t E = c.n_head, k = c.n_kv, b = c.flag ? k : 1;
+      int w = matrix_weight(g, r, "experts", c.type, K, N * E);
+      g.tensors[size_t(w)].ne = {K, N, E, 1};
+      int x = f32_input(g, r, "x", {K, b, M, 1}, -1.0f, 1.0f);
+      std::vector<int32_t> ids(size_t(k * M));
+      for (int64_t t = 0; t < M; ++t)  // k distinct experts per token
+        for (int64_t j = 0; j < k; ++j) ids[size_t(t * k + j)] = int32_t((t + j * 3) % E);
+      int id = add_spec(g, "ids", DType::I32, {k, M, 1, 1}, Role::Input, to_bytes(ids));
+      int y = add_spec(g, "dst", DType::F32, {N, k, M, 1}, Role::Output);
+      Node n = node(Op::MatMulId, y, w, x);
+      n.src[2] = id;
+      g.nodes.push_back(n);
+      break;
+    }
+    case Op::MoeCombine: {  // c.k outputs, c.m experts per token, c.n tokens
+      int e = f32_input(g, r, "experts", {K, M, N, 1}, -2.0f, 2.0f);
+      int w = f32_input(g, r, "weights", {M, N, 1, 1}, 0.0f, 1.0f);
+      int y = add_spec(g, "dst", DType::F32, {K, N, 1, 1}, Role::Output);
+      g.nodes.push_back(node(Op::MoeCombine, y, e, w));
+      break;
+    }
     case Op::Count: throw Error("conformance: bad case op");
   }
   if (g.steps.empty()) g.steps = {g.nodes.size()};
@@ -589,8 +662,10 @@ const char* conformance_status_name(ConformanceStatus s) {
 double conformance_limit(Op op) {
   switch (op) {
     case Op::MatMul:
+    case Op::MatMulId:
     case Op::Attention: return 5e-4;
-    case Op::Argmax: return 0.0;
+    case Op::Argmax:
+    case Op::TopK: return 0.0;
     default: return 1e-7;
   }
 }
