@@ -1,8 +1,9 @@
 // AVX-512 kernels of the small ops (compiled with AVX-512 flags). Same arithmetic as
 // cpu_scalar up to float rounding: RMS sums in double, softmax sum in double, exp
 // from libm like the reference (so the next activation quantization sees identical
-// values), attention with F16-rounded q, F16
-// K/V converted in registers and an online softmax in F32.
+// values), attention with F16-rounded q, F16 K/V converted in registers, an online
+// softmax in F32 and the V weighted sum kept in F16 between steps (llama.cpp's CPU
+// flash attention; see cpu_scalar).
 #include <immintrin.h>
 
 #include <cmath>
@@ -107,6 +108,9 @@ void f32_to_f16_row(const float* x, uint16_t* y, int64_t K) {
   }
 }
 
+// Round every lane to F16 and back (the accumulator's storage precision).
+inline __m512 round_f16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
                     int64_t L, float scale, float* out) {
   constexpr int kMaxChunks = 64;  // hd <= 1024 (checked by supports())
@@ -131,14 +135,15 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
       M = s;
       ms = std::exp(Mold - M);
       const __m512 vms = _mm512_set1_ps(ms);
-      for (int c = 0; c < nch; ++c) acc[c] = _mm512_mul_ps(acc[c], vms);
+      for (int c = 0; c < nch; ++c) acc[c] = round_f16(_mm512_mul_ps(acc[c], vms));
     } else {
       vs = std::exp(s - M);
     }
     const uint16_t* vr = vrows[j];
     const __m512 vvs = _mm512_set1_ps(vs);
     for (int c = 0; c < nch; ++c)
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], vr + 16 * c)), vvs, acc[c]);
+      acc[c] = round_f16(
+          _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], vr + 16 * c)), vvs)));
     S = S * ms + vs;
   }
   const __m512 inv = _mm512_set1_ps(S == 0.0f ? 0.0f : 1.0f / S);
