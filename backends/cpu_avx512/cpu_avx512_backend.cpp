@@ -146,11 +146,7 @@ class CpuAvx512Backend final : public Backend {
 
  private:
   [[noreturn]] static void fail(const Graph& g, size_t k, const std::string& why) {
-    const Node& n = g.nodes()[k];
-    std::string where = "cpu_avx512: node " + std::to_string(k) + " (" + std::string(op_name(n.op));
-    if (n.dst >= 0 && size_t(n.dst) < g.tensor_count() && !g.tensor(n.dst).name.empty())
-      where += " -> '" + g.tensor(n.dst).name + "'";
-    throw Error(where + "): " + why);
+    throw Error("cpu_avx512: " + describe_node(g, k) + ": " + why);
   }
 
   template <typename F>

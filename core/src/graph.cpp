@@ -119,4 +119,12 @@ void Graph::allocate() {
       tensors_[i].data = base + scratch_offsets_[i] + view_offsets_[i];
 }
 
+std::string describe_node(const Graph& g, size_t k) {
+  const Node& n = g.nodes().at(k);
+  std::string s = "node " + std::to_string(k) + " (" + std::string(op_name(n.op));
+  if (n.dst >= 0 && size_t(n.dst) < g.tensor_count() && !g.tensor(n.dst).name.empty())
+    s += " -> '" + g.tensor(n.dst).name + "'";
+  return s + ")";
+}
+
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -94,5 +95,8 @@ class Graph {
   std::unique_ptr<Arena> arena_;
   size_t scratch_bytes_ = 0;
 };
+
+// "node K (op -> 'dst name')": how backends name a node in their error messages.
+std::string describe_node(const Graph& graph, size_t index);
 
 }  // namespace tessera

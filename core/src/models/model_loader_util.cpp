@@ -4,6 +4,16 @@
 
 namespace tessera::models {
 
+KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens) {
+  KvCacheConfig c;
+  c.n_layers = int(info.n_layer);
+  c.n_kv_heads = int(info.n_head_kv);
+  c.head_dim = int(info.head_dim);
+  c.page_tokens = page_tokens;
+  c.n_pages = int((n_ctx + page_tokens - 1) / page_tokens);
+  return c;
+}
+
 int64_t WeightSource::hp_int(const std::string& suffix) const {
   return md().require_int(arch_ + "." + suffix);
 }

@@ -5,9 +5,15 @@
 #include <string>
 
 #include "tessera/error.h"
+#include "tessera/kv_cache.h"
+#include "tessera/model.h"
 #include "tessera/model_file.h"
 
 namespace tessera::models {
+
+// KV geometry of an attention model: one K/V row of n_head_kv * head_dim per layer
+// and position, pages enough for n_ctx positions.
+KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens);
 
 class WeightSource {
  public:

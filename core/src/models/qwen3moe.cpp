@@ -89,13 +89,7 @@ class Qwen3MoeModel final : public Model {
   }
 
   KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
-    KvCacheConfig c;
-    c.n_layers = int(info_.n_layer);
-    c.n_kv_heads = int(info_.n_head_kv);
-    c.head_dim = int(info_.head_dim);
-    c.page_tokens = page_tokens;
-    c.n_pages = int((n_ctx + page_tokens - 1) / page_tokens);
-    return c;
+    return paged_kv_config(info_, n_ctx, page_tokens);
   }
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
