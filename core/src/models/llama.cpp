@@ -1,17 +1,15 @@
 // The `llama` architecture (also Mistral-style dense models): pre-norm decoder with
 // grouped-query attention, RoPE in normal (adjacent pairs) mode, SwiGLU feed-forward,
 // and the token embedding reused as the output matrix when output.weight is absent.
-#include <cmath>
-
 #include "models/architectures.h"
-#include "models/graph_builder.h"
-#include "models/model_loader_util.h"
+#include "models/decoder_blocks.h"
 
 namespace tessera::models {
 namespace {
 
 struct LlamaLayer {
-  Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  AttentionWeights attn;
+  Tensor ffn_norm, w_gate, w_up, w_down;
 };
 
 class LlamaModel final : public Model {
@@ -52,23 +50,13 @@ class LlamaModel final : public Model {
       info_.rope_freq_scale = 1.f / factor;
     }
 
-    const TensorInfo* emb = file.find_tensor("token_embd.weight");
-    if (!emb || emb->ne.size() != 2) throw Error("model is missing tensor 'token_embd.weight' (2-D)");
-    info_.n_vocab = emb->ne[1];
-    const int64_t E = info_.n_embd, F = info_.n_ff, Q = info_.n_head * info_.head_dim,
-                  KV = info_.n_head_kv * info_.head_dim, V = info_.n_vocab;
-    tok_embd_ = w.require("token_embd.weight", {E, V});
-    output_norm_ = w.require("output_norm.weight", {E});
-    output_ = w.has("output.weight") ? w.require("output.weight", {E, V}) : tok_embd_;
+    embd_ = load_embedding(w, info_);
+    const int64_t E = info_.n_embd, F = info_.n_ff;
     layers_.resize(size_t(info_.n_layer));
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer& L = layers_[size_t(l)];
-      L.attn_norm = w.require(p + "attn_norm.weight", {E});
-      L.wq = w.require(p + "attn_q.weight", {E, Q});
-      L.wk = w.require(p + "attn_k.weight", {E, KV});
-      L.wv = w.require(p + "attn_v.weight", {E, KV});
-      L.wo = w.require(p + "attn_output.weight", {Q, E});
+      L.attn = load_attention(w, p, info_, /*qk_norms=*/false);
       L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
       L.w_gate = w.require(p + "ffn_gate.weight", {E, F});
       L.w_up = w.require(p + "ffn_up.weight", {E, F});
@@ -79,10 +67,12 @@ class LlamaModel final : public Model {
   const ModelInfo& info() const override { return info_; }
 
   std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all{&tok_embd_, &output_norm_, &output_};
-    for (auto& L : layers_)
-      for (Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
-        all.push_back(t);
+    std::vector<Tensor*> all;
+    append_weights(all, embd_);
+    for (auto& L : layers_) {
+      append_weights(all, L.attn);
+      all.insert(all.end(), {&L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down});
+    }
     return all;
   }
 
@@ -92,34 +82,15 @@ class LlamaModel final : public Model {
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
-    const int64_t n = int64_t(b.tokens.size());
-    const int64_t hd = info_.head_dim, pos0 = b.positions.front();
-    const float kq_scale = 1.0f / std::sqrt(float(hd));
-
-    int32_t ids = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.tokens.data())));
-    int32_t pos = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.positions.data())));
-    int32_t x = g.get_rows(g.input(tok_embd_), ids);
-
+    auto [pos, x] = embed_batch(g, embd_, b);
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const LlamaLayer& L = layers_[size_t(l)];
-      int32_t h = g.rms_norm(x, g.input(L.attn_norm), info_.rms_eps);
-      int32_t q = g.reshape(g.matmul(g.input(L.wq), h), {hd, info_.n_head, n});
-      int32_t k = g.reshape(g.matmul(g.input(L.wk), h), {hd, info_.n_head_kv, n});
-      int32_t v = g.reshape(g.matmul(g.input(L.wv), h), {hd, info_.n_head_kv, n});
-      q = g.rope(q, pos, int(info_.rope_dims), kRopeNormal, info_.rope_freq_base, info_.rope_freq_scale);
-      k = g.rope(k, pos, int(info_.rope_dims), kRopeNormal, info_.rope_freq_base, info_.rope_freq_scale);
-      g.kv_write(kv, int(l), b.seq, pos0, k, v);
-      int32_t att = g.attention(kv, int(l), b.seq, pos0, q, kq_scale);
-      att = g.reshape(att, {hd * info_.n_head, n});
-      x = g.add(x, g.matmul(g.input(L.wo), att));
-
-      h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
+      x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, kRopeNormal));
+      int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
       int32_t ff = g.swiglu(g.matmul(g.input(L.w_gate), h), g.matmul(g.input(L.w_up), h));
       x = g.add(x, g.matmul(g.input(L.w_down), ff));
     }
-    if (!b.all_logits) x = g.last_row(x);
-    x = g.rms_norm(x, g.input(output_norm_), info_.rms_eps);
-    return g.matmul(g.input(output_), x);
+    return output_logits(g, embd_, info_, x, b.all_logits);
   }
 
  private:
@@ -128,7 +99,7 @@ class LlamaModel final : public Model {
   }
 
   ModelInfo info_;
-  Tensor tok_embd_, output_norm_, output_;
+  EmbeddingWeights embd_;
   std::vector<LlamaLayer> layers_;
 };
 

@@ -29,6 +29,7 @@ class WeightSource {
   // tensor and both shapes otherwise. Optional variant returns an empty Tensor.
   Tensor require(const std::string& name, std::initializer_list<int64_t> shape) const;
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  const TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
 
  private:
   const ModelFile& file_;

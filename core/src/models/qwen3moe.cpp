@@ -3,17 +3,15 @@
 // mixture-of-experts feed-forward: top-k on the raw router logits, softmax over the
 // k chosen (equal to llama.cpp's softmax over all experts renormalized to the chosen
 // ones, with k exponentials instead of n_expert), SwiGLU experts, weighted sum.
-#include <cmath>
-
 #include "models/architectures.h"
-#include "models/graph_builder.h"
-#include "models/model_loader_util.h"
+#include "models/decoder_blocks.h"
 
 namespace tessera::models {
 namespace {
 
 struct Qwen3MoeLayer {
-  Tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, router, up_exps, gate_exps, down_exps;
+  AttentionWeights attn;
+  Tensor ffn_norm, router, up_exps, gate_exps, down_exps;
 };
 
 class Qwen3MoeModel final : public Model {
@@ -50,25 +48,13 @@ class Qwen3MoeModel final : public Model {
     if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2)
       throw Error("qwen3moe: rope.dimension_count " + std::to_string(i.rope_dims) + " is invalid");
 
-    const TensorInfo* emb = file.find_tensor("token_embd.weight");
-    if (!emb || emb->ne.size() != 2) throw Error("model is missing tensor 'token_embd.weight' (2-D)");
-    i.n_vocab = emb->ne[1];
-    const int64_t E = i.n_embd, F = i.n_ff, Q = i.n_head * i.head_dim, KV = i.n_head_kv * i.head_dim,
-                  V = i.n_vocab, X = i.n_expert, hd = i.head_dim;
-    tok_embd_ = w.require("token_embd.weight", {E, V});
-    output_norm_ = w.require("output_norm.weight", {E});
-    output_ = w.has("output.weight") ? w.require("output.weight", {E, V}) : tok_embd_;
+    embd_ = load_embedding(w, i);
+    const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer& L = layers_[size_t(l)];
-      L.attn_norm = w.require(p + "attn_norm.weight", {E});
-      L.wq = w.require(p + "attn_q.weight", {E, Q});
-      L.wk = w.require(p + "attn_k.weight", {E, KV});
-      L.wv = w.require(p + "attn_v.weight", {E, KV});
-      L.wo = w.require(p + "attn_output.weight", {Q, E});
-      L.q_norm = w.require(p + "attn_q_norm.weight", {hd});
-      L.k_norm = w.require(p + "attn_k_norm.weight", {hd});
+      L.attn = load_attention(w, p, i, /*qk_norms=*/true);
       L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
       L.router = w.require(p + "ffn_gate_inp.weight", {E, X});
       L.up_exps = w.require(p + "ffn_up_exps.weight", {E, F, X});
@@ -80,11 +66,12 @@ class Qwen3MoeModel final : public Model {
   const ModelInfo& info() const override { return info_; }
 
   std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all{&tok_embd_, &output_norm_, &output_};
-    for (auto& L : layers_)
-      for (Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm, &L.ffn_norm, &L.router,
-                        &L.up_exps, &L.gate_exps, &L.down_exps})
-        all.push_back(t);
+    std::vector<Tensor*> all;
+    append_weights(all, embd_);
+    for (auto& L : layers_) {
+      append_weights(all, L.attn);
+      all.insert(all.end(), {&L.ffn_norm, &L.router, &L.up_exps, &L.gate_exps, &L.down_exps});
+    }
     return all;
   }
 
@@ -94,34 +81,15 @@ class Qwen3MoeModel final : public Model {
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
-    const ModelInfo& i = info_;
-    const int64_t n = int64_t(b.tokens.size()), hd = i.head_dim, pos0 = b.positions.front();
-    const float kq_scale = 1.0f / std::sqrt(float(hd));
-
-    int32_t ids = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.tokens.data())));
-    int32_t pos = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.positions.data())));
-    int32_t x = g.get_rows(g.input(tok_embd_), ids);
-
-    for (int64_t l = 0; l < i.n_layer; ++l) {
+    const int64_t n = int64_t(b.tokens.size());
+    auto [pos, x] = embed_batch(g, embd_, b);
+    for (int64_t l = 0; l < info_.n_layer; ++l) {
       const Qwen3MoeLayer& L = layers_[size_t(l)];
-      int32_t h = g.rms_norm(x, g.input(L.attn_norm), i.rms_eps);
-      int32_t q = g.reshape(g.matmul(g.input(L.wq), h), {hd, i.n_head, n});
-      int32_t k = g.reshape(g.matmul(g.input(L.wk), h), {hd, i.n_head_kv, n});
-      int32_t v = g.reshape(g.matmul(g.input(L.wv), h), {hd, i.n_head_kv, n});
-      q = g.rms_norm(q, g.input(L.q_norm), i.rms_eps);
-      k = g.rms_norm(k, g.input(L.k_norm), i.rms_eps);
-      q = g.rope(q, pos, int(i.rope_dims), kRopeNeox, i.rope_freq_base, i.rope_freq_scale);
-      k = g.rope(k, pos, int(i.rope_dims), kRopeNeox, i.rope_freq_base, i.rope_freq_scale);
-      g.kv_write(kv, int(l), b.seq, pos0, k, v);
-      int32_t att = g.reshape(g.attention(kv, int(l), b.seq, pos0, q, kq_scale), {hd * i.n_head, n});
-      x = g.add(x, g.matmul(g.input(L.wo), att));
-
-      h = g.rms_norm(x, g.input(L.ffn_norm), i.rms_eps);
+      x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, kRopeNeox));
+      int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
       x = g.add(x, moe_ffn(g, L, h, n));
     }
-    if (!b.all_logits) x = g.last_row(x);
-    x = g.rms_norm(x, g.input(output_norm_), i.rms_eps);
-    return g.matmul(g.input(output_), x);
+    return output_logits(g, embd_, info_, x, b.all_logits);
   }
 
  private:
@@ -137,7 +105,7 @@ class Qwen3MoeModel final : public Model {
   }
 
   ModelInfo info_;
-  Tensor tok_embd_, output_norm_, output_;
+  EmbeddingWeights embd_;
   std::vector<Qwen3MoeLayer> layers_;
 };
 

@@ -1,0 +1,74 @@
+#include "models/decoder_blocks.h"
+
+#include <cmath>
+
+namespace tessera::models {
+
+EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info) {
+  const TensorInfo* emb = w.find("token_embd.weight");
+  if (!emb || emb->ne.size() != 2) throw Error("model is missing tensor 'token_embd.weight' (2-D)");
+  info.n_vocab = emb->ne[1];
+  const int64_t E = info.n_embd, V = info.n_vocab;
+  EmbeddingWeights e;
+  e.tok_embd = w.require("token_embd.weight", {E, V});
+  e.output_norm = w.require("output_norm.weight", {E});
+  e.output = w.has("output.weight") ? w.require("output.weight", {E, V}) : e.tok_embd;
+  return e;
+}
+
+AttentionWeights load_attention(const WeightSource& w, const std::string& p, const ModelInfo& info, bool qk_norms) {
+  const int64_t E = info.n_embd, hd = info.head_dim, Q = info.n_head * hd, KV = info.n_head_kv * hd;
+  AttentionWeights a;
+  a.norm = w.require(p + "attn_norm.weight", {E});
+  a.wq = w.require(p + "attn_q.weight", {E, Q});
+  a.wk = w.require(p + "attn_k.weight", {E, KV});
+  a.wv = w.require(p + "attn_v.weight", {E, KV});
+  a.wo = w.require(p + "attn_output.weight", {Q, E});
+  if (qk_norms) {
+    a.q_norm = w.require(p + "attn_q_norm.weight", {hd});
+    a.k_norm = w.require(p + "attn_k_norm.weight", {hd});
+  }
+  return a;
+}
+
+void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e) {
+  out.insert(out.end(), {&e.tok_embd, &e.output_norm, &e.output});
+}
+
+void append_weights(std::vector<Tensor*>& out, AttentionWeights& a) {
+  out.insert(out.end(), {&a.norm, &a.wq, &a.wk, &a.wv, &a.wo});
+  if (a.q_norm.data) out.insert(out.end(), {&a.q_norm, &a.k_norm});
+}
+
+BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const ForwardBatch& b) {
+  const int64_t n = int64_t(b.tokens.size());
+  int32_t ids = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.tokens.data())));
+  int32_t pos = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.positions.data())));
+  return {pos, g.get_rows(g.input(e.tok_embd), ids)};
+}
+
+int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,
+                       const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode) {
+  const int64_t n = int64_t(b.tokens.size()), hd = i.head_dim, pos0 = b.positions.front();
+  int32_t h = g.rms_norm(x, g.input(a.norm), i.rms_eps);
+  int32_t q = g.reshape(g.matmul(g.input(a.wq), h), {hd, i.n_head, n});
+  int32_t k = g.reshape(g.matmul(g.input(a.wk), h), {hd, i.n_head_kv, n});
+  int32_t v = g.reshape(g.matmul(g.input(a.wv), h), {hd, i.n_head_kv, n});
+  if (a.q_norm.data) {
+    q = g.rms_norm(q, g.input(a.q_norm), i.rms_eps);
+    k = g.rms_norm(k, g.input(a.k_norm), i.rms_eps);
+  }
+  q = g.rope(q, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale);
+  k = g.rope(k, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale);
+  g.kv_write(kv, layer, b.seq, pos0, k, v);
+  int32_t att = g.attention(kv, layer, b.seq, pos0, q, 1.0f / std::sqrt(float(hd)));
+  return g.matmul(g.input(a.wo), g.reshape(att, {hd * i.n_head, n}));
+}
+
+int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& i, int32_t x, bool all_logits) {
+  if (!all_logits) x = g.last_row(x);
+  x = g.rms_norm(x, g.input(e.output_norm), i.rms_eps);
+  return g.matmul(g.input(e.output), x);
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,45 @@
+// Pieces shared by the decoder architectures: the token embedding and output head,
+// and the pre-normed grouped-query self-attention sublayer (optional per-head q/k
+// RMS norms, RoPE, paged KV cache) — loading their weights and building their graph.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/graph_builder.h"
+#include "models/model_loader_util.h"
+#include "tessera/model.h"
+
+namespace tessera::models {
+
+struct EmbeddingWeights {
+  Tensor tok_embd, output_norm, output;  // output is tok_embd when the file ties them
+};
+
+struct AttentionWeights {
+  Tensor norm, wq, wk, wv, wo;
+  Tensor q_norm, k_norm;  // empty unless the architecture has per-head q/k norms
+};
+
+// token_embd.weight (its rows set info.n_vocab), output_norm.weight, output.weight.
+EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info);
+// blk.N.attn_{norm,q,k,v,output}.weight (and attn_{q,k}_norm.weight if qk_norms).
+AttentionWeights load_attention(const WeightSource& w, const std::string& prefix, const ModelInfo& info,
+                                bool qk_norms);
+void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e);
+void append_weights(std::vector<Tensor*>& out, AttentionWeights& a);
+
+struct BatchInputs {
+  int32_t pos;     // I32 [n] positions
+  int32_t embd;    // F32 [n_embd, n] token embeddings
+};
+BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const ForwardBatch& b);
+
+// norm -> q/k/v -> (q/k norms) -> RoPE -> KV write -> attention -> wo; the caller
+// adds the result to the residual.
+int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& info, KvCache& kv, int layer,
+                       const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode);
+
+// Final norm and output matrix, for the last token only unless all_logits.
+int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x, bool all_logits);
+
+}  // namespace tessera::models
