@@ -43,13 +43,8 @@ bool usable(std::string* why) {
 
 namespace {
 
-inline char* row_ptr(const Tensor& t, int64_t r) {
-  const int64_t i1 = r % t.ne[1];
-  const int64_t i2 = (r / t.ne[1]) % t.ne[2];
-  const int64_t i3 = r / (t.ne[1] * t.ne[2]);
-  return static_cast<char*>(t.data) + i1 * int64_t(t.nb[1]) + i2 * int64_t(t.nb[2]) + i3 * int64_t(t.nb[3]);
-}
-inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
+inline char* row_ptr(const Tensor& t, int64_t r) { return t.flat_row<char>(r); }
+inline float* frow(const Tensor& t, int64_t r) { return t.flat_row<float>(r); }
 
 // Rows of t are evenly spaced (row r at data + r * nb[1]).
 bool uniform_rows(const Tensor& t) {

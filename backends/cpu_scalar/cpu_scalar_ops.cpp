@@ -89,13 +89,8 @@ bool known_matrix_type(DType t) {
 int64_t block_elems(DType t) { return dtype_traits(t).block_elems; }
 
 // Row r (flattened over dims 1..3) of a tensor.
-inline char* row_ptr(const Tensor& t, int64_t r) {
-  const int64_t i1 = r % t.ne[1];
-  const int64_t i2 = (r / t.ne[1]) % t.ne[2];
-  const int64_t i3 = r / (t.ne[1] * t.ne[2]);
-  return static_cast<char*>(t.data) + i1 * int64_t(t.nb[1]) + i2 * int64_t(t.nb[2]) + i3 * int64_t(t.nb[3]);
-}
-inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
+inline char* row_ptr(const Tensor& t, int64_t r) { return t.flat_row<char>(r); }
+inline float* frow(const Tensor& t, int64_t r) { return t.flat_row<float>(r); }
 
 // Row of b that broadcasts onto row r of a (can_repeat(b, a) holds).
 inline const float* bcast_row(const Tensor& b, const Tensor& a, int64_t r) {

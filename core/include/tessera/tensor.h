@@ -37,6 +37,11 @@ struct Tensor {
   T* row(int64_t i1, int64_t i2 = 0, int64_t i3 = 0) const {
     return reinterpret_cast<T*>(static_cast<char*>(data) + i1 * nb[1] + i2 * nb[2] + i3 * nb[3]);
   }
+  // Row r counted over dimensions 1..3 together (r in [0, nrows())).
+  template <typename T>
+  T* flat_row(int64_t r) const {
+    return row<T>(r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
+  }
 };
 
 }  // namespace tessera
