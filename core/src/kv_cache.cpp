@@ -48,7 +48,8 @@ size_t checked_mul(size_t a, size_t b, const char* what) {
 
 }  // namespace
 
-KvCache::KvCache(const KvCacheConfig& cfg) : cfg_(cfg), storage_(nullptr, free_storage) {
+KvCache::KvCache(const KvCacheConfig& cfg)
+    : cfg_(cfg), storage_(nullptr, free_storage), recurrent_(cfg.recurrent) {
   auto positive = [](int v, const char* name) {
     if (v <= 0) throw Error(std::string("KvCache: config.") + name + " must be > 0, got " + std::to_string(v));
   };
@@ -117,11 +118,13 @@ KvCache::SeqId KvCache::create_sequence() {
   auto s = std::make_unique<Sequence>();
   for (size_t i = 0; i < seqs_.size(); ++i) {
     if (!seqs_[i]) {
+      recurrent_.create(SeqId(i));
       seqs_[i] = std::move(s);
       return SeqId(i);
     }
   }
   if (seqs_.size() >= size_t(std::numeric_limits<SeqId>::max())) throw Error("KvCache: too many sequences");
+  recurrent_.create(SeqId(seqs_.size()));
   seqs_.push_back(std::move(s));
   return SeqId(seqs_.size() - 1);
 }
@@ -132,6 +135,10 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
   if (n_tokens > par.length)
     throw Error("KvCache::fork_sequence: cannot share " + std::to_string(n_tokens) + " positions of sequence " +
                 std::to_string(parent) + ", which has " + std::to_string(par.length) + " written");
+  if (has_recurrent() && n_tokens != par.length)
+    throw Error("KvCache::fork_sequence: the model has recurrent layers, whose state exists only at the end of "
+                "sequence " + std::to_string(parent) + " (position " + std::to_string(par.length) +
+                "); cannot fork at position " + std::to_string(n_tokens));
   const size_t pt = size_t(cfg_.page_tokens);
   const size_t shared = (size_t(n_tokens) + pt - 1) / pt;
 
@@ -141,6 +148,7 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
   for (int32_t p : ch.table) ++refcount_[size_t(p)];
   ch.length = n_tokens;
   ch.reserved = n_tokens;
+  recurrent_.copy(parent, child);
   // The parent may no longer write in place into the page holding its next position
   // if that page is now shared: force a reserve() (and with it a copy).
   if (size_t(par.length) < shared * pt) par.reserved = std::min(par.reserved, par.length);
@@ -150,6 +158,7 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
 void KvCache::free_sequence(SeqId seq) {
   Sequence& s = seq_ref(seq);
   for (int32_t p : s.table) release_page(p);
+  recurrent_.free(seq);
   seqs_[size_t(seq)].reset();
 }
 
@@ -199,6 +208,10 @@ void KvCache::set_length(SeqId seq, int64_t n_tokens) {
 void KvCache::truncate(SeqId seq, int64_t n_tokens) {
   Sequence& s = seq_ref(seq);
   if (n_tokens < 0) throw Error("KvCache::truncate: negative position count " + std::to_string(n_tokens));
+  if (has_recurrent() && n_tokens > 0 && n_tokens < s.length)
+    throw Error("KvCache::truncate: the model has recurrent layers, whose state cannot be rewound from position " +
+                std::to_string(s.length) + " to " + std::to_string(n_tokens) + " (only to 0)");
+  if (has_recurrent() && n_tokens == 0) recurrent_.reset(seq);
   const int64_t pt = cfg_.page_tokens;
   const size_t keep = size_t((n_tokens + pt - 1) / pt);
   while (s.table.size() > keep) {

@@ -295,3 +295,56 @@ TEST(KvCache, InvalidArgumentsThrow) {
   EXPECT_TRUE(kv.has_sequence(t));
   EXPECT_EQ(kv.length(t), 0);
 }
+
+// Recurrent (delta-net / SSM) state lives beside the pages: zeroed on creation, copied
+// by a fork at the sequence's end, reset by a truncate to 0, and never rewound.
+TEST(KvCache, RecurrentStateFollowsTheSequence) {
+  KvCacheConfig c = small_config();
+  c.recurrent.n_layers = 2;
+  c.recurrent.conv_elems = 6;
+  c.recurrent.state_elems = 9;
+  KvCache kv(c);
+  ASSERT_TRUE(kv.has_recurrent());
+  auto s = kv.create_sequence();
+  for (int l = 0; l < 2; ++l) {
+    for (int e = 0; e < 6; ++e) EXPECT_EQ(kv.conv_state(l, s)[e], 0.0f);
+    for (int e = 0; e < 9; ++e) EXPECT_EQ(kv.recurrent_state(l, s)[e], 0.0f);
+  }
+  // Layers and kinds are separate slots.
+  kv.conv_state(1, s)[5] = 1.5f;
+  kv.recurrent_state(0, s)[0] = -2.0f;
+  EXPECT_EQ(kv.recurrent_state(0, s)[1], 0.0f);
+  EXPECT_EQ(kv.conv_state(0, s)[5], 0.0f);
+
+  ASSERT_TRUE(kv.reserve(s, 6));
+  kv.set_length(s, 6);
+  // A fork mid-way cannot have the state of position 3; a fork at the end copies it.
+  EXPECT_THROW(kv.fork_sequence(s, 3), tessera::Error);
+  auto f = kv.fork_sequence(s);
+  EXPECT_EQ(kv.conv_state(1, f)[5], 1.5f);
+  EXPECT_EQ(kv.recurrent_state(0, f)[0], -2.0f);
+  kv.conv_state(1, f)[5] = 7.0f;  // the copy is independent
+  EXPECT_EQ(kv.conv_state(1, s)[5], 1.5f);
+
+  EXPECT_THROW(kv.truncate(s, 2), tessera::Error);
+  EXPECT_NO_THROW(kv.truncate(s, 6));
+  kv.truncate(s, 0);
+  EXPECT_EQ(kv.conv_state(1, s)[5], 0.0f);
+  EXPECT_EQ(kv.recurrent_state(0, s)[0], 0.0f);
+
+  EXPECT_THROW(kv.conv_state(2, s), tessera::Error);
+  kv.free_sequence(f);
+  EXPECT_THROW(kv.recurrent_state(0, f), tessera::Error);
+  // A reused id starts from zero.
+  auto g = kv.create_sequence();
+  EXPECT_EQ(kv.conv_state(1, g)[5], 0.0f);
+
+  // Models without recurrent layers keep the old rules.
+  KvCache plain(small_config());
+  EXPECT_FALSE(plain.has_recurrent());
+  auto p = plain.create_sequence();
+  ASSERT_TRUE(plain.reserve(p, 6));
+  plain.set_length(p, 6);
+  EXPECT_NO_THROW(plain.fork_sequence(p, 3));
+  EXPECT_NO_THROW(plain.truncate(p, 2));
+}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/dtype.h"
+#include "tessera/recurrent_state.h"
 
 namespace tessera {
 
@@ -19,6 +20,7 @@ struct KvCacheConfig {
   int head_dim = 0;
   int page_tokens = 16;
   int n_pages = 0;  // pool size; capacity = n_pages * page_tokens positions in total
+  RecurrentStateConfig recurrent;  // recurrent layers' per-sequence state (none by default)
 };
 
 class KvCache {
@@ -36,6 +38,8 @@ class KvCache {
 
   SeqId create_sequence();
   // A new sequence sharing the first `n_tokens` positions of `parent` (all if < 0).
+  // With recurrent layers only a fork at the parent's end is possible (their state
+  // exists only there); it copies that state.
   SeqId fork_sequence(SeqId parent, int64_t n_tokens = -1);
   void free_sequence(SeqId seq);
   bool has_sequence(SeqId seq) const;
@@ -47,8 +51,16 @@ class KvCache {
   // Positions written so far (set by the writer after a KvWrite).
   int64_t length(SeqId seq) const;
   void set_length(SeqId seq, int64_t n_tokens);
-  // Drop positions >= n_tokens (frees whole pages no longer used).
+  // Drop positions >= n_tokens (frees whole pages no longer used). With recurrent
+  // layers only truncating to 0 (which resets their state) or to the current length
+  // is possible.
   void truncate(SeqId seq, int64_t n_tokens);
+
+  // The recurrent layers' state of a sequence (see recurrent_state.h).
+  bool has_recurrent() const { return !recurrent_.empty(); }
+  const RecurrentStateConfig& recurrent_config() const { return recurrent_.config(); }
+  float* conv_state(int layer, SeqId seq) { return recurrent_.conv(layer, checked(seq)); }
+  float* recurrent_state(int layer, SeqId seq) { return recurrent_.state(layer, checked(seq)); }
 
   // F16 row (n_kv_heads * head_dim) of K or V for a reserved position.
   uint16_t* k_row(int layer, SeqId seq, int64_t pos);
@@ -68,6 +80,7 @@ class KvCache {
   void release_page(int32_t page);
   Sequence& seq_ref(SeqId seq);
   const Sequence& seq_ref(SeqId seq) const;
+  SeqId checked(SeqId seq) const { return (void)seq_ref(seq), seq; }
 
   KvCacheConfig cfg_;
   size_t page_bytes_ = 0;   // one page: all layers, K and V
@@ -76,6 +89,7 @@ class KvCache {
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_list_;
   std::vector<std::unique_ptr<Sequence>> seqs_;  // indexed by SeqId, null when freed
+  RecurrentState recurrent_;
 };
 
 }  // namespace tessera
