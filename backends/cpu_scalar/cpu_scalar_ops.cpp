@@ -128,6 +128,11 @@ class Checker {
       case Op::GatherCols: return gather_cols();
       case Op::MatMulId: return mat_mul_id();
       case Op::MoeCombine: return moe_combine();
+      case Op::Sigmoid:
+      case Op::Softplus: return unary();
+      case Op::Cont: return cont();
+      case Op::SsmConv: return ssm_conv();
+      case Op::GatedDeltaNet: return gated_delta_net();
       case Op::Count: break;
     }
     return "unknown op " + std::to_string(int(n_.op));
@@ -229,7 +234,17 @@ class Checker {
     const int32_t n_dims = n_.i[0], mode = n_.i[1];
     if (n_dims <= 0 || n_dims > x.ne[0] || n_dims % 2 != 0)
       return "n_dims (i[0]) = " + std::to_string(n_dims) + " must be even and in (0, " + std::to_string(x.ne[0]) + "]";
-    if (mode != kRopeNormal && mode != kRopeNeox) return "unsupported rope mode (i[1]) " + std::to_string(mode);
+    if (mode != kRopeNormal && mode != kRopeNeox && mode != kRopeImrope)
+      return "unsupported rope mode (i[1]) " + std::to_string(mode);
+    if (mode == kRopeImrope) {
+      int32_t total = 0;
+      for (int j = 2; j < 6; ++j) {
+        if (n_.i[size_t(j)] < 0) return "rope section i[" + std::to_string(j) + "] is negative";
+        total += n_.i[size_t(j)];
+      }
+      if (n_.i[2] + n_.i[3] + n_.i[4] <= 0) return "multi-section rope needs a t, h or w section (i[2..4])";
+      if (total > n_dims / 2) return "rope sections (i[2..5]) cover more than the n_dims / 2 rotated pairs";
+    }
     if (!(n_.f[0] > 0.0f) || !std::isfinite(n_.f[0])) return "freq_base (f[0]) must be > 0";
     if (!(n_.f[1] > 0.0f) || !std::isfinite(n_.f[1])) return "freq_scale (f[1]) must be > 0";
     return {};
@@ -384,6 +399,73 @@ class Checker {
       return "dst " + desc(dst) + " must be [" + std::to_string(e.ne[0]) + ", " + std::to_string(e.ne[2]) + "]";
     return {};
   }
+  std::string cont() const {
+    TRY(need(n_.src[0], "src0"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "src0"));
+    TRY(plain(dst, DType::F32, "dst"));
+    if (!dst.is_contiguous()) return "dst " + desc(dst) + " must be contiguous";
+    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of src0 " + desc(x);
+    return {};
+  }
+
+  std::string recurrent_common() const {
+    if (!n_.kv) return "no KV cache (node.kv is null)";
+    const RecurrentStateConfig& rc = n_.kv->recurrent_config();
+    if (rc.n_layers == 0) return "the KV cache has no recurrent state";
+    if (n_.i[0] < 0 || n_.i[0] >= rc.n_layers)
+      return "recurrent layer (i[0]) " + std::to_string(n_.i[0]) + " out of range [0, " + std::to_string(rc.n_layers) + ")";
+    return {};
+  }
+
+  std::string ssm_conv() const {
+    TRY(recurrent_common());
+    TRY(need(n_.src[0], "x (src0)"));
+    TRY(need(n_.src[1], "kernel (src1)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &x = t(n_.src[0]), &w = t(n_.src[1]), &dst = t(n_.dst);
+    TRY(plain(x, DType::F32, "x"));
+    TRY(plain(w, DType::F32, "kernel"));
+    TRY(plain(dst, DType::F32, "dst"));
+    if (x.ne[2] != 1 || x.ne[3] != 1) return "x must be [channels, n], got " + desc(x);
+    if (w.ne[0] < 1 || w.ne[1] != x.ne[0] || w.ne[2] != 1 || w.ne[3] != 1)
+      return "kernel " + desc(w) + " must be [d_conv, " + std::to_string(x.ne[0]) + "]";
+    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of x " + desc(x);
+    const int64_t need_elems = (w.ne[0] - 1) * x.ne[0];
+    if (n_.kv->recurrent_config().conv_elems != need_elems)
+      return "the cache's conv state holds " + std::to_string(n_.kv->recurrent_config().conv_elems) +
+             " floats per layer, this convolution needs " + std::to_string(need_elems);
+    return {};
+  }
+
+  std::string gated_delta_net() const {
+    TRY(recurrent_common());
+    TRY(need(n_.src[0], "qkv (src0)"));
+    TRY(need(n_.src[1], "g (src1)"));
+    TRY(need(n_.src[2], "beta (src2)"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &qkv = t(n_.src[0]), &gt = t(n_.src[1]), &beta = t(n_.src[2]), &dst = t(n_.dst);
+    TRY(plain(qkv, DType::F32, "qkv"));
+    TRY(plain(gt, DType::F32, "g"));
+    TRY(plain(beta, DType::F32, "beta"));
+    TRY(plain(dst, DType::F32, "dst"));
+    const int64_t Hk = n_.i[2], S = n_.i[3], Hv = dst.ne[1], n = qkv.ne[1];
+    if (Hk <= 0 || S <= 0) return "key heads (i[2]) and head size (i[3]) must be positive";
+    if (dst.ne[0] != S || dst.ne[2] != n || dst.ne[3] != 1)
+      return "dst " + desc(dst) + " must be [" + std::to_string(S) + ", value heads, " + std::to_string(n) + "]";
+    if (Hv % Hk != 0) return std::to_string(Hv) + " value heads is not a multiple of " + std::to_string(Hk) + " key heads";
+    if (qkv.ne[0] != (2 * Hk + Hv) * S || qkv.ne[2] != 1 || qkv.ne[3] != 1)
+      return "qkv " + desc(qkv) + " must be [" + std::to_string((2 * Hk + Hv) * S) + ", " + std::to_string(n) + "]";
+    for (const Tensor* x : {&gt, &beta})
+      if (x->ne[0] != Hv || x->ne[1] != n || x->ne[2] != 1 || x->ne[3] != 1)
+        return "g and beta must be [" + std::to_string(Hv) + ", " + std::to_string(n) + "], got " + desc(*x);
+    if (n_.kv->recurrent_config().state_elems != S * S * Hv)
+      return "the cache's recurrent state holds " + std::to_string(n_.kv->recurrent_config().state_elems) +
+             " floats per layer, this layer needs " + std::to_string(S * S * Hv);
+    if (!(n_.f[0] >= 0.0f) || !std::isfinite(n_.f[0])) return "eps (f[0]) must be a finite value >= 0";
+    return {};
+  }
 #undef TRY
 
   const Graph& g_;
@@ -465,6 +547,13 @@ class CpuScalarBackend final : public Backend {
       case Op::GatherCols: return gather_cols(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::MatMulId: return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
       case Op::MoeCombine: return moe_combine(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::Sigmoid: return map_rows(g.tensor(n.src[0]), g.tensor(n.dst), [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+      case Op::Softplus:
+        return map_rows(g.tensor(n.src[0]), g.tensor(n.dst), [](float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); });
+      case Op::Cont: return cont(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::SsmConv: return ssm_conv(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
+      case Op::GatedDeltaNet:
+        return gated_delta_net(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst), n);
       case Op::Count: break;
     }
     throw Error("unknown op");
@@ -539,19 +628,32 @@ class CpuScalarBackend final : public Backend {
   static void rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n) {
     const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
     const int32_t n_dims = n.i[0];
-    const bool neox = n.i[1] == kRopeNeox;
+    const bool neox = n.i[1] == kRopeNeox || n.i[1] == kRopeImrope;
+    const bool imrope = n.i[1] == kRopeImrope;
+    const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
+    const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
     const float freq_base = n.f[0], freq_scale = n.f[1];
     const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
     const int32_t* p = static_cast<const int32_t*>(pos.data);
     std::vector<float> cs(static_cast<size_t>(n_dims));  // cos, sin per pair
     for (int64_t t = 0; t < T; ++t) {
       // ggml_rope_cache_init: theta = p, times theta_scale for each next pair.
-      float theta = float(p[t]);
+      // Multi-section (text): the t, h and w sections rotate by the position, the
+      // e section by position 0 (theta stays 0), as llama.cpp feeds text tokens.
+      float theta = float(p[t]), theta_e = 0.0f;
       for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
-        const float ang = freq_scale * theta;
+        float th = theta;
+        if (imrope) {
+          const int32_t sector = (i0 / 2) % sect_dims;
+          const bool t_h_w = (sector % 3 == 1 && sector < 3 * sec[1]) || (sector % 3 == 2 && sector < 3 * sec[2]) ||
+                             (sector % 3 == 0 && sector < 3 * sec[0]);
+          if (!t_h_w) th = theta_e;
+        }
+        const float ang = freq_scale * th;
         cs[size_t(i0)] = std::cos(ang);
         cs[size_t(i0) + 1] = std::sin(ang);
         theta *= theta_scale;
+        theta_e *= theta_scale;
       }
       for (int64_t h = 0; h < heads; ++h) {
         const float* src = x.row<float>(h, t);
@@ -715,6 +817,87 @@ class CpuScalarBackend final : public Backend {
       else
         for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] + br[i % Kb];
     }
+  }
+
+  template <typename F>
+  static void map_rows(const Tensor& x, const Tensor& dst, F f) {
+    const int64_t K = x.ne[0];
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* xr = frow(x, r);
+      float* yr = frow(dst, r);
+      for (int64_t i = 0; i < K; ++i) yr[i] = f(xr[i]);
+    }
+  }
+
+  static void cont(const Tensor& x, const Tensor& dst) {
+    // Rows of a view may overlap dst only if they alias it, which a graph never does.
+    const int64_t K = x.ne[0];
+    for (int64_t r = 0; r < x.nrows(); ++r) std::memcpy(frow(dst, r), frow(x, r), size_t(K) * sizeof(float));
+  }
+
+  // --- Gated delta-net ------------------------------------------------------
+  // Causal depthwise convolution: channel c sees its d_conv-1 previous inputs (the
+  // state, oldest first) followed by this batch; products summed in kernel order.
+  void ssm_conv(const Tensor& x, const Tensor& w, const Tensor& dst, const Node& n) {
+    const int64_t C = x.ne[0], T = x.ne[1], dc = w.ne[0], hist = dc - 1;
+    float* state = n.kv->conv_state(n.i[0], n.i[1]);  // [hist, C]: channel c at state + c * hist
+    parallel_for(C, [&](int64_t c0, int64_t c1) {
+      std::vector<float> win(static_cast<size_t>(hist + T));
+      for (int64_t c = c0; c < c1; ++c) {
+        float* st = state + c * hist;
+        for (int64_t j = 0; j < hist; ++j) win[size_t(j)] = st[j];
+        for (int64_t t = 0; t < T; ++t) win[size_t(hist + t)] = frow(x, t)[c];
+        const float* wc = frow(w, c);
+        for (int64_t t = 0; t < T; ++t) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < dc; ++j) sum += win[size_t(t + j)] * wc[j];
+          frow(dst, t)[c] = sum;
+        }
+        for (int64_t j = 0; j < hist; ++j) st[j] = win[size_t(T + j)];
+      }
+    });
+  }
+
+  // The delta rule, token by token, one value head per task. State row j (value
+  // index) holds the key-space vector S[:, j], as the reference stores it.
+  void gated_delta_net(const Tensor& qkv, const Tensor& g, const Tensor& beta, const Tensor& dst, const Node& n) {
+    const int64_t Hk = n.i[2], S = n.i[3], Hv = dst.ne[1], T = qkv.ne[1];
+    const float eps = n.f[0], scale = 1.0f / std::sqrt(float(S));
+    float* state_all = n.kv->recurrent_state(n.i[0], n.i[1]);
+    auto l2_normalized = [&](const float* x, float* y) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < S; ++i) sum += double(x[i] * x[i]);
+      const float inv = 1.0f / std::max(std::sqrt(float(sum)), eps);
+      for (int64_t i = 0; i < S; ++i) y[i] = x[i] * inv;
+    };
+    parallel_for(Hv, [&](int64_t h0, int64_t h1) {
+      std::vector<float> q(static_cast<size_t>(S)), k(static_cast<size_t>(S)), d(static_cast<size_t>(S));
+      for (int64_t h = h0; h < h1; ++h) {
+        const int64_t kh = h % Hk;
+        float* M = state_all + h * S * S;
+        for (int64_t t = 0; t < T; ++t) {
+          const float* row = frow(qkv, t);
+          l2_normalized(row + kh * S, q.data());
+          l2_normalized(row + (Hk + kh) * S, k.data());
+          const float* v = row + (2 * Hk + h) * S;
+          const float decay = std::exp(frow(g, t)[h]), b = frow(beta, t)[h];
+          for (int64_t e = 0; e < S * S; ++e) M[e] *= decay;
+          for (int64_t j = 0; j < S; ++j) {
+            double sk = 0.0;
+            for (int64_t i = 0; i < S; ++i) sk += double(M[j * S + i] * k[size_t(i)]);
+            d[size_t(j)] = (v[j] - float(sk)) * b;
+          }
+          for (int64_t j = 0; j < S; ++j)
+            for (int64_t i = 0; i < S; ++i) M[j * S + i] += k[size_t(i)] * d[size_t(j)];
+          float* out = dst.row<float>(h, t);
+          for (int64_t j = 0; j < S; ++j) {
+            double o = 0.0;
+            for (int64_t i = 0; i < S; ++i) o += double(M[j * S + i] * q[size_t(i)]);
+            out[j] = float(o) * scale;
+          }
+        }
+      }
+    });
   }
 
   // --- Mixture of experts ---------------------------------------------------

@@ -26,6 +26,11 @@ std::string_view op_name(Op op) {
     case Op::GatherCols: return "gather_cols";
     case Op::MatMulId: return "mat_mul_id";
     case Op::MoeCombine: return "moe_combine";
+    case Op::Sigmoid: return "sigmoid";
+    case Op::Softplus: return "softplus";
+    case Op::Cont: return "cont";
+    case Op::SsmConv: return "ssm_conv";
+    case Op::GatedDeltaNet: return "gated_delta_net";
     case Op::Count: break;
   }
   return "unknown";
@@ -99,6 +104,27 @@ int32_t Graph::view_rows(int32_t src, int64_t first, int64_t count) {
   tensors_.push_back(std::move(t));
   scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
   view_offsets_.push_back(off);
+  return int32_t(tensors_.size() - 1);
+}
+
+int32_t Graph::view(int32_t src, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset) {
+  const Tensor& s = tensors_.at(size_t(src));
+  if (dtype_traits(s.type).block_elems != 1) throw Error("view of a block-quantized tensor");
+  const size_t esize = dtype_traits(s.type).block_bytes;
+  size_t last = offset + esize;  // one past the last byte the view touches
+  for (int d = 0; d < Tensor::kMaxDims; ++d) {
+    if (ne[size_t(d)] <= 0) throw Error("view with an empty dimension");
+    last += size_t(ne[size_t(d)] - 1) * (d == 0 ? esize : nb[size_t(d) - 1]);
+  }
+  if (last > s.nbytes()) throw Error("view reaches outside its source tensor");
+  Tensor t = s;
+  for (int d = 0; d < Tensor::kMaxDims; ++d) t.ne[d] = ne[size_t(d)];
+  t.nb[0] = esize;
+  for (int d = 1; d < Tensor::kMaxDims; ++d) t.nb[d] = nb[size_t(d) - 1];
+  if (s.data) t.data = static_cast<char*>(s.data) + offset;
+  tensors_.push_back(std::move(t));
+  scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
+  view_offsets_.push_back(view_offsets_[size_t(src)] + offset);
   return int32_t(tensors_.size() - 1);
 }
 

@@ -85,7 +85,7 @@ int cmd_conformance(int argc, char** argv) {
   for (const std::string& name : names) {
     auto be = reg->create_backend(name, &pool);
     std::cout << "\n== " << name << " against cpu_scalar ==\n";
-    std::cout << pad("op", 10) << pad("dtype", 6) << pad("shape", 44) << pad("result", 7) << pad("NMSE", 10)
+    std::cout << pad("op", 14) << pad("dtype", 6) << pad("shape", 44) << pad("result", 7) << pad("NMSE", 10)
               << pad("limit", 10) << "\n";
     int pass = 0, fail = 0, skip = 0;
     for (const ConformanceCase& c : conformance_cases(f)) {
@@ -101,7 +101,7 @@ int cmd_conformance(int argc, char** argv) {
         --pass, ++fail;
       }
       if (quiet && r.status == ConformanceStatus::Pass) continue;
-      std::cout << pad(c.op, 10) << pad(c.dtype, 6) << pad(c.shape, 44) << pad(conformance_status_name(r.status), 7)
+      std::cout << pad(c.op, 14) << pad(c.dtype, 6) << pad(c.shape, 44) << pad(conformance_status_name(r.status), 7)
                 << pad(r.status == ConformanceStatus::Skip ? "-" : fmt(r.nmse), 10)
                 << pad(r.limit > 0 ? fmt(r.limit) : "exact", 10);
       if (!r.message.empty()) std::cout << r.message;

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "tessera/dtype.h"
+#include <array>
+
 #include "tessera/graph.h"
 
 namespace tessera {
@@ -45,11 +47,18 @@ struct ConformanceCase {
   //   KvWrite   k = head_dim, n_kv, m = tokens written at pos0, page = page tokens
   //   Attention k = head_dim, n_head, n_kv, page, pos0 (positions already cached),
   //             m = prefill tokens, then one decode token
+  //   Rope with mode kRopeImrope: also sections (t, h, w, e)
+  //   Sigmoid / Softplus: as Silu; Cont: a [k, n, m] view taking every other k-block
+  //             of its source (offset flag ? k : 0)
+  //   SsmConv   k = channels, n_dims = d_conv, m = prefill tokens, then one token
+  //   GatedDeltaNet k = head size, n_head = key heads, n_kv = value heads, m = prefill
+  //             tokens, then one token (both from a non-zero recurrent state)
   int64_t k = 1, n = 1, m = 1;
   bool flag = false;
   int32_t n_dims = 0, mode = 0, pos0 = 0;
   int32_t n_head = 0, n_kv = 0, page = 0;
   float freq_scale = 1.0f;
+  std::array<int32_t, 4> sections{};
   uint64_t seed = 0;  // derived from name()
 
   // "<op>_<dtype>_<shape>": unique, usable as a GoogleTest test name.

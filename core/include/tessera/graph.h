@@ -42,11 +42,28 @@ enum class Op : uint16_t {
               // dst[:, j, t] = W[ids[j, t]] . x[:, j % b, t] (activations as in MatMul)
   MoeCombine, // src0 experts F32 [N, k, n], src1 weights F32 [k, n] -> F32 [N, n]:
               // sum over j in order of weights[j, t] * experts[:, j, t]
+  // Gates and layout:
+  Sigmoid,    // src0 F32 -> F32: 1 / (1 + exp(-x))
+  Softplus,   // src0 F32 -> F32: log(1 + exp(x)); x > 20 passes through (the reference's cutoff)
+  Cont,       // src0 F32 with any strides (a Graph::view) -> the same values, contiguous
+  // Gated delta-net (linear attention with a recurrent state per sequence, kept in
+  // the KV cache's RecurrentState; i[0] = recurrent layer, i[1] = sequence):
+  SsmConv,    // src0 x F32 [C, n], src1 kernel F32 [d_conv, C] -> F32 [C, n]: causal depthwise
+              // convolution over the sequence's conv state (its last d_conv-1 inputs) followed by
+              // x; afterwards the state holds the last d_conv-1 inputs
+  GatedDeltaNet,  // src0 qkv F32 [2*Hk*S + Hv*S, n] (q heads, k heads, v heads), src1 g F32
+              // [Hv, n] (log decay), src2 beta F32 [Hv, n] -> F32 [S, Hv, n]; i[2] = Hk, i[3] = S,
+              // f[0] = L2-norm eps. q and k are L2-normalized per head, value head h reads key
+              // head h % Hk; per token: state *= exp(g); d = beta (v - state k); state += k d^T;
+              // out = state q / sqrt(S)
   Count
 };
 std::string_view op_name(Op op);
 
-enum RopeMode : int32_t { kRopeNormal = 0, kRopeNeox = 2 };
+// Rope modes (ggml's values). kRopeImrope is Qwen3.5's interleaved multi-section RoPE:
+// pairs take the position of their section (i[2..5] = sections t, h, w, e); for text
+// the t, h and w positions are the token position and e is 0. Pairs rotate NeoX-style.
+enum RopeMode : int32_t { kRopeNormal = 0, kRopeNeox = 2, kRopeImrope = 40 };
 
 struct Node {
   Op op = Op::Count;
@@ -54,7 +71,7 @@ struct Node {
   std::array<int32_t, 4> src{-1, -1, -1, -1};  // tensor indices, -1 for unused
   std::array<int32_t, 8> i{};                 // integer parameters (see Op)
   std::array<float, 4> f{};                   // float parameters (see Op)
-  KvCache* kv = nullptr;                      // KvWrite / Attention only
+  KvCache* kv = nullptr;                      // KvWrite, Attention, SsmConv, GatedDeltaNet
 };
 
 class Graph {
@@ -75,6 +92,10 @@ class Graph {
   int32_t reshape(int32_t src, std::initializer_list<int64_t> shape);
   // Rows [first, first+count) of a contiguous 2-D tensor, sharing its storage.
   int32_t view_rows(int32_t src, int64_t first, int64_t count);
+  // A strided view of tensor `src` sharing its storage: shape `ne`, byte strides
+  // nb[1..3] (nb[0] is the element size), starting `offset` bytes into src. Throws if
+  // the view reaches outside src. Ops that need contiguous rows read it through Cont.
+  int32_t view(int32_t src, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset);
   int32_t add_node(const Node& n);
 
   Tensor& tensor(int32_t i) { return tensors_[size_t(i)]; }

@@ -44,6 +44,11 @@ const char* op_label(Op op) {
     case Op::GatherCols: return "GatherCols";
     case Op::MatMulId: return "MatMulId";
     case Op::MoeCombine: return "MoeCombine";
+    case Op::Sigmoid: return "Sigmoid";
+    case Op::Softplus: return "Softplus";
+    case Op::Cont: return "Cont";
+    case Op::SsmConv: return "SsmConv";
+    case Op::GatedDeltaNet: return "GatedDeltaNet";
     case Op::Count: break;
   }
   return "?";
@@ -238,6 +243,37 @@ std::vector<ConformanceCase> make_cases() {
     c.k = N, c.m = k, c.n = n;
     add(c, Op::MoeCombine, DType::F32, "N" + s(N) + "_k" + s(k) + "_n" + s(n));
   }
+
+  // Gates, views and the gated delta-net (qwen35moe).
+  for (Op op : {Op::Sigmoid, Op::Softplus})
+    for (auto [K, N, M] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 1}, {33, 3, 5}, {256, 2, 1}}) {
+      ConformanceCase c;
+      c.k = K, c.n = N, c.m = M;
+      add(c, op, DType::F32, "K" + s(K) + "_N" + s(N) + "_M" + s(M));
+    }
+  for (auto [K, N, M, odd] : {std::tuple<int64_t, int64_t, int64_t, bool>{64, 4, 3, false}, {64, 4, 3, true}, {33, 1, 5, true}}) {
+    ConformanceCase c;
+    c.k = K, c.n = N, c.m = M, c.flag = odd;
+    add(c, Op::Cont, DType::F32, "K" + s(K) + "_N" + s(N) + "_M" + s(M) + (odd ? "_off" : "_even"));
+  }
+  for (auto [hd, nd, sec, p0] : {std::tuple<int64_t, int32_t, std::array<int32_t, 4>, int32_t>{64, 16, {3, 3, 2, 0}, 0},
+                                 {64, 16, {3, 3, 2, 0}, 37}, {128, 64, {11, 11, 10, 0}, 5}, {64, 16, {2, 2, 2, 2}, 9}}) {
+    ConformanceCase c;
+    c.k = hd, c.n = 3, c.m = 4, c.n_dims = nd, c.mode = kRopeImrope, c.pos0 = p0, c.sections = sec;
+    std::string secs;
+    for (int32_t v : sec) secs += s(v);
+    add(c, Op::Rope, DType::F32, "hd" + s(hd) + "_nd" + s(nd) + "_imrope" + secs + "_p" + s(p0));
+  }
+  for (auto [C, dc, T] : {std::tuple<int64_t, int32_t, int64_t>{40, 4, 5}, {512, 4, 17}, {7, 2, 1}}) {
+    ConformanceCase c;
+    c.k = C, c.n_dims = dc, c.m = T;
+    add(c, Op::SsmConv, DType::F32, "C" + s(C) + "_dc" + s(dc) + "_T" + s(T) + "_dec1");
+  }
+  for (auto [S, hk, hv, T] : {std::tuple<int64_t, int32_t, int32_t, int64_t>{64, 2, 4, 9}, {32, 1, 3, 5}, {16, 2, 2, 1}}) {
+    ConformanceCase c;
+    c.k = S, c.n_head = hk, c.n_kv = hv, c.m = T;
+    add(c, Op::GatedDeltaNet, DType::F32, "S" + s(S) + "_hk" + s(hk) + "_hv" + s(hv) + "_T" + s(T) + "_dec1");
+  }
   return cs;
 }
 
@@ -252,8 +288,12 @@ struct TensorSpec {
   std::array<int64_t, 4> ne{1, 1, 1, 1};
   Role role = Role::Input;
   std::vector<uint8_t> init;  // inputs and weights; outputs start as all 0xFF (NaN)
+  // A view of tensor `view_of` (no storage of its own): byte strides nb[1..3], offset.
+  int view_of = -1;
+  std::array<size_t, 3> view_nb{};
+  size_t view_offset = 0;
 
-  size_t bytes() const { return row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]); }
+  size_t bytes() const { return view_of >= 0 ? 0 : row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]); }
 };
 
 struct KvSpec {
@@ -263,6 +303,9 @@ struct KvSpec {
   int64_t history = 0;    // positions [0, history) hold cached data before the run
   int64_t written = 0;    // positions [history, history + written) are written by the run
   int64_t capacity = 0;   // reserved positions per sequence (whole pages)
+  // Recurrent-state cases: the tested layer (`layer`) and sequence may change their
+  // conv state (conv) and / or recurrent state (rec); every other slot stays as set up.
+  bool conv = false, rec = false;
 };
 
 struct CaseGraph {
@@ -375,14 +418,19 @@ CaseGraph build_case(const ConformanceCase& c) {
       Node n = node(Op::Rope, y, x, p);
       n.i[0] = c.n_dims;
       n.i[1] = c.mode;
+      if (c.mode == kRopeImrope)
+        for (int j = 0; j < 4; ++j) n.i[size_t(2 + j)] = c.sections[size_t(j)];
       n.f[0] = 10000.0f;
       n.f[1] = c.freq_scale;
       g.nodes.push_back(n);
       break;
     }
     case Op::Softmax:
+    case Op::Sigmoid:
+    case Op::Softplus:
     case Op::Silu: {
-      const float a = c.kind == Op::Softmax ? 4.0f : 6.0f;
+      // Softplus spans its cutoff at 20; the others their interesting range.
+      const float a = c.kind == Op::Softmax ? 4.0f : c.kind == Op::Softplus ? 30.0f : 6.0f;
       int x = f32_input(g, r, "x", {K, N, M, 1}, -a, a);
       int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
       g.nodes.push_back(node(c.kind, y, x));
@@ -491,6 +539,59 @@ CaseGraph build_case(const ConformanceCase& c) {
       g.nodes.push_back(node(Op::MoeCombine, y, e, w));
       break;
     }
+    case Op::Cont: {  // every other K-block of a [2K, N, M] source, starting at 0 or K
+      int src = f32_input(g, r, "src", {2 * K, N, M, 1}, -3.0f, 3.0f);
+      int v = add_spec(g, "view", DType::F32, {K, N, M, 1}, Role::Input);
+      TensorSpec& vs = g.tensors[size_t(v)];
+      vs.view_of = src;
+      vs.view_nb = {size_t(2 * K) * 4, size_t(2 * K * N) * 4, size_t(2 * K * N * M) * 4};
+      vs.view_offset = c.flag ? size_t(K) * 4 : 0;
+      int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
+      g.nodes.push_back(node(Op::Cont, y, v));
+      break;
+    }
+    case Op::SsmConv:
+    case Op::GatedDeltaNet: {
+      // A prefill of M tokens, then one more token, from a non-zero state.
+      const bool conv = c.kind == Op::SsmConv;
+      const int64_t S = c.k, hk = c.n_head, hv = c.n_kv, C = conv ? c.k : (2 * hk + hv) * S;
+      g.kv.used = true;
+      g.kv.conv = conv;
+      g.kv.rec = !conv;
+      g.kv.cfg.n_layers = 1, g.kv.cfg.n_kv_heads = 1, g.kv.cfg.head_dim = 1, g.kv.cfg.page_tokens = 4;
+      g.kv.cfg.n_pages = 2;
+      g.kv.capacity = 4;
+      g.kv.cfg.recurrent.n_layers = 2;
+      // Both state kinds exist in every case, so each op is also checked for leaving the other alone.
+      g.kv.cfg.recurrent.conv_elems = conv ? (c.n_dims - 1) * C : 3 * C;
+      g.kv.cfg.recurrent.state_elems = conv ? 16 : S * S * hv;
+      int w = conv ? f32_input(g, r, "kernel", {c.n_dims, C, 1, 1}, -1.0f, 1.0f, Role::Weight) : -1;
+      for (int step = 0; step < 2; ++step) {
+        const int64_t T = step == 0 ? M : 1;
+        const std::string sfx = step == 0 ? "_prefill" : "_decode";
+        Node n;
+        n.op = c.kind;
+        n.kv = kKvPlaceholder;
+        n.i[0] = g.kv.layer;
+        if (conv) {
+          int x = f32_input(g, r, "x" + sfx, {C, T, 1, 1}, -2.0f, 2.0f);
+          n.dst = add_spec(g, "dst" + sfx, DType::F32, {C, T, 1, 1}, Role::Output);
+          n.src = {x, w, -1, -1};
+        } else {
+          int qkv = f32_input(g, r, "qkv" + sfx, {C, T, 1, 1}, -1.0f, 1.0f);
+          int gl = f32_input(g, r, "g" + sfx, {hv, T, 1, 1}, -2.0f, -0.01f);
+          int b = f32_input(g, r, "beta" + sfx, {hv, T, 1, 1}, 0.05f, 0.95f);
+          n.dst = add_spec(g, "dst" + sfx, DType::F32, {S, hv, T, 1}, Role::Output);
+          n.src = {qkv, gl, b, -1};
+          n.i[2] = hk;
+          n.i[3] = int32_t(S);
+          n.f[0] = 1e-6f;
+        }
+        g.nodes.push_back(n);
+        g.steps.push_back(1);
+      }
+      break;
+    }
     case Op::Count: throw Error("conformance: bad case op");
   }
   if (g.steps.empty()) g.steps = {g.nodes.size()};
@@ -548,6 +649,12 @@ uint16_t kv_init(int seq, int layer, int64_t pos, int kvsel, int64_t e) {
   return quant::fp32_to_fp16(float(h & 0xFFFF) / 32768.0f - 1.0f);
 }
 
+// The recurrent state every slot starts with: small finite values.
+float rec_init(int seq, int layer, int kind, int64_t e) {
+  const uint64_t h = mix((uint64_t(seq) << 48) ^ (uint64_t(layer) << 40) ^ (uint64_t(kind) << 36) ^ uint64_t(e));
+  return float(h & 0xFFFF) / 65536.0f - 0.5f;
+}
+
 // One backend's copy of a case graph.
 struct Instance {
   std::vector<std::unique_ptr<GuardedBuffer>> bufs;  // parallel to spec.tensors
@@ -581,6 +688,14 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
           }
         }
     kv.set_length(inst->seq, spec.kv.history);
+    const RecurrentStateConfig& rc = spec.kv.cfg.recurrent;
+    for (KvCache::SeqId s : {inst->seq, inst->other_seq})
+      for (int layer = 0; layer < rc.n_layers; ++layer) {
+        float* cs = kv.conv_state(layer, s);
+        float* rs = kv.recurrent_state(layer, s);
+        for (int64_t e = 0; e < rc.conv_elems; ++e) cs[e] = rec_init(int(s), layer, 0, e);
+        for (int64_t e = 0; e < rc.state_elems; ++e) rs[e] = rec_init(int(s), layer, 1, e);
+      }
   }
   for (const TensorSpec& ts : spec.tensors) {
     auto buf = std::make_unique<GuardedBuffer>(ts.bytes());
@@ -589,6 +704,10 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
     else
       std::memcpy(buf->data(), ts.init.data(), ts.bytes());
     Tensor t = Tensor::contiguous(ts.type, {ts.ne[0], ts.ne[1], ts.ne[2], ts.ne[3]}, buf->data());
+    if (ts.view_of >= 0) {  // the source was created before the view
+      t.data = inst->bufs[size_t(ts.view_of)]->data() + ts.view_offset;
+      for (int d = 1; d < Tensor::kMaxDims; ++d) t.nb[d] = ts.view_nb[size_t(d - 1)];
+    }
     t.name = ts.name;
     if (ts.role == Role::Weight) be.prepare_weight(t);
     inst->graph.add_tensor(t);
@@ -663,7 +782,8 @@ double conformance_limit(Op op) {
   switch (op) {
     case Op::MatMul:
     case Op::MatMulId:
-    case Op::Attention: return 5e-4;
+    case Op::Attention:
+    case Op::GatedDeltaNet: return 5e-4;
     case Op::Argmax:
     case Op::TopK: return 0.0;
     default: return 1e-7;
@@ -761,7 +881,7 @@ ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, 
     if (!g.empty()) errors.push_back(g);
     std::string rg = ref->bufs[i]->check(ts.name);
     if (!rg.empty()) errors.push_back("reference: " + rg);
-    if (ts.role != Role::Output && std::memcmp(got->bufs[i]->data(), ts.init.data(), ts.bytes()) != 0)
+    if (ts.role != Role::Output && ts.view_of < 0 && std::memcmp(got->bufs[i]->data(), ts.init.data(), ts.bytes()) != 0)
       errors.push_back(std::string(ts.role == Role::Weight ? "weight" : "input") + " '" + ts.name +
                        "' was modified (a backend must not write its sources)");
   }
@@ -849,6 +969,38 @@ ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, 
     if (cmp.error.empty() && cmp.nmse > cmp.limit)
       cmp.error = "KV cache contents: NMSE " + fmt_double(cmp.nmse) + " > " + fmt_double(cmp.limit);
     account(cmp);
+  }
+
+  // Recurrent state: the tested slot matches the reference, every other slot (and
+  // the state kind the op does not own) is exactly as set up.
+  const RecurrentStateConfig& rc = spec.kv.cfg.recurrent;
+  if (spec.kv.used && rc.n_layers > 0) {
+    KvCache &rk = *ref->kv, &gk = *got->kv;
+    std::string bystander;
+    for (KvCache::SeqId s : {got->seq, got->other_seq})
+      for (int layer = 0; layer < rc.n_layers; ++layer)
+        for (int kind = 0; kind < 2; ++kind) {
+          const bool tested = s == got->seq && layer == spec.kv.layer && (kind == 0 ? spec.kv.conv : spec.kv.rec);
+          const int64_t n = kind == 0 ? rc.conv_elems : rc.state_elems;
+          const float* gs = kind == 0 ? gk.conv_state(layer, s) : gk.recurrent_state(layer, s);
+          if (tested) {
+            const float* rs = kind == 0 ? rk.conv_state(layer, ref->seq) : rk.recurrent_state(layer, ref->seq);
+            const std::string what = kind == 0 ? "conv state" : "recurrent state";
+            Compared cmp = compare_floats(rs, gs, size_t(n), conformance_limit(c.kind), what);
+            if (cmp.error.empty() && cmp.nmse > cmp.limit)
+              cmp.error = what + ": NMSE " + fmt_double(cmp.nmse) + " > " + fmt_double(cmp.limit);
+            account(cmp);
+          } else if (bystander.empty()) {
+            for (int64_t e = 0; e < n; ++e)
+              if (gs[e] != rec_init(int(s), layer, kind, e)) {
+                bystander = std::string(kind == 0 ? "conv" : "recurrent") + " state of " +
+                            (s == got->seq ? "the tested" : "another") + " sequence, recurrent layer " +
+                            std::to_string(layer) + " was modified (element " + std::to_string(e) + ")";
+                break;
+              }
+          }
+        }
+    if (!bystander.empty()) errors.push_back(bystander);
   }
 
   if (!errors.empty()) {
