@@ -31,6 +31,20 @@ AttentionWeights load_attention(const WeightSource& w, const std::string& p, con
   return a;
 }
 
+ExpertWeights load_experts(const WeightSource& w, const std::string& p, const ModelInfo& i) {
+  const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
+  ExpertWeights e;
+  e.router = w.require(p + "ffn_gate_inp.weight", {E, X});
+  e.up_exps = w.require(p + "ffn_up_exps.weight", {E, F, X});
+  e.gate_exps = w.require(p + "ffn_gate_exps.weight", {E, F, X});
+  e.down_exps = w.require(p + "ffn_down_exps.weight", {F, E, X});
+  return e;
+}
+
+void append_weights(std::vector<Tensor*>& out, ExpertWeights& e) {
+  out.insert(out.end(), {&e.router, &e.up_exps, &e.gate_exps, &e.down_exps});
+}
+
 void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e) {
   out.insert(out.end(), {&e.tok_embd, &e.output_norm, &e.output});
 }
@@ -63,6 +77,18 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
   g.kv_write(kv, layer, b.seq, pos0, k, v);
   int32_t att = g.attention(kv, layer, b.seq, pos0, q, 1.0f / std::sqrt(float(hd)));
   return g.matmul(g.input(a.wo), g.reshape(att, {hd * i.n_head, n}));
+}
+
+int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo& i, int32_t h) {
+  const int64_t n = g.graph().tensor(h).ne[1];
+  int32_t logits = g.matmul(g.input(e.router), h);             // [n_expert, n]
+  int32_t chosen = g.top_k(logits, i.n_expert_used);           // [k, n]
+  int32_t weights = g.softmax(g.gather_cols(logits, chosen));  // [k, n]
+  int32_t x3 = g.reshape(h, {i.n_embd, 1, n});
+  int32_t up = g.mat_mul_id(g.input(e.up_exps), x3, chosen);  // [ff, k, n]
+  int32_t gate = g.mat_mul_id(g.input(e.gate_exps), x3, chosen);
+  int32_t down = g.mat_mul_id(g.input(e.down_exps), g.swiglu(gate, up), chosen);  // [embd, k, n]
+  return g.moe_combine(down, weights);
 }
 
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& i, int32_t x, bool all_logits) {

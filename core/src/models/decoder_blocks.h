@@ -15,6 +15,11 @@ struct EmbeddingWeights {
   Tensor tok_embd, output_norm, output;  // output is tok_embd when the file ties them
 };
 
+// A routed mixture-of-experts feed-forward (SwiGLU experts).
+struct ExpertWeights {
+  Tensor router, up_exps, gate_exps, down_exps;
+};
+
 struct AttentionWeights {
   Tensor norm, wq, wk, wv, wo;
   Tensor q_norm, k_norm;  // empty unless the architecture has per-head q/k norms
@@ -25,7 +30,10 @@ EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info);
 // blk.N.attn_{norm,q,k,v,output}.weight (and attn_{q,k}_norm.weight if qk_norms).
 AttentionWeights load_attention(const WeightSource& w, const std::string& prefix, const ModelInfo& info,
                                 bool qk_norms);
+// blk.N.ffn_gate_inp.weight and blk.N.ffn_{up,gate,down}_exps.weight (info.n_ff per expert).
+ExpertWeights load_experts(const WeightSource& w, const std::string& prefix, const ModelInfo& info);
 void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e);
+void append_weights(std::vector<Tensor*>& out, ExpertWeights& e);
 void append_weights(std::vector<Tensor*>& out, AttentionWeights& a);
 
 struct BatchInputs {
@@ -38,6 +46,11 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
 // adds the result to the residual.
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& info, KvCache& kv, int layer,
                        const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode);
+
+// Routing and experts for normed input h [n_embd, n]: top-k on the raw router logits,
+// softmax over the k chosen (llama.cpp's softmax over all experts renormalized to the
+// chosen ones, with k exponentials instead of n_expert), SwiGLU experts, weighted sum.
+int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo& info, int32_t h);
 
 // Final norm and output matrix, for the last token only unless all_logits.
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x, bool all_logits);

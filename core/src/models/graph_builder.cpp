@@ -100,4 +100,58 @@ int32_t GraphBuilder::moe_combine(int32_t experts, int32_t weights) {
   return node(Op::MoeCombine, g_.new_tensor(DType::F32, {e.ne[0], e.ne[2]}), {experts, weights});
 }
 
+int32_t GraphBuilder::mul(int32_t a, int32_t b) { return node(Op::Mul, same_shape_f32(a), {a, b}); }
+
+int32_t GraphBuilder::silu(int32_t x) { return node(Op::Silu, same_shape_f32(x), {x}); }
+
+int32_t GraphBuilder::sigmoid(int32_t x) { return node(Op::Sigmoid, same_shape_f32(x), {x}); }
+
+int32_t GraphBuilder::softplus(int32_t x) { return node(Op::Softplus, same_shape_f32(x), {x}); }
+
+int32_t GraphBuilder::strided_copy(int32_t x, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset) {
+  int32_t v = g_.view(x, ne, nb, offset);
+  return node(Op::Cont, g_.new_tensor(DType::F32, {ne[0], ne[1], ne[2], ne[3]}), {v});
+}
+
+int32_t GraphBuilder::rope_multi(int32_t x, int32_t pos, int n_dims, const std::array<int32_t, 4>& sections,
+                                 float base, float scale) {
+  Node n;
+  n.op = Op::Rope;
+  n.dst = same_shape_f32(x);
+  n.src = {x, pos, -1, -1};
+  n.i = {n_dims, kRopeImrope, sections[0], sections[1], sections[2], sections[3], 0, 0};
+  n.f[0] = base;
+  n.f[1] = scale;
+  g_.add_node(n);
+  return n.dst;
+}
+
+int32_t GraphBuilder::ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, int32_t kernel) {
+  Node n;
+  n.op = Op::SsmConv;
+  n.dst = same_shape_f32(x);
+  n.src = {x, kernel, -1, -1};
+  n.i[0] = layer;
+  n.i[1] = seq;
+  n.kv = &kv;
+  g_.add_node(n);
+  return n.dst;
+}
+
+int32_t GraphBuilder::gated_delta_net(KvCache& kv, int layer, int32_t seq, int32_t qkv, int32_t g, int32_t beta,
+                                      int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim, float eps) {
+  Node n;
+  n.op = Op::GatedDeltaNet;
+  n.dst = g_.new_tensor(DType::F32, {head_dim, n_v_heads, g_.tensor(qkv).ne[1]});
+  n.src = {qkv, g, beta, -1};
+  n.i[0] = layer;
+  n.i[1] = seq;
+  n.i[2] = int32_t(n_k_heads);
+  n.i[3] = int32_t(head_dim);
+  n.f[0] = eps;
+  n.kv = &kv;
+  g_.add_node(n);
+  return n.dst;
+}
+
 }  // namespace tessera::models

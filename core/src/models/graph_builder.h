@@ -1,6 +1,8 @@
 // Thin helpers that append one node and its output tensor to a Graph, so an
 // architecture's forward pass reads like the math.
 #pragma once
+#include <array>
+
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
 
@@ -25,6 +27,17 @@ class GraphBuilder {
   int32_t gather_cols(int32_t x, int32_t ids);
   int32_t mat_mul_id(int32_t weights, int32_t x, int32_t ids);
   int32_t moe_combine(int32_t experts, int32_t weights);
+  int32_t mul(int32_t a, int32_t b);
+  int32_t silu(int32_t x);
+  int32_t sigmoid(int32_t x);
+  int32_t softplus(int32_t x);
+  // A contiguous copy of the strided view of x (shape ne, byte strides nb[1..3], offset bytes).
+  int32_t strided_copy(int32_t x, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset);
+  int32_t rope_multi(int32_t x, int32_t pos, int n_dims, const std::array<int32_t, 4>& sections, float base,
+                     float scale);
+  int32_t ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, int32_t kernel);
+  int32_t gated_delta_net(KvCache& kv, int layer, int32_t seq, int32_t qkv, int32_t g, int32_t beta, int64_t n_k_heads,
+                          int64_t n_v_heads, int64_t head_dim, float eps);
   int32_t reshape(int32_t x, std::initializer_list<int64_t> shape) { return g_.reshape(x, shape); }
   int32_t last_row(int32_t x) { return g_.view_rows(x, g_.tensor(x).ne[1] - 1, 1); }
 

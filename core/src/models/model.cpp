@@ -10,10 +10,11 @@ struct Architecture {
   const char* name;
   std::unique_ptr<Model> (*make)(const ModelFile&);
 };
-// Dense llama-style models that share the llama graph in GGUF.
+// general.architecture -> factory.
 constexpr Architecture kArchitectures[] = {
     {"llama", models::make_llama},
     {"qwen3moe", models::make_qwen3moe},
+    {"qwen35moe", models::make_qwen35moe},
 };
 }  // namespace
 

@@ -1,8 +1,6 @@
 // The `qwen3moe` architecture (Qwen3-30B-A3B and relatives): the llama decoder with
 // RMS norms on each query and key head before RoPE (NeoX mode), and a routed
-// mixture-of-experts feed-forward: top-k on the raw router logits, softmax over the
-// k chosen (equal to llama.cpp's softmax over all experts renormalized to the chosen
-// ones, with k exponentials instead of n_expert), SwiGLU experts, weighted sum.
+// mixture-of-experts feed-forward (decoder_blocks.h: routed_experts).
 #include "models/architectures.h"
 #include "models/decoder_blocks.h"
 
@@ -11,7 +9,8 @@ namespace {
 
 struct Qwen3MoeLayer {
   AttentionWeights attn;
-  Tensor ffn_norm, router, up_exps, gate_exps, down_exps;
+  Tensor ffn_norm;
+  ExpertWeights experts;
 };
 
 class Qwen3MoeModel final : public Model {
@@ -49,17 +48,14 @@ class Qwen3MoeModel final : public Model {
       throw Error("qwen3moe: rope.dimension_count " + std::to_string(i.rope_dims) + " is invalid");
 
     embd_ = load_embedding(w, i);
-    const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
+    const int64_t E = i.n_embd;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer& L = layers_[size_t(l)];
       L.attn = load_attention(w, p, i, /*qk_norms=*/true);
       L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
-      L.router = w.require(p + "ffn_gate_inp.weight", {E, X});
-      L.up_exps = w.require(p + "ffn_up_exps.weight", {E, F, X});
-      L.gate_exps = w.require(p + "ffn_gate_exps.weight", {E, F, X});
-      L.down_exps = w.require(p + "ffn_down_exps.weight", {F, E, X});
+      L.experts = load_experts(w, p, i);
     }
   }
 
@@ -70,7 +66,8 @@ class Qwen3MoeModel final : public Model {
     append_weights(all, embd_);
     for (auto& L : layers_) {
       append_weights(all, L.attn);
-      all.insert(all.end(), {&L.ffn_norm, &L.router, &L.up_exps, &L.gate_exps, &L.down_exps});
+      all.push_back(&L.ffn_norm);
+      append_weights(all, L.experts);
     }
     return all;
   }
@@ -81,29 +78,17 @@ class Qwen3MoeModel final : public Model {
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
-    const int64_t n = int64_t(b.tokens.size());
     auto [pos, x] = embed_batch(g, embd_, b);
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const Qwen3MoeLayer& L = layers_[size_t(l)];
       x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, kRopeNeox));
       int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
-      x = g.add(x, moe_ffn(g, L, h, n));
+      x = g.add(x, routed_experts(g, L.experts, info_, h));
     }
     return output_logits(g, embd_, info_, x, b.all_logits);
   }
 
  private:
-  int32_t moe_ffn(GraphBuilder& g, const Qwen3MoeLayer& L, int32_t h, int64_t n) const {
-    int32_t logits = g.matmul(g.input(L.router), h);            // [n_expert, n]
-    int32_t chosen = g.top_k(logits, info_.n_expert_used);       // [k, n]
-    int32_t weights = g.softmax(g.gather_cols(logits, chosen));  // [k, n]
-    int32_t x3 = g.reshape(h, {info_.n_embd, 1, n});
-    int32_t up = g.mat_mul_id(g.input(L.up_exps), x3, chosen);    // [ff, k, n]
-    int32_t gate = g.mat_mul_id(g.input(L.gate_exps), x3, chosen);
-    int32_t down = g.mat_mul_id(g.input(L.down_exps), g.swiglu(gate, up), chosen);  // [embd, k, n]
-    return g.moe_combine(down, weights);
-  }
-
   ModelInfo info_;
   EmbeddingWeights embd_;
   std::vector<Qwen3MoeLayer> layers_;

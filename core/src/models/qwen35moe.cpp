@@ -1,0 +1,249 @@
+// The `qwen35moe` architecture (Qwen3.5 / 3.6 MoE, e.g. Qwen3.5-35B-A3B): a hybrid of
+// gated delta-net linear-attention layers and, every `full_attention_interval`-th
+// layer, gated full attention; every layer has a post-attention norm and a routed
+// mixture of experts plus a sigmoid-gated shared expert. The math follows llama.cpp
+// (src/models/qwen35moe.cpp, delta-net-base.cpp):
+//  - delta-net layer: qkv = W_qkv h, z = W_gate h, beta = sigmoid(W_beta h),
+//    g = softplus(W_alpha h + dt_bias) * a; a causal depthwise conv (kernel d_conv,
+//    state of d_conv-1 inputs) and SiLU over qkv; q and k L2-normalized; the delta
+//    rule per value head (value head h reads key head h % n_k_heads); RMS norm of
+//    each head's output times SiLU(z); output projection.
+//  - attention layer: one projection gives each head's query and its output gate;
+//    q/k RMS norms; interleaved multi-section RoPE on the first rope.dimension_count
+//    dims; attention over the paged KV cache; output times sigmoid(gate); W_o.
+// Only the attention layers have KV-cache layers; the delta-net layers keep their
+// state in the cache's RecurrentState.
+#include <array>
+#include <cmath>
+
+#include "models/architectures.h"
+#include "models/decoder_blocks.h"
+
+namespace tessera::models {
+namespace {
+
+struct DeltaNetWeights {
+  Tensor qkv, gate, conv1d, dt_bias, a, beta, alpha, norm, out;
+};
+
+struct GatedAttentionWeights {
+  Tensor wq_gate, wk, wv, wo, q_norm, k_norm;
+};
+
+struct SharedExpertWeights {
+  Tensor gate_inp, up, gate, down;
+};
+
+struct Qwen35MoeLayer {
+  bool recurrent = false;
+  int cache_layer = 0;  // index among the KV (attention) or recurrent layers
+  Tensor attn_norm, post_norm;
+  DeltaNetWeights dn;
+  GatedAttentionWeights at;
+  ExpertWeights experts;
+  SharedExpertWeights shexp;
+};
+
+class Qwen35MoeModel final : public Model {
+ public:
+  explicit Qwen35MoeModel(const ModelFile& file) {
+    const std::string arch = "qwen35moe";
+    WeightSource w(file, arch);
+    ModelInfo& i = info_;
+    i.architecture = arch;
+    i.name = w.md().get_string("general.name").value_or("");
+    i.n_embd = w.hp_int("embedding_length");
+    i.n_layer = w.hp_int("block_count");
+    i.n_head = w.hp_int("attention.head_count");
+    i.n_head_kv = w.hp_int("attention.head_count_kv", i.n_head);
+    i.context_length = w.hp_int("context_length", 4096);
+    i.rms_eps = w.hp_float("attention.layer_norm_rms_epsilon", 1e-6f);
+    i.rope_freq_base = w.hp_float("rope.freq_base", 10000000.f);
+    i.n_expert = w.hp_int("expert_count");
+    i.n_expert_used = w.hp_int("expert_used_count");
+    i.n_ff = w.hp_int("expert_feed_forward_length");
+    n_ff_shexp_ = w.hp_int("expert_shared_feed_forward_length", w.hp_int("feed_forward_length", i.n_ff));
+    d_conv_ = w.hp_int("ssm.conv_kernel");
+    head_dim_ssm_ = w.hp_int("ssm.state_size");
+    n_k_heads_ = w.hp_int("ssm.group_count");
+    n_v_heads_ = w.hp_int("ssm.time_step_rank");
+    const int64_t d_inner = w.hp_int("ssm.inner_size");
+    const int64_t interval = w.hp_int("full_attention_interval", 4);
+    for (auto [key, v] :
+         {std::pair{"embedding_length", i.n_embd}, {"block_count", i.n_layer}, {"attention.head_count", i.n_head},
+          {"attention.head_count_kv", i.n_head_kv}, {"expert_count", i.n_expert},
+          {"expert_used_count", i.n_expert_used}, {"expert_feed_forward_length", i.n_ff},
+          {"expert_shared_feed_forward_length", n_ff_shexp_}, {"ssm.conv_kernel", d_conv_},
+          {"ssm.state_size", head_dim_ssm_}, {"ssm.group_count", n_k_heads_}, {"ssm.time_step_rank", n_v_heads_},
+          {"full_attention_interval", interval}})
+      if (v <= 0) fail("hyperparameter " + std::string(key) + " must be positive, got " + std::to_string(v));
+    if (i.n_expert_used > i.n_expert) fail("expert_used_count exceeds expert_count");
+    if (i.n_head % i.n_head_kv != 0) fail("attention.head_count is not a multiple of head_count_kv");
+    if (n_v_heads_ % n_k_heads_ != 0) fail("ssm.time_step_rank (value heads) is not a multiple of ssm.group_count");
+    if (d_inner != head_dim_ssm_ * n_v_heads_)
+      fail("ssm.inner_size " + std::to_string(d_inner) + " differs from ssm.state_size x ssm.time_step_rank");
+    i.head_dim = w.hp_int("attention.key_length", i.n_embd / i.n_head);
+    if (w.hp_int("attention.value_length", i.head_dim) != i.head_dim)
+      fail("attention.value_length differs from key_length (not supported)");
+    i.rope_dims = w.hp_int("rope.dimension_count", i.head_dim);
+    if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2) fail("rope.dimension_count is invalid");
+    read_rope_sections(w);
+
+    embd_ = load_embedding(w, i);
+    const int64_t E = i.n_embd, hd = i.head_dim, S = head_dim_ssm_;
+    const int64_t key_dim = S * n_k_heads_, value_dim = S * n_v_heads_, conv_dim = 2 * key_dim + value_dim;
+    layers_.resize(size_t(i.n_layer));
+    for (int64_t l = 0; l < i.n_layer; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      Qwen35MoeLayer& L = layers_[size_t(l)];
+      L.recurrent = (l + 1) % interval != 0;
+      L.cache_layer = L.recurrent ? n_recurrent_++ : n_attention_++;
+      L.attn_norm = w.require(p + "attn_norm.weight", {E});
+      L.post_norm = w.require(p + "post_attention_norm.weight", {E});
+      if (L.recurrent) {
+        DeltaNetWeights& d = L.dn;
+        d.qkv = w.require(p + "attn_qkv.weight", {E, conv_dim});
+        d.gate = w.require(p + "attn_gate.weight", {E, value_dim});
+        d.conv1d = w.require(p + "ssm_conv1d.weight", {d_conv_, conv_dim});
+        d.dt_bias = w.require(p + "ssm_dt.bias", {n_v_heads_});
+        d.a = w.require(p + "ssm_a", {n_v_heads_});
+        d.beta = w.require(p + "ssm_beta.weight", {E, n_v_heads_});
+        d.alpha = w.require(p + "ssm_alpha.weight", {E, n_v_heads_});
+        d.norm = w.require(p + "ssm_norm.weight", {S});
+        d.out = w.require(p + "ssm_out.weight", {value_dim, E});
+      } else {
+        GatedAttentionWeights& a = L.at;
+        a.wq_gate = w.require(p + "attn_q.weight", {E, 2 * hd * i.n_head});
+        a.wk = w.require(p + "attn_k.weight", {E, hd * i.n_head_kv});
+        a.wv = w.require(p + "attn_v.weight", {E, hd * i.n_head_kv});
+        a.wo = w.require(p + "attn_output.weight", {hd * i.n_head, E});
+        a.q_norm = w.require(p + "attn_q_norm.weight", {hd});
+        a.k_norm = w.require(p + "attn_k_norm.weight", {hd});
+      }
+      L.experts = load_experts(w, p, i);
+      L.shexp.gate_inp = w.require(p + "ffn_gate_inp_shexp.weight", {E});
+      L.shexp.up = w.require(p + "ffn_up_shexp.weight", {E, n_ff_shexp_});
+      L.shexp.gate = w.require(p + "ffn_gate_shexp.weight", {E, n_ff_shexp_});
+      L.shexp.down = w.require(p + "ffn_down_shexp.weight", {n_ff_shexp_, E});
+    }
+    if (n_attention_ == 0) fail("no full-attention layer (full_attention_interval exceeds block_count)");
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<Tensor*> weights() override {
+    std::vector<Tensor*> all;
+    append_weights(all, embd_);
+    for (auto& L : layers_) {
+      all.insert(all.end(), {&L.attn_norm, &L.post_norm});
+      if (L.recurrent) {
+        DeltaNetWeights& d = L.dn;
+        all.insert(all.end(), {&d.qkv, &d.gate, &d.conv1d, &d.dt_bias, &d.a, &d.beta, &d.alpha, &d.norm, &d.out});
+      } else {
+        GatedAttentionWeights& a = L.at;
+        all.insert(all.end(), {&a.wq_gate, &a.wk, &a.wv, &a.wo, &a.q_norm, &a.k_norm});
+      }
+      append_weights(all, L.experts);
+      all.insert(all.end(), {&L.shexp.gate_inp, &L.shexp.up, &L.shexp.gate, &L.shexp.down});
+    }
+    return all;
+  }
+
+  KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
+    KvCacheConfig c = paged_kv_config(info_, n_ctx, page_tokens);
+    c.n_layers = n_attention_;
+    const int64_t conv_dim = (2 * n_k_heads_ + n_v_heads_) * head_dim_ssm_;
+    c.recurrent.n_layers = n_recurrent_;
+    c.recurrent.conv_elems = (d_conv_ - 1) * conv_dim;
+    c.recurrent.state_elems = head_dim_ssm_ * head_dim_ssm_ * n_v_heads_;
+    return c;
+  }
+
+  int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
+    GraphBuilder g(graph);
+    auto [pos, x] = embed_batch(g, embd_, b);
+    for (const Qwen35MoeLayer& L : layers_) {
+      int32_t h = g.rms_norm(x, g.input(L.attn_norm), info_.rms_eps);
+      x = g.add(x, L.recurrent ? delta_net(g, L, kv, b, h) : gated_attention(g, L, kv, b, h, pos));
+      int32_t h2 = g.rms_norm(x, g.input(L.post_norm), info_.rms_eps);
+      x = g.add(x, g.add(routed_experts(g, L.experts, info_, h2), shared_expert(g, L.shexp, h2)));
+    }
+    return output_logits(g, embd_, info_, x, b.all_logits);
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& why) { throw Error("qwen35moe: " + why); }
+
+  void read_rope_sections(const WeightSource& w) {
+    const MetaValue* v = w.md().find("qwen35moe.rope.dimension_sections");
+    if (!v) fail("missing metadata key qwen35moe.rope.dimension_sections");
+    const auto* arr = v->as_array();
+    if (!arr || arr->empty() || arr->size() > 4) fail("rope.dimension_sections must be an array of up to 4 integers");
+    int64_t total = 0;
+    for (size_t j = 0; j < arr->size(); ++j) {
+      auto s = (*arr)[j].as_int();
+      if (!s || *s < 0) fail("rope.dimension_sections must hold non-negative integers");
+      sections_[j] = int32_t(*s);
+      total += *s;
+    }
+    if (sections_[0] + sections_[1] + sections_[2] <= 0 || total > info_.rope_dims / 2)
+      fail("rope.dimension_sections does not fit rope.dimension_count " + std::to_string(info_.rope_dims));
+  }
+
+  int32_t delta_net(GraphBuilder& g, const Qwen35MoeLayer& L, KvCache& kv, const ForwardBatch& b, int32_t h) const {
+    const DeltaNetWeights& d = L.dn;
+    const int64_t n = int64_t(b.tokens.size()), S = head_dim_ssm_;
+    int32_t qkv = g.matmul(g.input(d.qkv), h);                     // [conv_dim, n]
+    int32_t z = g.matmul(g.input(d.gate), h);                      // [value_dim, n]
+    int32_t beta = g.sigmoid(g.matmul(g.input(d.beta), h));        // [n_v_heads, n]
+    int32_t alpha = g.matmul(g.input(d.alpha), h);                 // [n_v_heads, n]
+    int32_t decay = g.mul(g.softplus(g.add(alpha, g.input(d.dt_bias))), g.input(d.a));  // log decay
+    int32_t conv = g.silu(g.ssm_conv(kv, L.cache_layer, b.seq, qkv, g.input(d.conv1d)));
+    int32_t o = g.gated_delta_net(kv, L.cache_layer, b.seq, conv, decay, beta, n_k_heads_, n_v_heads_, S,
+                                  info_.rms_eps);                  // [S, n_v_heads, n]
+    int32_t normed = g.rms_norm(o, g.input(d.norm), info_.rms_eps);
+    int32_t gated = g.swiglu(g.reshape(z, {S, n_v_heads_, n}), normed);  // silu(z) * norm(o)
+    return g.matmul(g.input(d.out), g.reshape(gated, {S * n_v_heads_, n}));
+  }
+
+  int32_t gated_attention(GraphBuilder& g, const Qwen35MoeLayer& L, KvCache& kv, const ForwardBatch& b, int32_t h,
+                          int32_t pos) const {
+    const GatedAttentionWeights& a = L.at;
+    const int64_t n = int64_t(b.tokens.size()), hd = info_.head_dim, nh = info_.n_head, pos0 = b.positions.front();
+    // The joint projection holds, per head, hd query values then hd gate values.
+    int32_t qg = g.matmul(g.input(a.wq_gate), h);  // [2 * hd * nh, n]
+    const size_t f = sizeof(float);
+    const std::array<size_t, 3> strides{2 * size_t(hd) * f, 2 * size_t(hd * nh) * f, 2 * size_t(hd * nh * n) * f};
+    int32_t q = g.strided_copy(qg, {hd, nh, n, 1}, strides, 0);
+    int32_t gate = g.strided_copy(qg, {hd, nh, n, 1}, strides, size_t(hd) * f);
+    int32_t k = g.reshape(g.matmul(g.input(a.wk), h), {hd, info_.n_head_kv, n});
+    int32_t v = g.reshape(g.matmul(g.input(a.wv), h), {hd, info_.n_head_kv, n});
+    q = g.rms_norm(q, g.input(a.q_norm), info_.rms_eps);
+    k = g.rms_norm(k, g.input(a.k_norm), info_.rms_eps);
+    q = g.rope_multi(q, pos, int(info_.rope_dims), sections_, info_.rope_freq_base, info_.rope_freq_scale);
+    k = g.rope_multi(k, pos, int(info_.rope_dims), sections_, info_.rope_freq_base, info_.rope_freq_scale);
+    g.kv_write(kv, L.cache_layer, b.seq, pos0, k, v);
+    int32_t att = g.attention(kv, L.cache_layer, b.seq, pos0, q, 1.0f / std::sqrt(float(hd)));
+    int32_t gated = g.mul(g.reshape(att, {hd * nh, n}), g.sigmoid(g.reshape(gate, {hd * nh, n})));
+    return g.matmul(g.input(a.wo), gated);
+  }
+
+  // SwiGLU shared expert scaled by sigmoid(w . h), one gate value per token.
+  int32_t shared_expert(GraphBuilder& g, const SharedExpertWeights& s, int32_t h) const {
+    int32_t y = g.matmul(g.input(s.down), g.swiglu(g.matmul(g.input(s.gate), h), g.matmul(g.input(s.up), h)));
+    return g.mul(y, g.sigmoid(g.matmul(g.input(s.gate_inp), h)));  // [n_embd, n] * [1, n]
+  }
+
+  ModelInfo info_;
+  int64_t n_ff_shexp_ = 0, d_conv_ = 0, head_dim_ssm_ = 0, n_k_heads_ = 0, n_v_heads_ = 0;
+  std::array<int32_t, 4> sections_{};
+  int n_attention_ = 0, n_recurrent_ = 0;
+  EmbeddingWeights embd_;
+  std::vector<Qwen35MoeLayer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen35moe(const ModelFile& file) { return std::make_unique<Qwen35MoeModel>(file); }
+
+}  // namespace tessera::models
