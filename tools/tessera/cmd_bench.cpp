@@ -4,9 +4,12 @@
 //
 // Decode roofline: a decoded token reads every weight the forward pass uses once
 // (all matrices and norms; one row of token_embd, or all of it when the output
-// matrix is tied to it) plus the KV cache up to its position; tokens/s cannot exceed
-// (read bandwidth measured on the spot) / (those bytes). Prefill: FLOPs per token =
-// 2 x parameters of the matrices (attention score FLOPs not included).
+// matrix is tied to it; of a mixture-of-experts tensor only the n_expert_used
+// experts the token is routed to: the *active* weights) plus the KV cache up to its
+// position and, for recurrent layers, their state (read and written); tokens/s
+// cannot exceed (read bandwidth measured on the spot) / (those bytes). Prefill:
+// FLOPs per token = 2 x active parameters of the matrices (attention score and
+// delta-net recurrence FLOPs not included).
 // --json prints everything as one JSON object on stdout instead of the text report.
 #include <algorithm>
 #include <chrono>
@@ -44,7 +47,7 @@ Stats stats(std::vector<double> v) {
 
 // What one token of the forward pass reads and computes, from the model's weights.
 struct WeightCost {
-  double bytes_per_token = 0;  // weights read per decoded token
+  double bytes_per_token = 0;  // weights read per decoded token (active experts only)
   double matrix_params = 0;    // parameters of the matrices multiplied per token
   double total_bytes = 0;      // every distinct weight tensor
 };
@@ -56,10 +59,13 @@ WeightCost weight_cost(const Model& model) {
   int embd_uses = 0;
   for (const Tensor* t : ws)
     if (t->name == embd) ++embd_uses;
+  const ModelInfo& mi = model.info();
   WeightCost c;
   bool embd_counted = false;
   for (const Tensor* t : ws) {
     const double nbytes = double(t->nbytes());
+    // Expert tensors are [K, N, n_expert]: a token reads n_expert_used of the slices.
+    const double active = mi.n_expert > 1 && t->ne[2] == mi.n_expert ? double(mi.n_expert_used) / double(mi.n_expert) : 1.0;
     const bool matrix = t->ne[1] > 1;
     if (t->name == embd) {
       if (embd_counted) continue;  // tied output: the same matrix, counted once in full
@@ -74,8 +80,8 @@ WeightCost weight_cost(const Model& model) {
       continue;
     }
     c.total_bytes += nbytes;
-    c.bytes_per_token += nbytes;
-    if (matrix) c.matrix_params += double(t->nelements());
+    c.bytes_per_token += nbytes * active;
+    if (matrix) c.matrix_params += double(t->nelements()) * active;
   }
   return c;
 }
@@ -165,10 +171,14 @@ int cmd_bench(int argc, char** argv) {
   // KV cache (F16 K and V) read per position attended, and the mean number of
   // positions a decoded token attends over (the first decoded token sits at
   // position max(n_prompt, 1) and attends to itself and everything before it).
-  const double kv_bytes_per_pos = double(mi.n_layer) * 2.0 * double(mi.n_head_kv) * double(mi.head_dim) * 2.0;
+  // Recurrent layers read and write their whole state once per token.
+  const KvCacheConfig kvc = engine->model().kv_config(engine->n_ctx(), 16);
+  const double kv_bytes_per_pos = double(kvc.n_layers) * 2.0 * double(kvc.n_kv_heads) * double(kvc.head_dim) * 2.0;
   const double mean_attended = double(std::max(n_prompt, 1)) + (double(n_gen) - 1.0) / 2.0 + 1.0;
   const double kv_bytes = kv_bytes_per_pos * mean_attended;
-  const double decode_bytes = wc.bytes_per_token + kv_bytes;
+  const double state_bytes =
+      double(kvc.recurrent.n_layers) * double(kvc.recurrent.conv_elems + kvc.recurrent.state_elems) * 4.0 * 2.0;
+  const double decode_bytes = wc.bytes_per_token + kv_bytes + state_bytes;
   const double roofline = bw.median_gbs > 0 ? bw.median_gbs * 1e9 / decode_bytes : 0.0;
   const double flops_per_token = 2.0 * wc.matrix_params;
 
@@ -185,6 +195,8 @@ int cmd_bench(int argc, char** argv) {
                 {"n_embd", mi.n_embd},
                 {"n_vocab", mi.n_vocab},
                 {"weight_bytes", wc.total_bytes},
+                {"n_expert", mi.n_expert},
+                {"n_expert_used", mi.n_expert_used},
                 {"matrix_params", wc.matrix_params}};
   j["backends"] = backends;
   j["threads"] = engine->threads();
@@ -213,6 +225,7 @@ int cmd_bench(int argc, char** argv) {
                    {"tok_s_max", s.max},
                    {"weight_bytes_per_token", wc.bytes_per_token},
                    {"kv_bytes_per_token", kv_bytes},
+                   {"recurrent_state_bytes_per_token", state_bytes},
                    {"mean_positions_attended", mean_attended},
                    {"bytes_per_token", decode_bytes}};
     if (roofline > 0) {
@@ -222,8 +235,11 @@ int cmd_bench(int argc, char** argv) {
     }
     if (!json) {
       std::printf("decode   %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_gen, s.median, s.min, s.max);
-      std::printf("         %.2f MB read per token (weights %.2f MB + KV %.2f MB at %.1f positions)\n",
-                  decode_bytes / 1e6, wc.bytes_per_token / 1e6, kv_bytes / 1e6, mean_attended);
+      std::printf("         %.2f MB read per token (weights %.2f MB%s + KV %.2f MB at %.1f positions",
+                  decode_bytes / 1e6, wc.bytes_per_token / 1e6, mi.n_expert > 1 ? " with active experts only" : "",
+                  kv_bytes / 1e6, mean_attended);
+      if (state_bytes > 0) std::printf(" + recurrent state %.2f MB read and written", state_bytes / 1e6);
+      std::printf(")\n");
       if (roofline > 0)
         std::printf("         read bandwidth %.2f GB/s (median of %d, %s, %d threads) -> roofline %.2f tok/s; "
                     "achieved %.1f%% (%.2f GB/s)\n",

@@ -74,6 +74,12 @@ int cmd_info(int argc, char** argv) {
               << "rms eps:       " << i.rms_eps << "\n"
               << "context:       " << i.context_length << "\n";
     if (i.n_expert) std::cout << "experts:       " << i.n_expert << " (" << i.n_expert_used << " used per token)\n";
+    const KvCacheConfig kvc = model->kv_config(1, 16);
+    if (kvc.recurrent.n_layers > 0)
+      std::cout << "recurrent:     " << kvc.recurrent.n_layers << " of " << i.n_layer << " layers (attention in "
+                << kvc.n_layers << "); state " << human_bytes(double(kvc.recurrent.n_layers) *
+                                                                double(kvc.recurrent.conv_elems + kvc.recurrent.state_elems) * 4.0)
+                << " per sequence\n";
   } else {
     std::cout << "architecture:  " << f.metadata().get_string("general.architecture").value_or("?")
               << "  (cannot run: " << model_error << ")\n";
