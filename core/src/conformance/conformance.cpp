@@ -238,6 +238,18 @@ std::vector<ConformanceCase> make_cases() {
         add(c, Op::MatMulId, t, "K" + s(K) + "_N" + s(N) + "_n" + s(n) + "_E4_k2" + (per_slot ? "_xk" : "_x1"));
       }
     }
+  // MatMulId at expert-tensor shapes a backend may repack per expert (full and partial
+  // 16-row tiles): a many-token prefill over an odd expert count (several tokens per
+  // expert, x shared or per slot) and a decode step choosing 8 of 128 experts.
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
+    for (auto [N, n, E, k, per_slot] : {std::tuple<int64_t, int64_t, int32_t, int32_t, bool>{48, 64, 7, 3, false},
+                                        {40, 64, 7, 3, true},
+                                        {33, 1, 128, 8, false}}) {
+      ConformanceCase c;
+      c.k = 256, c.n = N, c.m = n, c.flag = per_slot, c.n_head = E, c.n_kv = k;
+      add(c, Op::MatMulId, t,
+          "K256_N" + s(N) + "_n" + s(n) + "_E" + s(E) + "_k" + s(k) + (per_slot ? "_xk" : "_x1"));
+    }
   for (auto [N, k, n] : {std::tuple<int64_t, int64_t, int64_t>{33, 2, 1}, {256, 8, 7}}) {
     ConformanceCase c;
     c.k = N, c.m = k, c.n = n;
