@@ -1,12 +1,19 @@
-// tessera-gen: writes a valid GGUF llama-family model with deterministic random
-// weights in any supported weight format. Same flags and seed -> same bytes, whatever
-// the thread count. Used for the bundled default model and for benchmarks at real
-// shapes (e.g. --preset tinyllama-1.1b --type q4_0).
+// tessera-gen: writes a valid GGUF model (llama, qwen3moe or qwen35moe) with
+// deterministic random weights in any supported weight format. Same flags and seed ->
+// same bytes, whatever the thread count. Used for the bundled default model and for
+// benchmarks at real shapes (e.g. --preset qwen3-30b-a3b --type q4_k_m). The tensor
+// data is produced one tensor at a time straight into the file, so models far larger
+// than memory can be written.
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "builtin_vocab.h"
 #include "gguf_reader.h"
@@ -36,16 +43,22 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 // Row r of a tensor: uniform values with the tensor's standard deviation, from a
 // generator seeded by (seed, tensor name, row) so rows can be made in any order.
+// Matrices get std 1/sqrt(fan-in) so every projection keeps the size of its input and
+// a deep model's activations (and logits) stay of order one.
 void fill_row(const gen::TensorSpec& t, uint64_t seed, int64_t row, float* out) {
+  using I = gen::TensorSpec::Init;
   const int64_t n = t.ne[0];
   uint64_t s = hash_name(t.name, seed) ^ (uint64_t(row) * 0xD1B54A32D192ED03ull);
-  double stdev = t.init == gen::TensorSpec::Init::Matrix ? 1.0 / std::sqrt(double(n))
-               : t.init == gen::TensorSpec::Init::Embedding ? 1.0 : 0.1;
+  double stdev = t.init == I::Matrix ? 1.0 / std::sqrt(double(n))
+               : t.init == I::Embedding ? 1.0
+               : t.init == I::Bias ? 0.5
+               : t.init == I::NegExp ? 1.0 / std::sqrt(3.0)  // uniform(-1, 1)
+                                     : 0.1;
   double a = std::sqrt(3.0) * stdev;
   for (int64_t i = 0; i < n; ++i) {
     double u = double(splitmix64(s) >> 11) * 0x1.0p-53;  // [0, 1)
     double v = (2.0 * u - 1.0) * a;
-    out[i] = float(t.init == gen::TensorSpec::Init::Norm ? 1.0 + v : v);
+    out[i] = float(t.init == I::Norm ? 1.0 + v : t.init == I::NegExp ? -std::exp(v) : v);
   }
 }
 
@@ -61,62 +74,104 @@ void copy_tokenizer(const std::string& vocab_path, gguf::GgufWriter& w, int64_t&
   n_vocab = size;
 }
 
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= double(1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1 << 20));
+  return buf;
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2f B", n * 1e-9);
+  else std::snprintf(buf, sizeof buf, "%.2f M", n * 1e-6);
+  return buf;
+}
+
+std::string preset_table() {
+  std::ostringstream o;
+  for (const auto& p : gen::presets()) {
+    char line[64];
+    std::snprintf(line, sizeof line, "  %-17s %-10s ", p.name.c_str(), gen::arch_name(p.arch));
+    o << line << p.source << "\n";
+  }
+  return o.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::string preset = "default", type = "q8_0", out, vocab_path;
   uint64_t seed = 42;
   int threads = 0;
-  bool quiet = false;
-  gen::LlamaShape s;
+  bool quiet = false, tied = false, dry_run = false;
   po::options_description desc("options");
   desc.add_options()
     ("help,h", "show this help")
-    ("out,o", po::value(&out)->required(), "output .gguf file")
-    ("preset", po::value(&preset)->default_value(preset), "shape: default, tiny, tinyllama-1.1b, llama2-7b")
-    ("type", po::value(&type)->default_value(type), "weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m")
+    ("list-presets", "list the presets: architecture and where each shape comes from")
+    ("out,o", po::value(&out), "output .gguf file (required)")
+    ("preset", po::value(&preset)->default_value(preset),
+     "shape: default, tiny, tinyllama-1.1b, llama2-7b (llama); qwen3moe-tiny, qwen3-30b-a3b (qwen3moe); "
+     "qwen35moe-tiny, qwen3.5-35b-a3b (qwen35moe)")
+    ("type", po::value(&type)->default_value(type),
+     "weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m (q8_0, q4_0 and q4_k_m mix types per tensor as "
+     "llama.cpp's quantizer does)")
     ("vocab", po::value(&vocab_path), "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary)")
     ("seed", po::value(&seed)->default_value(seed), "random seed of the weights")
     ("layers", po::value<int64_t>(), "override: number of layers")
     ("embd", po::value<int64_t>(), "override: embedding size")
     ("heads", po::value<int64_t>(), "override: attention heads")
     ("kv-heads", po::value<int64_t>(), "override: key/value heads")
-    ("ff", po::value<int64_t>(), "override: feed-forward size")
+    ("head-dim", po::value<int64_t>(), "override: attention head size (default embd / heads for llama)")
+    ("ff", po::value<int64_t>(), "override: feed-forward size (MoE models: only the feed_forward_length key)")
+    ("experts", po::value<int64_t>(), "override (MoE): number of experts")
+    ("experts-used", po::value<int64_t>(), "override (MoE): experts used per token")
+    ("expert-ff", po::value<int64_t>(), "override (MoE): feed-forward size of each expert")
+    ("shared-ff", po::value<int64_t>(), "override (qwen35moe): feed-forward size of the shared expert")
     ("vocab-size", po::value<int64_t>(), "override: vocabulary size (built-in vocabulary is padded)")
     ("ctx", po::value<int64_t>(), "override: context length")
-    ("tied", po::bool_switch(&s.tied_output), "no output.weight: reuse the token embedding")
+    ("tied", po::bool_switch(&tied), "no output.weight: reuse the token embedding")
     ("threads,t", po::value(&threads)->default_value(0), "threads (0 = all cores)")
-    ("quiet,q", po::bool_switch(&quiet), "no progress output");
+    ("quiet,q", po::bool_switch(&quiet), "no progress output")
+    ("dry-run,n", po::bool_switch(&dry_run), "print the model's size and the estimated file size, write nothing");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
       std::cout << "usage: tessera-gen --out FILE [--preset NAME] [--type TYPE] [--vocab VOCAB.gguf] [overrides]\n\n"
-                << desc << "\n";
+                << "Writes a GGUF model with deterministic random weights (same flags and seed, same bytes, for\n"
+                << "any thread count), streaming one tensor at a time to the file: memory use stays at the size\n"
+                << "of the largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe.\n\n"
+                << "presets:\n" << preset_table() << "\n" << desc << "\n";
+      return 0;
+    }
+    if (vm.count("list-presets")) {
+      std::cout << preset_table();
       return 0;
     }
     po::notify(vm);
+    if (out.empty() && !dry_run) throw po::error("the option '--out' is required but missing");
   } catch (const po::error& e) {
     throw Error(std::string(e.what()) + " (see --help)");
   }
 
-  bool tied = s.tied_output;
-  s = gen::preset(preset);
-  s.tied_output = tied;
-  if (vm.count("layers")) s.n_layer = vm["layers"].as<int64_t>();
-  if (vm.count("embd")) s.n_embd = vm["embd"].as<int64_t>();
-  if (vm.count("heads")) s.n_head = vm["heads"].as<int64_t>();
-  if (vm.count("kv-heads")) s.n_head_kv = vm["kv-heads"].as<int64_t>();
-  if (vm.count("ff")) s.n_ff = vm["ff"].as<int64_t>();
-  if (vm.count("vocab-size")) s.n_vocab = vm["vocab-size"].as<int64_t>();
-  if (vm.count("ctx")) s.context_length = vm["ctx"].as<int64_t>();
-  if (s.n_layer <= 0 || s.n_embd <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.context_length <= 0)
-    throw Error("every size must be positive");
-  if (s.n_embd % s.n_head || s.n_head % s.n_head_kv || (s.n_embd / s.n_head) % 2)
-    throw Error("embd must be a multiple of heads, heads a multiple of kv-heads, and the head size even");
+  gen::ModelShape s = gen::preset(preset);
+  if (tied) s.tied_output = true;
+  auto ov = [&](const char* flag, int64_t& field) {
+    if (vm.count(flag)) field = vm[flag].as<int64_t>();
+  };
+  ov("layers", s.n_layer), ov("embd", s.n_embd), ov("heads", s.n_head), ov("kv-heads", s.n_head_kv);
+  ov("head-dim", s.head_dim), ov("ff", s.n_ff), ov("vocab-size", s.n_vocab), ov("ctx", s.context_length);
+  ov("experts", s.n_expert), ov("experts-used", s.n_expert_used), ov("expert-ff", s.n_ff_exp);
+  ov("shared-ff", s.n_ff_shexp);
+  if (s.arch == gen::Arch::Llama &&
+      (vm.count("experts") || vm.count("experts-used") || vm.count("expert-ff") || vm.count("shared-ff")))
+    throw Error("--experts, --experts-used, --expert-ff and --shared-ff need a MoE preset");
+  if (s.arch != gen::Arch::Qwen35Moe && vm.count("shared-ff")) throw Error("--shared-ff needs a qwen35moe preset");
+  gen::validate(s);
 
   gguf::GgufWriter w(3);
-  w.set_string("general.architecture", "llama");
+  w.set_string("general.architecture", gen::arch_name(s.arch));
   w.set_string("general.name", s.name);
   if (!vocab_path.empty()) {
     copy_tokenizer(vocab_path, w, s.n_vocab);
@@ -132,26 +187,43 @@ int main(int argc, char** argv) try {
     w.set_u32("tokenizer.ggml.unknown_token_id", 0);
     w.set_bool("tokenizer.ggml.add_bos_token", true);
   }
-  w.set_u32("llama.context_length", uint32_t(s.context_length));
-  w.set_u32("llama.embedding_length", uint32_t(s.n_embd));
-  w.set_u32("llama.block_count", uint32_t(s.n_layer));
-  w.set_u32("llama.feed_forward_length", uint32_t(s.n_ff));
-  w.set_u32("llama.attention.head_count", uint32_t(s.n_head));
-  w.set_u32("llama.attention.head_count_kv", uint32_t(s.n_head_kv));
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.set_f32("llama.rope.freq_base", s.rope_base);
-  w.set_u32("llama.rope.dimension_count", uint32_t(s.n_embd / s.n_head));
-  w.set_u32("llama.vocab_size", uint32_t(s.n_vocab));
+  gen::write_hparams(w, s);
   w.set_u32("general.quantization_version", 2);
   w.set_u32("general.file_type", gen::ggml_file_type(type));
 
-  std::vector<gen::TensorSpec> specs = gen::llama_tensors(s, type);
+  std::vector<gen::TensorSpec> specs = gen::model_tensors(s, type);
   for (const auto& t : specs) w.declare_tensor(t.name, t.type, t.ne);
 
+  uint64_t total = 0, done = 0, params = 0, largest = 0;
+  for (const auto& t : specs) {
+    const uint64_t nb = row_bytes(t.type, t.ne[0]) * uint64_t(t.nelements_rows());
+    total += nb;
+    largest = std::max(largest, nb);
+    params += uint64_t(t.ne[0]) * uint64_t(t.nelements_rows());
+  }
+  // Header: about the vocabulary's strings plus the tensor infos; data: padded to 32.
+  const uint64_t estimate = total + 32 * specs.size() + uint64_t(s.n_vocab) * 32 + specs.size() * 64;
+  if (!quiet || dry_run) {
+    std::fprintf(stderr, "%s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %zu tensors, %s parameters\n",
+                 dry_run ? preset.c_str() : out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer,
+                 (long long)s.n_embd, (long long)s.n_vocab, type.c_str(), specs.size(), human_count(double(params)).c_str());
+    std::fprintf(stderr, "estimated file size: %s (largest tensor %s, the memory it needs)\n",
+                 human_bytes(double(estimate)).c_str(), human_bytes(double(largest)).c_str());
+  }
+  if (dry_run) return 0;
+  {
+    std::error_code ec;
+    auto dir = std::filesystem::absolute(out).parent_path();
+    auto space = std::filesystem::space(dir, ec);
+    if (!ec && space.available < estimate)
+      throw Error("not enough disk space in " + dir.string() + ": the model needs about " +
+                  human_bytes(double(estimate)) + ", " + human_bytes(double(space.available)) + " available");
+  }
+
   FastPool pool(threads);
-  uint64_t total = 0, done = 0;
-  for (const auto& t : specs) total += row_bytes(t.type, t.ne[0]) * uint64_t(t.nelements_rows());
+  const bool tty = isatty(2);
   auto t0 = std::chrono::steady_clock::now();
+  double last_line = 0;
   w.write_file_streaming(out, [&](size_t index, uint8_t* dst, size_t nbytes) {
     const gen::TensorSpec& t = specs[index];
     const int64_t rows = t.nelements_rows();
@@ -164,15 +236,25 @@ int main(int argc, char** argv) try {
       }
     });
     done += nbytes;
-    if (!quiet) {
-      double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\r[%5.1f%%] %-28s %6.1f s", 100.0 * double(done) / double(total), t.name.c_str(), el);
+    if (quiet) return;
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double frac = double(done) / double(total);
+    double eta = frac > 0 ? el / frac - el : 0;
+    if (tty) {
+      std::fprintf(stderr, "\r[%5.1f%%] %-32s %7.1f s, about %.0f s left   ", 100.0 * frac, t.name.c_str(), el, eta);
+    } else if (el - last_line >= 10.0 || index + 1 == specs.size()) {  // a log: a line every 10 s
+      last_line = el;
+      std::fprintf(stderr, "[%5.1f%%] %s, %.1f s, about %.0f s left\n", 100.0 * frac, t.name.c_str(), el, eta);
     }
   });
-  if (!quiet)
-    std::fprintf(stderr, "\nwrote %s: llama, %lld layers, n_embd %lld, vocab %lld, %s, %.1f MiB\n", out.c_str(),
-                 (long long)s.n_layer, (long long)s.n_embd, (long long)s.n_vocab, type.c_str(),
-                 double(total) / (1 << 20));
+  if (!quiet) {
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::error_code ec;
+    auto size = std::filesystem::file_size(out, ec);
+    std::fprintf(stderr, "%swrote %s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %s in %.1f s\n", tty ? "\n" : "",
+                 out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer, (long long)s.n_embd,
+                 (long long)s.n_vocab, type.c_str(), human_bytes(double(ec ? total : size)).c_str(), el);
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "tessera-gen: error: %s\n", e.what());

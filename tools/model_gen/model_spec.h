@@ -1,33 +1,80 @@
-// What tessera-gen writes: an architecture's hyperparameters (presets or flags),
-// the tensor list with shapes, and the weight dtype of each tensor for a file type
-// (q4_k_m mixes types per tensor the way llama.cpp's quantizer does).
+// What tessera-gen writes: an architecture's hyperparameters (presets or flags), the
+// GGUF metadata, the tensor list with shapes, and the weight dtype of each tensor for a
+// file type (q4_k_m, q4_0 and q8_0 mix types per tensor the way llama.cpp's quantizer
+// does).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "tessera/dtype.h"
 
+namespace tessera::gguf {
+class GgufWriter;
+}
+
 namespace tessera::gen {
 
-struct LlamaShape {
+enum class Arch { Llama, Qwen3Moe, Qwen35Moe };
+const char* arch_name(Arch a);  // the GGUF general.architecture string
+
+struct ModelShape {
+  Arch arch = Arch::Llama;
   std::string name = "synthetic-llama";
-  int64_t n_layer = 4, n_embd = 256, n_head = 4, n_head_kv = 2, n_ff = 768;
-  int64_t n_vocab = 0;  // 0: the vocabulary's size
+  int64_t n_layer = 4, n_embd = 256, n_head = 4, n_head_kv = 2;
+  int64_t head_dim = 0;  // 0: n_embd / n_head
+  int64_t n_ff = 768;    // dense feed-forward size (MoE: only the feed_forward_length key)
+  int64_t n_vocab = 0;   // 0: the vocabulary's size
   int64_t context_length = 2048;
   float rope_base = 10000.f, rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: the embedding is reused
+
+  // Mixture of experts (qwen3moe, qwen35moe).
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  int64_t n_ff_shexp = 0;  // qwen35moe: the shared expert
+
+  // qwen35moe: gated delta-net layers, with a gated full-attention layer every
+  // full_attention_interval-th layer ((il + 1) % interval == 0).
+  int64_t rope_dims = 0;  // 0: head_dim (partial rotary below it)
+  std::array<int32_t, 4> rope_sections{};
+  int64_t full_attention_interval = 4;
+  int64_t ssm_d_conv = 4;     // ssm.conv_kernel
+  int64_t ssm_d_state = 0;    // ssm.state_size: head_k_dim (= head_v_dim)
+  int64_t ssm_n_group = 0;    // ssm.group_count: key heads
+  int64_t ssm_dt_rank = 0;    // ssm.time_step_rank: value heads
+
+  int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  int64_t rope_size() const { return rope_dims > 0 ? rope_dims : head_size(); }
+  int64_t ssm_key_dim() const { return ssm_d_state * ssm_n_group; }
+  int64_t ssm_value_dim() const { return ssm_d_state * ssm_dt_rank; }  // ssm.inner_size
+  int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  bool is_recurrent(int64_t layer) const {
+    return arch == Arch::Qwen35Moe && (layer + 1) % full_attention_interval != 0;
+  }
 };
 
-// Named shapes: "default" (the bundled model), "tinyllama-1.1b", "llama-7b-ish"...
+struct PresetInfo {
+  std::string name;
+  Arch arch;
+  std::string source;  // where the shape comes from
+};
+// Every preset, in the order --help and the docs list them.
+const std::vector<PresetInfo>& presets();
 std::vector<std::string> preset_names();
-LlamaShape preset(const std::string& name);  // throws tessera::Error for an unknown name
+ModelShape preset(const std::string& name);  // throws tessera::Error for an unknown name
+
+// Throws tessera::Error with the reason when the shape cannot describe a valid model.
+void validate(const ModelShape& s);
 
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> ne;  // ggml order
   DType type;
-  enum class Init { Matrix, Embedding, Norm } init;
+  // How the values are drawn: Matrix uniform with std 1/sqrt(ne[0]) (fan-in), Embedding
+  // std 1, Norm 1 +- a little, Bias std 0.5, NegExp -exp(uniform(-1, 1)) (ssm_a, the
+  // delta-net decay A = -exp(A_log), always negative).
+  enum class Init { Matrix, Embedding, Norm, Bias, NegExp } init;
   int64_t nelements_rows() const {
     int64_t r = 1;
     for (size_t i = 1; i < ne.size(); ++i) r *= ne[i];
@@ -37,8 +84,13 @@ struct TensorSpec {
 
 // File types: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m.
 std::vector<std::string> file_type_names();
-std::vector<TensorSpec> llama_tensors(const LlamaShape& s, const std::string& file_type);
+// The tensors of a model: llama in its historical order; the qwen architectures in
+// llama.cpp's quantizer order (non-block tensors, then layer by layer, each by name).
+std::vector<TensorSpec> model_tensors(const ModelShape& s, const std::string& file_type);
+std::vector<TensorSpec> llama_tensors(const ModelShape& s, const std::string& file_type);
 // GGUF general.file_type value for a file type name (llama_ftype).
 uint32_t ggml_file_type(const std::string& file_type);
+// The architecture's hyperparameter keys (<arch>.*), as llama.cpp names them.
+void write_hparams(gguf::GgufWriter& w, const ModelShape& s);
 
 }  // namespace tessera::gen
