@@ -3,14 +3,18 @@
 // folder is included (registered at run time). Names, filter-friendly:
 //   BM_MatVec/<backend>/<dtype>/<K>x<N>          M = 1:   bytes/s of weights, FLOP/s
 //   BM_MatMul/<backend>/<dtype>/<K>x<N>/m<M>     M = 64:  FLOP/s, bytes/s
+//   BM_MatMulId/<backend>/<dtype>/<K>x<N>xE<E>/k<k>/n<n>  expert products (MatMulId):
+//       bytes/s of the active weights (the distinct experts the ids touch), FLOP/s
 // K = inputs (row length), N = output rows. $TESSERA_BENCH_M sets the matmul M
 // (comma-separated list, default 64).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -141,6 +145,97 @@ void bm_matmul(benchmark::State& state, const std::string& backend, DType t, Sha
                                                 benchmark::Counter::kIs1000);
 }
 
+// ---- MatMulId (mixture of experts) -------------------------------------------
+// Qwen3-30B-A3B's expert shapes: K = 2048 (n_embd) x N = 768 (expert FF) x E = 128,
+// k = 8 experts per token; n = 1 (decode) and n = 64 (a prefill batch).
+struct MoeShape {
+  int64_t K, N, E, k;
+};
+constexpr MoeShape kMoeShapes[] = {{2048, 768, 128, 8}};
+constexpr DType kMoeTypes[] = {DType::Q4_K, DType::Q8_0, DType::Q4_0};
+constexpr int kIdSets = 16;  // id sets cycled through, so decode streams experts from DRAM
+
+Tensor prepared_experts(Backend& be, DType t, MoeShape sh) {
+  static std::map<std::string, std::pair<uint64_t, Tensor>> cache;
+  const RawWeight& raw = raw_weight(t, sh.K, sh.N * sh.E);
+  auto it = cache.find(be.name());
+  if (it != cache.end() && it->second.first == raw.generation) return it->second.second;
+  Tensor w = Tensor::contiguous(t, {sh.K, sh.N, sh.E}, const_cast<unsigned char*>(raw.bytes.data()));
+  w.name = "bench.experts";
+  be.prepare_weight(w);
+  cache[be.name()] = {raw.generation, w};
+  return w;
+}
+
+void bm_matmul_id(benchmark::State& state, const std::string& backend, DType t, MoeShape sh, int64_t n) {
+  Backend& be = *globals().backends.at(backend);
+  Tensor w;
+  try {
+    w = prepared_experts(be, t, sh);
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("prepare_weight: ") + e.what()).c_str());
+    return;
+  }
+  // kIdSets routings: n = 1 walks all experts in turn (k distinct per step), larger n
+  // draws k distinct experts per token at random.
+  std::mt19937 rng(1234);
+  std::vector<std::vector<int32_t>> sets(kIdSets);
+  std::vector<int32_t> perm(static_cast<size_t>(sh.E));
+  double touched = 0;  // mean distinct experts per call
+  for (int s = 0; s < kIdSets; ++s) {
+    std::vector<bool> used(static_cast<size_t>(sh.E), false);
+    for (int64_t tok = 0; tok < n; ++tok) {
+      for (int64_t e = 0; e < sh.E; ++e) perm[size_t(e)] = int32_t(e);
+      if (n == 1) std::rotate(perm.begin(), perm.begin() + (s * sh.k) % sh.E, perm.end());
+      else std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t j = 0; j < sh.k; ++j) {
+        sets[size_t(s)].push_back(perm[size_t(j)]);
+        used[size_t(perm[size_t(j)])] = true;
+      }
+    }
+    touched += double(std::count(used.begin(), used.end(), true)) / kIdSets;
+  }
+  Graph g;
+  int32_t wi = g.add_tensor(w);
+  int32_t xi = g.new_tensor(DType::F32, {sh.K, 1, n}, "x");
+  int32_t ii = g.new_tensor(DType::I32, {sh.k, n}, "ids");
+  int32_t di = g.new_tensor(DType::F32, {sh.N, sh.k, n}, "y");
+  Node nd;
+  nd.op = Op::MatMulId;
+  nd.dst = di;
+  nd.src = {wi, xi, ii, -1};
+  g.add_node(nd);
+  g.allocate();
+  fill_random(static_cast<float*>(g.tensor(xi).data), sh.K * n, 99);
+  int32_t* ids = static_cast<int32_t*>(g.tensor(ii).data);
+  std::memcpy(ids, sets[0].data(), sizeof(int32_t) * size_t(sh.k * n));
+  OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return;
+  }
+  int s = 0;
+  try {
+    be.execute(g, 0, 1);  // warm-up
+    for (auto _ : state) {
+      std::memcpy(ids, sets[size_t(s)].data(), sizeof(int32_t) * size_t(sh.k * n));
+      s = (s + 1) % kIdSets;
+      be.execute(g, 0, 1);
+      benchmark::ClobberMemory();
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("execute: ") + e.what()).c_str());
+    return;
+  }
+  const double active_bytes = double(row_bytes(t, sh.K)) * double(sh.N) * touched;
+  const double flops = 2.0 * double(sh.K) * double(sh.N) * double(sh.k) * double(n);
+  const double it = double(state.iterations());
+  state.counters["experts"] = touched;
+  state.counters["bytes/s"] = benchmark::Counter(active_bytes * it, benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+  state.counters["FLOP/s"] = benchmark::Counter(flops * it, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 std::vector<int64_t> matmul_ms() {
   std::vector<int64_t> ms;
   if (const char* e = std::getenv("TESSERA_BENCH_M")) {
@@ -197,6 +292,20 @@ void register_matmul_benchmarks() {
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
     }
+  }
+
+  for (DType t : kMoeTypes) {
+    const std::string tn(dtype_name(t));
+    for (MoeShape sh : kMoeShapes)
+      for (int64_t n : {int64_t(1), int64_t(64)})
+        for (const auto& be : names) {
+          const std::string name = "BM_MatMulId/" + be + "/" + tn + "/" + std::to_string(sh.K) + "x" +
+                                   std::to_string(sh.N) + "xE" + std::to_string(sh.E) + "/k" + std::to_string(sh.k) +
+                                   "/n" + std::to_string(n);
+          benchmark::RegisterBenchmark(name.c_str(), [be, t, sh, n](benchmark::State& s) { bm_matmul_id(s, be, t, sh, n); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
   }
 }
 

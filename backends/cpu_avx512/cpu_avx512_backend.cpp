@@ -62,20 +62,29 @@ struct AlignedFree {
 };
 
 // A cheap fingerprint of a weight's bytes (shape plus 64 bytes of its first, middle
-// and last rows): a repacked copy is used only while the original still matches, so
-// a freed and reused address can never pick up a stale repack.
+// and last rows; of the first, middle and last expert for a 3-D expert tensor): a
+// repacked copy is used only while the original still matches, so a freed and reused
+// address can never pick up a stale repack.
 uint64_t fingerprint(const Tensor& w) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
   };
-  const int64_t K = w.ne[0], N = w.ne[1];
+  const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2];
   mix(&K, sizeof K);
   mix(&N, sizeof N);
   mix(&w.nb[1], sizeof w.nb[1]);
+  if (E != 1) {
+    mix(&E, sizeof E);
+    mix(&w.nb[2], sizeof w.nb[2]);
+  }
   const size_t n = std::min<size_t>(64, row_bytes(w.type, K));
-  for (int64_t r : {int64_t(0), N / 2, N - 1}) mix(static_cast<const char*>(w.data) + r * int64_t(w.nb[1]), n);
+  for (int64_t e : {int64_t(0), E / 2, E - 1}) {
+    const char* base = static_cast<const char*>(w.data) + e * int64_t(w.nb[2]);
+    for (int64_t r : {int64_t(0), N / 2, N - 1}) mix(base + r * int64_t(w.nb[1]), n);
+    if (E == 1) break;
+  }
   return h;
 }
 
@@ -83,26 +92,39 @@ class CpuAvx512Backend final : public Backend {
  public:
   CpuAvx512Backend(FastPool* pool, bool repack) : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack) {}
 
-  // Q4_0 / Q8_0 / Q4_K weights get a row-interleaved copy (see kernels.h). The tensor itself
-  // is left untouched, so every other reader (GetRows of a tied embedding, another
-  // backend, the reference) still sees the GGUF layout.
+  // Q4_0 / Q8_0 / Q4_K weights get a row-interleaved copy (see kernels.h); a 3-D
+  // expert tensor [K, N, E] (MatMulId) gets one per expert, back to back. The tensor
+  // itself is left untouched, so every other reader (GetRows of a tied embedding,
+  // another backend, the reference) still sees the GGUF layout.
   void prepare_weight(Tensor& w) override {
-    if (!repack_ || !w.data || !kern::repack_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1 || w.ne[1] < 1 ||
-        w.ne[0] % dtype_traits(w.type).block_elems != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]))
+    if (!repack_ || !w.data || !kern::repack_supported(w.type) || w.ne[2] < 1 || w.ne[3] != 1 || w.ne[1] < 1 ||
+        w.ne[0] % dtype_traits(w.type).block_elems != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]) ||
+        (w.ne[2] > 1 && w.nb[2] < w.nb[1] * size_t(w.ne[1])))
       return;
     Repacked r;
     r.type = w.type;
     r.K = w.ne[0];
     r.N = w.ne[1];
+    r.E = w.ne[2];
     r.wstride = w.nb[1];
-    const size_t bytes = kern::repacked_bytes(w.type, r.K, r.N);
+    r.estride = r.E > 1 ? w.nb[2] : 0;
+    r.ebytes = kern::repacked_bytes(w.type, r.K, r.N);
+    const size_t bytes = r.ebytes * size_t(r.E);
     void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
     if (!p) throw Error("cpu_avx512: out of memory repacking '" + w.name + "'");
     r.data.reset(static_cast<uint8_t*>(p));
     const int64_t tiles = (r.N + kern::kTileRows - 1) / kern::kTileRows;
     const auto* src = static_cast<const uint8_t*>(w.data);
     uint8_t* out = r.data.get();
-    parallel_for(tiles, [&](int64_t t0, int64_t t1) { kern::repack(r.type, src, int64_t(w.nb[1]), r.K, r.N, out, t0, t1); });
+    // Items = (expert, tile); each call covers one expert's part of [i0, i1).
+    parallel_for(tiles * r.E, [&](int64_t i0, int64_t i1) {
+      while (i0 < i1) {
+        const int64_t e = i0 / tiles, t0 = i0 % tiles, t1 = std::min(tiles, t0 + (i1 - i0));
+        kern::repack(r.type, src + size_t(e) * r.estride, int64_t(w.nb[1]), r.K, r.N, out + size_t(e) * r.ebytes, t0,
+                     t1);
+        i0 += t1 - t0;
+      }
+    });
     r.fp = fingerprint(w);
     repacked_[w.data] = std::move(r);
   }
@@ -116,6 +138,7 @@ class CpuAvx512Backend final : public Backend {
     if (!s.supported) return s;
     if (node.op == Op::MatMul && !kern::matmul_type_supported(graph.tensor(node.src[0]).type))
       return OpSupport::no("MatMul: no AVX-512 kernel for this weight dtype");
+    // MatMulId with another weight dtype runs the reference code (run_node).
     return s;
   }
 
@@ -158,6 +181,8 @@ class CpuAvx512Backend final : public Backend {
   bool run_node(Graph& g, const Node& n) {
     switch (n.op) {
       case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::MatMulId:
+        return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
       case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
       case Op::RmsNorm: {
         const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
@@ -200,7 +225,7 @@ class CpuAvx512Backend final : public Backend {
         for (int64_t r = 0; r < x.nrows(); ++r) out[r] = int32_t(kern::argmax_row(frow(x, r), x.ne[0]));
         return true;
       }
-      default: return false;  // GetRows, Rope, KvWrite: the reference code
+      default: return false;  // GetRows, Rope, KvWrite, TopK, GatherCols, MoeCombine, new ops: the reference code
     }
   }
 
@@ -217,8 +242,10 @@ class CpuAvx512Backend final : public Backend {
 
   struct Repacked {
     DType type = DType::F32;
-    int64_t K = 0, N = 0;
+    int64_t K = 0, N = 0, E = 1;  // E: experts of a 3-D [K, N, E] tensor
     size_t wstride = 0;
+    size_t estride = 0;  // bytes between experts in the tensor
+    size_t ebytes = 0;   // bytes of one expert's repacked copy
     uint64_t fp = 0;
     std::unique_ptr<uint8_t[], AlignedFree> data;
   };
@@ -228,7 +255,8 @@ class CpuAvx512Backend final : public Backend {
     if (it == repacked_.end()) return nullptr;
     const Repacked& r = it->second;
     // Another view of the same memory (e.g. the first rows of the weight): not ours.
-    if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || w.ne[2] != 1 || w.ne[3] != 1)
+    if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || r.E != w.ne[2] ||
+        w.ne[3] != 1 || (r.E > 1 && r.estride != w.nb[2]))
       return nullptr;
     if (r.fp != fingerprint(w)) {
       repacked_.erase(it);  // stale: the memory now holds another tensor
@@ -325,6 +353,102 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
+  // MatMulId: the (token, slot) pairs are grouped by expert (a counting sort, in
+  // token order), every activation row is prepared once, and each chosen expert runs
+  // the MatMul kernels over its own columns (gathered through pointer arrays, written
+  // straight into their dst rows): one matrix-matrix product per expert in prefill,
+  // k matrix-vector products in decode. Work items are (expert, 16-row tiles),
+  // claimed from a shared counter. Each output element is computed by the code path
+  // MatMul uses for that weight, so results match MatMul (and, repacked Q4_0/Q8_0,
+  // cpu_scalar bit for bit) and do not depend on the thread count.
+  bool mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst) {
+    if (!kern::matmul_type_supported(w.type)) return false;
+    if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
+    const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2], k = ids.ne[0], n = ids.ne[1], b = x.ne[1];
+    // Group the pairs by expert.
+    moe_start_.assign(size_t(E) + 1, 0);
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t* id = reinterpret_cast<const int32_t*>(row_ptr(ids, t));
+      for (int64_t j = 0; j < k; ++j) {
+        if (id[j] < 0 || id[j] >= E)
+          throw Error("mat_mul_id: expert id " + std::to_string(id[j]) + " out of range [0, " + std::to_string(E) + ")");
+        ++moe_start_[size_t(id[j]) + 1];
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) moe_start_[size_t(e) + 1] += moe_start_[size_t(e)];
+    const Repacked* rp = find_repacked(w);
+    const size_t ab = rp ? kern::act_bytes_repacked(w.type, K) : kern::act_bytes(w.type, K);
+    const int64_t rows = b * n;  // activation rows, each prepared once
+    uint8_t* act = act_buffer(ab * size_t(rows));
+    auto prep = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (rp)
+          kern::prep_act_repacked(w.type, frow(x, r), K, act + size_t(r) * ab);
+        else
+          kern::prep_act(w.type, frow(x, r), K, act + size_t(r) * ab);
+      }
+    };
+    if (rows == 1) prep(0, 1); else parallel_for(rows, prep);
+    moe_act_.resize(size_t(k * n));
+    moe_out_.resize(size_t(k * n));
+    moe_fill_.assign(moe_start_.begin(), moe_start_.end() - 1);
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t* id = reinterpret_cast<const int32_t*>(row_ptr(ids, t));
+      for (int64_t j = 0; j < k; ++j) {
+        const size_t at = size_t(moe_fill_[size_t(id[j])]++);
+        moe_act_[at] = act + size_t(t * b + j % b) * ab;
+        moe_out_[at] = frow(dst, t * k + j);
+      }
+    }
+    // One job per chosen expert; items of whole 16-row tiles, never across experts.
+    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
+    moe_jobs_.clear();
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t s0 = moe_start_[size_t(e)], cnt = moe_start_[size_t(e) + 1] - s0;
+      if (cnt == 0) continue;
+      kern::MatMulJob job{w.type, K, nullptr, int64_t(w.nb[1]), cnt, nullptr, 0, nullptr, 0};
+      job.w = rp ? rp->data.get() + size_t(e) * rp->ebytes
+                 : static_cast<const uint8_t*>(w.data) + size_t(e) * size_t(w.nb[2]);
+      job.act_ptr = moe_act_.data() + s0;
+      job.out_ptr = moe_out_.data() + s0;
+      moe_jobs_.push_back(job);
+    }
+    const int64_t total = tiles * int64_t(moe_jobs_.size());
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tiles, total / (8 * execs)));
+    moe_items_.clear();
+    for (size_t jb = 0; jb < moe_jobs_.size(); ++jb)
+      for (int64_t t0 = 0; t0 < tiles; t0 += chunk) moe_items_.push_back({jb, t0, std::min(tiles, t0 + chunk)});
+    struct Ctx {
+      const CpuAvx512Backend* self;
+      bool repacked;
+      int64_t N, count;
+      alignas(64) std::atomic<int64_t> next{0};
+    } ctx;
+    ctx.self = this;
+    ctx.repacked = rp != nullptr;
+    ctx.N = N;
+    ctx.count = int64_t(moe_items_.size());
+    auto worker = [](void* p, int) {
+      auto* c = static_cast<Ctx*>(p);
+      for (;;) {
+        const int64_t i = c->next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= c->count) break;
+        const MoeItem& it = c->self->moe_items_[size_t(i)];
+        const kern::MatMulJob& job = c->self->moe_jobs_[it.job];
+        if (c->repacked)
+          kern::matmul_tiles_repacked(job, c->N, it.t0, it.t1);
+        else
+          kern::matmul_rows(job, it.t0 * kern::kTileRows, std::min(c->N, it.t1 * kern::kTileRows));
+      }
+    };
+    if (execs <= 1 || ctx.count < 2)
+      worker(&ctx, 0);
+    else
+      pool_->parallel(worker, &ctx);
+    return true;
+  }
+
   bool attention(const Tensor& q, const Tensor& dst, const Node& n) {
     const KvCache& kv = *n.kv;
     const int layer = n.i[0];
@@ -368,6 +492,16 @@ class CpuAvx512Backend final : public Backend {
   std::unique_ptr<uint8_t[], AlignedFree> act_;
   size_t act_cap_ = 0;
   std::vector<const uint16_t*> rows_;
+  // MatMulId scratch (reused between calls).
+  struct MoeItem {
+    size_t job;
+    int64_t t0, t1;  // 16-row tiles
+  };
+  std::vector<int64_t> moe_start_, moe_fill_;
+  std::vector<const uint8_t*> moe_act_;
+  std::vector<float*> moe_out_;
+  std::vector<kern::MatMulJob> moe_jobs_;
+  std::vector<MoeItem> moe_items_;
   bool repack_ = true;
   std::unordered_map<const void*, Repacked> repacked_;
 };

@@ -28,6 +28,12 @@ struct MatMulJob {
   size_t act_stride;     // bytes between prepared columns
   float* out;            // out[m * out_stride + n]
   int64_t out_stride;    // floats between output columns
+  // Optional gathered columns (MatMulId): when set, column m reads act_ptr[m] and
+  // writes out_ptr[m][n] instead of act / out above.
+  const uint8_t* const* act_ptr = nullptr;
+  float* const* out_ptr = nullptr;
+  const uint8_t* col_act(int64_t m) const { return act_ptr ? act_ptr[m] : act + size_t(m) * act_stride; }
+  float* col_out(int64_t m) const { return out_ptr ? out_ptr[m] : out + m * out_stride; }
 };
 // Computes rows [r0, r1) of the product for every column. Each output element is
 // computed by one fixed code path independent of how rows are split.

@@ -737,7 +737,8 @@ void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
     for (int64_t m0 = 0; m0 < j.M; m0 += 4) {
       const int nc = int(std::min<int64_t>(4, j.M - m0));
       const uint8_t* a[4];
-      for (int c = 0; c < nc; ++c) a[c] = j.act + size_t(m0 + c) * j.act_stride;
+      float* o[4];
+      for (int c = 0; c < nc; ++c) a[c] = j.col_act(m0 + c), o[c] = j.col_out(m0 + c);
       const DotFn f = nc == 4 ? f4 : nc == 3 ? f3 : nc == 2 ? f2 : f1;
       const Dot2Fn g = nc == 4 ? g4 : nc == 3 ? g3 : nc == 2 ? g2 : g1;
       float res[8];
@@ -746,13 +747,13 @@ void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
         for (; r + 2 <= re; r += 2) {
           g(j.w + r * j.wstride, j.wstride, j.K, a, res);
           for (int c = 0; c < nc; ++c) {
-            j.out[(m0 + c) * j.out_stride + r] = res[c];
-            j.out[(m0 + c) * j.out_stride + r + 1] = res[4 + c];
+            o[c][r] = res[c];
+            o[c][r + 1] = res[4 + c];
           }
         }
       for (; r < re; ++r) {
         f(j.w + r * j.wstride, j.K, a, res);
-        for (int c = 0; c < nc; ++c) j.out[(m0 + c) * j.out_stride + r] = res[c];
+        for (int c = 0; c < nc; ++c) o[c][r] = res[c];
       }
     }
   }
@@ -999,10 +1000,10 @@ void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1
     for (int64_t m0 = 0; m0 < j.M; m0 += 4) {
       const int nc = int(std::min<int64_t>(4, j.M - m0));
       const uint8_t* a[4];
-      for (int c = 0; c < nc; ++c) a[c] = j.act + size_t(m0 + c) * j.act_stride;
+      for (int c = 0; c < nc; ++c) a[c] = j.col_act(m0 + c);
       (nc == 4 ? f4 : nc == 3 ? f3 : nc == 2 ? f2 : f1)(tile, nb, a, j.K, res);
       for (int c = 0; c < nc; ++c)
-        std::memcpy(j.out + (m0 + c) * j.out_stride + t * kTileRows, res + 16 * c, sizeof(float) * size_t(rows));
+        std::memcpy(j.col_out(m0 + c) + t * kTileRows, res + 16 * c, sizeof(float) * size_t(rows));
     }
   }
 }

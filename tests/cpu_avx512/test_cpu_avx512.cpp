@@ -25,6 +25,7 @@
 #include "cpu_scalar_backend.h"
 #include "tessera/backend.h"
 #include "tessera/conformance.h"
+#include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
@@ -411,6 +412,148 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
     }
     for (int64_t j = 0; j < p0; ++j)
       EXPECT_EQ(std::memcmp(r.kv.k_row(1, r.seq, j), a1.kv.k_row(1, a1.seq, j), size_t(c.hd * c.n_kv) * 2), 0);
+  }
+}
+
+// --- Mixture of experts: MatMulId ---------------------------------------------------
+
+namespace {
+
+// dst [N, k, n] = W[ids] . x over expert weights [K, N, E]; x is [K, b, n].
+Out matmul_id(Backend& be, DType wt, std::vector<uint8_t>& w, int64_t K, int64_t N, int64_t E, std::vector<float>& x,
+              int64_t b, std::vector<int32_t>& ids, int64_t k, int64_t n, bool prepare = false) {
+  Out out(size_t(N * k * n));
+  Graph g;
+  Tensor wt_t = Tensor::contiguous(wt, {K, N, E}, w.data());
+  if (prepare) be.prepare_weight(wt_t);
+  const int tw = g.add_tensor(wt_t);
+  const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, b, n}, x.data()));
+  const int ti = g.add_tensor(Tensor::contiguous(DType::I32, {k, n}, ids.data()));
+  const int to = g.add_tensor(Tensor::contiguous(DType::F32, {N, k, n}, out.data()));
+  Node nd = node(Op::MatMulId, to, tw, tx);
+  nd.src[2] = ti;
+  g.add_node(nd);
+  run(be, g);
+  return out;
+}
+
+std::vector<uint8_t> weight_bytes(DType t, const std::vector<float>& wf, int64_t K, int64_t rows) {
+  if (t == DType::F32)
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(wf.data()),
+                                reinterpret_cast<const uint8_t*>(wf.data() + wf.size()));
+  return quantize_matrix(t, wf, K, rows);
+}
+
+// k distinct experts per token (a rotating pattern with a hot expert 0 on odd tokens,
+// so some experts get many tokens and some none), or repeats when `dups`.
+std::vector<int32_t> expert_ids(int64_t E, int64_t k, int64_t n, uint32_t seed, bool dups = false) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(size_t(k * n));
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int32_t> perm(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) perm[size_t(e)] = int32_t(e);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    if (t % 2) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 0));
+    for (int64_t j = 0; j < k; ++j) ids[size_t(t * k + j)] = dups ? perm[size_t(j % 2)] : perm[size_t(j)];
+  }
+  return ids;
+}
+
+struct MoeShape {
+  int64_t K, N, E, k, n;
+  bool per_slot, dups;
+};
+
+}  // namespace
+
+class Avx512MatMulId : public Avx512, public ::testing::WithParamInterface<MatMulCase> {};
+
+// Every expert dtype, decode (n = 1) and prefill (many tokens per expert), x shared
+// or per slot, odd expert counts and row counts (partial 16-row tiles), repeated ids;
+// plain and repacked weights, 1 and 2 threads.
+TEST_P(Avx512MatMulId, AgreesWithScalarAndThreadCountIndependent) {
+  const DType wt = GetParam().wt;
+  const int64_t K = GetParam().Ks.back();
+  const std::vector<MoeShape> shapes = {
+      {K, 33, 4, 2, 1, false, false}, {K, 40, 8, 4, 1, true, false},  {K, 33, 5, 3, 37, false, false},
+      {K, 17, 7, 4, 23, true, false}, {K, 48, 3, 2, 9, false, true},   {K, 1, 2, 1, 3, false, false},
+  };
+  uint32_t seed = 500;
+  for (const MoeShape& m : shapes) {
+    SCOPED_TRACE(std::string(dtype_name(wt)) + " K=" + std::to_string(m.K) + " N=" + std::to_string(m.N) +
+                 " E=" + std::to_string(m.E) + " k=" + std::to_string(m.k) + " n=" + std::to_string(m.n) +
+                 (m.per_slot ? " x per slot" : " x shared") + (m.dups ? " repeated ids" : ""));
+    const int64_t b = m.per_slot ? m.k : 1;
+    std::vector<uint8_t> w = weight_bytes(wt, randn(size_t(m.K * m.N * m.E), seed++, 0.5f), m.K, m.N * m.E);
+    std::vector<float> x = randn(size_t(m.K * b * m.n), seed++);
+    std::vector<int32_t> ids = expert_ids(m.E, m.k, m.n, seed++, m.dups);
+    Out r = matmul_id(*ref, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n);
+    const size_t cnt = r.n;
+    for (bool prepare : {false, true}) {
+      SCOPED_TRACE(prepare ? "repacked" : "plain");
+      auto be1_fresh = cpu_avx512::make_backend(nullptr);
+      auto be2_fresh = cpu_avx512::make_backend(pool.get());
+      Out a = matmul_id(*be1_fresh, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n, prepare);
+      Out c = matmul_id(*be2_fresh, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n, prepare);
+      const double e = tessera::nmse(r.data(), a.data(), cnt);
+      EXPECT_LE(e, 1e-6) << "nmse " << e;
+      if (prepare && (wt == DType::Q4_0 || wt == DType::Q8_0))
+        EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * cnt), 0) << "repacked not bit-identical";
+      EXPECT_EQ(std::memcmp(a.data(), c.data(), sizeof(float) * cnt), 0) << "1 vs 2 threads differ";
+      EXPECT_TRUE(a.guard_ok());
+      EXPECT_TRUE(c.guard_ok());
+    }
+    // Each slot equals the dense MatMul of its expert (plain weights: the same kernels).
+    if (m.n <= 9) {
+      Out a = matmul_id(*be2, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n);
+      const size_t eb = row_bytes(wt, m.K) * size_t(m.N);
+      for (int64_t t = 0; t < m.n; ++t)
+        for (int64_t j = 0; j < m.k; ++j) {
+          const int32_t ex = ids[size_t(t * m.k + j)];
+          std::vector<uint8_t> we(w.begin() + ptrdiff_t(eb * size_t(ex)), w.begin() + ptrdiff_t(eb * size_t(ex + 1)));
+          std::vector<float> xc(x.begin() + (t * b + j % b) * m.K, x.begin() + (t * b + j % b + 1) * m.K);
+          Out d = matmul(*be2, wt, we, m.K, m.N, xc, 1);
+          EXPECT_EQ(std::memcmp(d.data(), a.data() + (t * m.k + j) * m.N, sizeof(float) * size_t(m.N)), 0)
+              << "slot " << j << " of token " << t;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllWeightTypes, Avx512MatMulId,
+    ::testing::Values(MatMulCase{DType::F32, {96}}, MatMulCase{DType::F16, {96}}, MatMulCase{DType::BF16, {96}},
+                      MatMulCase{DType::Q8_0, {512}}, MatMulCase{DType::Q4_0, {512}}, MatMulCase{DType::Q4_K, {512}},
+                      MatMulCase{DType::Q5_K, {512}}, MatMulCase{DType::Q6_K, {512}}),
+    [](const ::testing::TestParamInfo<MatMulCase>& i) { return std::string(dtype_name(i.param.wt)); });
+
+// A repacked expert tensor is only used while it still matches: new contents at the
+// same address are read afresh, a 2-D view of expert 0 (same address) reads the
+// tensor itself, and an out-of-range expert id is an error, not a wild read.
+TEST_F(Avx512, MatMulIdRepackedCopyIsNotUsedWhenTheWeightChanges) {
+  const int64_t K = 256, N = 24, E = 6, k = 2, n = 5;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N * E), 31), K, N * E);
+    std::vector<float> x = randn(size_t(K * n), 32);
+    std::vector<int32_t> ids = expert_ids(E, k, n, 33);
+    Out a = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n, true);
+    Out ar = matmul_id(*ref, t, w, K, N, E, x, 1, ids, k, n);
+    EXPECT_LE(tessera::nmse(ar.data(), a.data(), a.n), 1e-6);
+    const std::vector<uint8_t> w2 = quantize_matrix(t, randn(size_t(K * N * E), 34), K, N * E);
+    std::memcpy(w.data(), w2.data(), w.size());  // new contents at the same address, no prepare_weight
+    Out r = matmul_id(*ref, t, w, K, N, E, x, 1, ids, k, n);
+    Out b = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n);
+    EXPECT_LE(tessera::nmse(r.data(), b.data(), r.n), 1e-6);
+    Out full1 = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n, true);
+    Out dense = matmul(*be2, t, w, K, N, x, 1);  // expert 0 as a 2-D weight at the same address
+    Out denser = matmul(*ref, t, w, K, N, x, 1);
+    EXPECT_LE(tessera::nmse(denser.data(), dense.data(), dense.n), 1e-6);
+    Out full2 = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n);
+    EXPECT_EQ(std::memcmp(full1.data(), full2.data(), sizeof(float) * full1.n), 0);
+    std::vector<int32_t> bad = ids;
+    bad[3] = int32_t(E);
+    EXPECT_THROW(matmul_id(*be2, t, w, K, N, E, x, 1, bad, k, n), Error);
   }
 }
 
