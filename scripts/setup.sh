@@ -9,6 +9,9 @@ PACKAGES=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # Vulkan backend: headers and the shader compiler at build time; Mesa's drivers
+  # (lavapipe, a CPU Vulkan device) so its conformance tests run without a GPU.
+  libvulkan-dev glslang-tools mesa-vulkan-drivers
 )
 
 missing=()

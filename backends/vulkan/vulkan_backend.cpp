@@ -1,0 +1,936 @@
+// The vulkan backend object: node validation, the per-run plan (what lives where on
+// the device, what is uploaded and downloaded), recording and submission.
+#include "vulkan_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cpu_scalar_backend.h"
+#include "tessera/error.h"
+#include "tessera/graph.h"
+#include "tessera/kv_cache.h"
+#include "tessera/quant.h"
+#include "vk_context.h"
+
+namespace tessera::vk {
+namespace {
+
+constexpr VkDeviceSize kAlign = 256;  // >= every device's minStorageBufferOffsetAlignment
+
+VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) { return (v + a - 1) / a * a; }
+
+const char* type_suffix(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    default: return nullptr;
+  }
+}
+
+bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+uint32_t act_block(DType w) { return (w == DType::Q8_0 || w == DType::Q4_0) ? 32u : 256u; }
+
+// Host bytes spanned by a tensor view: [data, data + span).
+size_t span_bytes(const Tensor& t) {
+  size_t s = row_bytes(t.type, t.ne[0]);
+  for (int d = 1; d < Tensor::kMaxDims; ++d) s += size_t(t.ne[d] - 1) * t.nb[d];
+  return s;
+}
+
+struct Range {
+  uintptr_t lo = 0, hi = 0;
+  bool overlaps(const Range& o) const { return lo < o.hi && o.lo < hi; }
+  bool contains(const Range& o) const { return lo <= o.lo && o.hi <= hi; }
+};
+Range range_of(const Tensor& t) {
+  const auto lo = reinterpret_cast<uintptr_t>(t.data);
+  return {lo, lo + span_bytes(t)};
+}
+
+// Plain F32/I32 tensor laid out densely.
+bool dense(const Tensor& t) {
+  return t.nb[0] == dtype_traits(t.type).block_bytes && t.is_contiguous();
+}
+
+// A cheap fingerprint of a weight's bytes (shape, strides and 64 bytes at its start,
+// middle and end): a cached device copy is used only while the host bytes still match.
+uint64_t fingerprint(const Tensor& w) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  mix(&w.type, sizeof w.type);
+  mix(w.ne, sizeof w.ne);
+  mix(w.nb, sizeof w.nb);
+  const size_t span = span_bytes(w), n = std::min<size_t>(64, span);
+  const auto* base = static_cast<const char*>(w.data);
+  for (size_t off : {size_t(0), (span - n) / 2, span - n}) mix(base + off, n);
+  return h;
+}
+
+// Push constants: up to 32 words.
+struct Push {
+  uint32_t u[32] = {};
+  uint32_t n = 0;
+  Push& add(uint64_t v) {
+    if (v > UINT32_MAX) throw Error("vulkan: a size or offset exceeds 32 bits");
+    u[n++] = uint32_t(v);
+    return *this;
+  }
+  Push& addf(float f) {
+    std::memcpy(&u[n++], &f, 4);
+    return *this;
+  }
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  explicit VulkanBackend(bool allow_cpu) : ctx_(allow_cpu), ref_(cpu_scalar::make_backend(nullptr)) {
+    spdlog::debug("vulkan: using {}", ctx_.device_summary());
+  }
+
+  ~VulkanBackend() override {
+    ctx_.fn().vkDeviceWaitIdle(ctx_.device());
+    for (auto& [p, w] : weights_) ctx_.destroy(w.buf);
+    ctx_.destroy(arena_);
+    ctx_.destroy(staging_);
+    if (pool_) ctx_.fn().vkDestroyDescriptorPool(ctx_.device(), pool_, nullptr);
+  }
+
+  std::string name() const override { return "vulkan"; }
+  bool uses_host_memory() const override { return false; }
+
+  OpSupport supports(const Graph& g, const Node& n) const override {
+    OpSupport s = ref_->supports(g, n);  // the reference's validation first
+    if (!s.supported) return s;
+    // TESSERA_VULKAN_DISABLE=op,op,...: refuse these ops (bisecting a mismatch).
+    static const std::string disabled = [] {
+      const char* e = std::getenv("TESSERA_VULKAN_DISABLE");
+      return e ? "," + std::string(e) + "," : std::string();
+    }();
+    if (!disabled.empty() && disabled.find("," + std::string(op_name(n.op)) + ",") != std::string::npos)
+      return OpSupport::no("disabled by TESSERA_VULKAN_DISABLE");
+    std::string why = check(g, n);
+    if (!why.empty()) return OpSupport::no(why);
+    return OpSupport::yes();
+  }
+
+  void prepare_weight(Tensor& w) override {
+    if (!w.data || !type_suffix(w.type) || w.ne[0] % dtype_traits(w.type).block_elems != 0) return;
+    try {
+      ensure_weight(w);
+    } catch (const std::exception& e) {
+      spdlog::warn("vulkan: could not upload weight '{}' at load ({}); it is uploaded on first use", w.name, e.what());
+    }
+  }
+
+  void execute(Graph& g, size_t first, size_t count) override;
+
+ private:
+  // --- validation ------------------------------------------------------------
+  std::string check(const Graph& g, const Node& n) const {
+    auto T = [&](int32_t i) -> const Tensor& { return g.tensor(i); };
+    auto all_dense = [&](std::initializer_list<int32_t> ids) -> std::string {
+      for (int32_t i : ids)
+        if (i >= 0 && !dense(T(i))) return "non-contiguous tensor '" + T(i).name + "' (the vulkan shaders need dense rows)";
+      return {};
+    };
+    const uint64_t max_range = ctx_.max_storage_range();
+    auto fits = [&](const Tensor& t) { return span_bytes(t) <= max_range; };
+    switch (n.op) {
+      case Op::Silu:
+      case Op::Sigmoid:
+      case Op::Softplus:
+      case Op::SwiGlu:
+      case Op::Add:
+      case Op::Mul:
+      case Op::Softmax:
+      case Op::Argmax:
+      case Op::TopK:
+      case Op::GatherCols:
+      case Op::MoeCombine:
+        return all_dense({n.src[0], n.src[1], n.dst});
+      case Op::RmsNorm:
+        return all_dense({n.src[0], n.src[1], n.dst});
+      case Op::Cont: {
+        const Tensor& x = T(n.src[0]);
+        if (x.nb[0] != 4 || x.nb[1] % 4 || x.nb[2] % 4 || x.nb[3] % 4) return "Cont: source strides must be multiples of 4 bytes";
+        return all_dense({n.dst});
+      }
+      case Op::GetRows: {
+        if (!type_suffix(T(n.src[0]).type)) return "GetRows: no vulkan shader for this table dtype";
+        if (!fits(T(n.src[0]))) return "GetRows: table larger than the device's maxStorageBufferRange";
+        return all_dense({n.src[1], n.dst});
+      }
+      case Op::MatMul:
+      case Op::MatMulId: {
+        const Tensor& w = T(n.src[0]);
+        if (!type_suffix(w.type)) return std::string(op_name(n.op)) + ": no vulkan shader for weight dtype " + std::string(dtype_name(w.type));
+        if (is_quantized(w.type) && w.ne[0] % act_block(w.type) != 0) return "row length is not a multiple of the activation block";
+        if (!fits(w)) return std::string(op_name(n.op)) + ": weight larger than the device's maxStorageBufferRange";
+        return all_dense({n.src[1], n.src[2], n.dst});
+      }
+      case Op::Rope: {
+        if (n.i[1] != kRopeNormal && n.i[1] != kRopeNeox)
+          return "Rope: mode " + std::to_string(n.i[1]) + " is not implemented by the vulkan backend (normal and NeoX are)";
+        // cos/sin are tabulated on the host from the positions, which must be a
+        // graph input (not computed by a node).
+        const Range pr = range_of(T(n.src[1]));
+        for (const Node& o : g.nodes())
+          if (o.dst >= 0 && range_of(T(o.dst)).overlaps(pr)) return "Rope: positions computed inside the graph";
+        return all_dense({n.src[0], n.src[1], n.dst});
+      }
+      case Op::KvWrite:
+        if (T(n.src[0]).ne[0] % 2 != 0) return "KvWrite: odd head_dim";
+        return all_dense({n.src[0], n.src[1]});
+      case Op::Attention:
+        if (T(n.src[0]).ne[0] > 256 || T(n.src[0]).ne[0] % 2 != 0) return "Attention: head_dim must be even and <= 256";
+        return all_dense({n.src[0], n.dst});
+      default:
+        return std::string("op ") + std::string(op_name(n.op)) + " is not implemented by the vulkan backend";
+    }
+  }
+
+  // --- weights ---------------------------------------------------------------
+  struct Weight {
+    Buffer buf;
+    uint64_t fp = 0;
+  };
+
+  Weight& ensure_weight(const Tensor& w) {
+    const uint64_t fp = fingerprint(w);
+    auto it = weights_.find(w.data);
+    if (it != weights_.end()) {
+      if (it->second.fp == fp) return it->second;
+      ctx_.destroy(it->second.buf);  // stale: the address now holds another tensor
+      weights_.erase(it);
+    }
+    const size_t bytes = span_bytes(w);
+    Weight nw;
+    nw.fp = fp;
+    nw.buf = ctx_.create_device_buffer(align_up(bytes, 4));
+    try {
+      upload_now(nw.buf, static_cast<const uint8_t*>(w.data), bytes);
+    } catch (...) {
+      ctx_.destroy(nw.buf);
+      throw;
+    }
+    return weights_.emplace(w.data, nw).first->second;
+  }
+
+  // Synchronous upload through the staging buffer, in chunks.
+  void upload_now(Buffer& dst, const uint8_t* src, size_t bytes) {
+    const size_t chunk = size_t(64) << 20;
+    ensure_staging(std::min(bytes, chunk));
+    for (size_t off = 0; off < bytes; off += chunk) {
+      const size_t n = std::min(chunk, bytes - off);
+      std::memcpy(staging_.mapped, src + off, n);
+      VkCommandBuffer cb = ctx_.begin();
+      VkBufferCopy c{0, off, n};
+      ctx_.fn().vkCmdCopyBuffer(cb, staging_.buffer, dst.buffer, 1, &c);
+      ctx_.submit_and_wait();
+    }
+  }
+
+  void ensure_staging(VkDeviceSize bytes) {
+    if (staging_.buffer && staging_.size >= bytes) return;
+    ctx_.destroy(staging_);
+    staging_ = ctx_.create_host_buffer(std::max<VkDeviceSize>(align_up(bytes + bytes / 2, 1 << 16), 1 << 20));
+  }
+  void ensure_arena(VkDeviceSize bytes) {
+    if (bytes > UINT32_MAX) throw Error("vulkan: a run needs more than 4 GiB of device scratch");
+    if (arena_.buffer && arena_.size >= bytes) return;
+    ctx_.destroy(arena_);
+    VkDeviceSize want = std::max<VkDeviceSize>(align_up(bytes + bytes / 2, 1 << 16), 1 << 20);
+    want = std::min<VkDeviceSize>(want, std::max<VkDeviceSize>(bytes, std::min<VkDeviceSize>(UINT32_MAX, ctx_.max_storage_range())));
+    if (bytes > ctx_.max_storage_range()) throw Error("vulkan: a run needs more device scratch than maxStorageBufferRange");
+    arena_ = ctx_.create_device_buffer(want);
+  }
+
+  Context ctx_;
+  std::unique_ptr<Backend> ref_;  // validation only
+  std::unordered_map<const void*, Weight> weights_;
+  Buffer arena_, staging_;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;
+  uint32_t pool_sets_ = 0;
+
+  friend class Run;
+};
+
+// ---------------------------------------------------------------------------
+// One execute() call: plan, record, submit, copy back.
+
+class Run {
+ public:
+  Run(VulkanBackend& be, Graph& g, size_t first, size_t count) : be_(be), ctx_(be.ctx_), g_(g), first_(first), count_(count) {}
+
+  void go();
+
+ private:
+  struct Region {
+    Range r;
+    VkDeviceSize dev = 0;
+  };
+  struct Mirror {  // device copy of one (cache, layer, sequence)'s K and V rows [0, rows)
+    KvCache* kv = nullptr;
+    int layer = 0;
+    KvCache::SeqId seq = 0;
+    int64_t rows = 0;
+    size_t row_bytes = 0;
+    VkDeviceSize k = 0, v = 0;
+  };
+  struct Upload {
+    const void* src;  // host bytes (or staged content below)
+    size_t bytes;
+    VkDeviceSize dev;
+    VkDeviceSize stage = 0;
+    std::vector<uint8_t> owned;  // host-computed content (rope tables)
+  };
+  struct Download {
+    void* dst;
+    size_t bytes;
+    VkDeviceSize dev;
+    VkDeviceSize stage = 0;
+  };
+  struct Access {
+    std::vector<Range> reads, writes;  // device offsets in the arena
+  };
+
+  const Tensor& T(int32_t i) const { return g_.tensor(i); }
+  bool weight_role(const Node& n, int slot) const {
+    switch (n.op) {
+      case Op::MatMul:
+      case Op::MatMulId:
+      case Op::GetRows: return slot == 0;
+      case Op::RmsNorm: return slot == 1;
+      default: return false;
+    }
+  }
+  bool is_weight(const Node& n, int slot) const {
+    if (!weight_role(n, slot)) return false;
+    const Range r = range_of(T(n.src[slot]));
+    for (const Range& w : graph_writes_)
+      if (w.overlaps(r)) return false;  // computed by the graph: an activation
+    return true;
+  }
+  VkDeviceSize dev(const Tensor& t) const {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+    for (const Region& rg : regions_)
+      if (rg.r.lo <= lo && lo < rg.r.hi) return rg.dev + (lo - rg.r.lo);
+    throw Error("vulkan: internal error: tensor '" + t.name + "' has no device placement");
+  }
+  Range devr(const Tensor& t) const {
+    const VkDeviceSize d = dev(t);
+    return {uintptr_t(d), uintptr_t(d + span_bytes(t))};
+  }
+  VkDeviceSize scratch(VkDeviceSize bytes) {
+    const VkDeviceSize d = align_up(cursor_, kAlign);
+    cursor_ = d + bytes;
+    return d;
+  }
+  Mirror& mirror(const Node& n) {
+    for (Mirror& m : mirrors_)
+      if (m.kv == n.kv && m.layer == n.i[0] && m.seq == n.i[1]) return m;
+    throw Error("vulkan: internal error: no KV mirror");
+  }
+
+  void plan();
+  void record_node(VkCommandBuffer cb, size_t k);
+  void dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, const Push& pc, uint64_t groups, Access acc);
+
+  VulkanBackend& be_;
+  Context& ctx_;
+  Graph& g_;
+  size_t first_, count_;
+  std::vector<Range> graph_writes_;
+  std::vector<Region> regions_;
+  std::vector<Mirror> mirrors_;
+  std::vector<Upload> uploads_;
+  std::vector<Download> downloads_;
+  std::map<size_t, VkDeviceSize> node_scratch_;  // node index -> scratch offset (quantized acts, rope table)
+  VkDeviceSize cursor_ = 0;
+  // Hazard tracking since the last barrier.
+  std::vector<Range> pend_reads_, pend_writes_;
+  std::map<VkBuffer, VkDescriptorSet> sets_;
+};
+
+void Run::plan() {
+  const auto& nodes = g_.nodes();
+
+  // 1. Tensors that live in the arena: every non-weight source and every destination.
+  std::vector<Range> rs;
+  for (size_t k = first_; k < first_ + count_; ++k) {
+    const Node& n = nodes[k];
+    for (int s = 0; s < 4; ++s)
+      if (n.src[s] >= 0 && !is_weight(n, s)) rs.push_back(range_of(T(n.src[s])));
+    if (n.dst >= 0) rs.push_back(range_of(T(n.dst)));
+  }
+  std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  for (const Range& r : rs) {
+    // Touching ranges join too: uploads below merge the same way, and one upload
+    // must land in one region.
+    if (!regions_.empty() && r.lo <= regions_.back().r.hi)
+      regions_.back().r.hi = std::max(regions_.back().r.hi, r.hi);
+    else
+      regions_.push_back({r, 0});
+  }
+  for (Region& rg : regions_) {
+    // Same address modulo kAlign as on the host: every element keeps its alignment.
+    rg.dev = align_up(cursor_, kAlign) + rg.r.lo % kAlign;
+    cursor_ = rg.dev + (rg.r.hi - rg.r.lo);
+  }
+
+  // 2. KV mirrors, sized by the furthest position a KvWrite or Attention touches.
+  for (size_t k = first_; k < first_ + count_; ++k) {
+    const Node& n = nodes[k];
+    if (n.op != Op::KvWrite && n.op != Op::Attention) continue;
+    if (!n.kv->has_sequence(n.i[1]))
+      throw Error("vulkan: " + describe_node(g_, k) + ": sequence " + std::to_string(n.i[1]) + " does not exist in the KV cache");
+    const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
+    Mirror* m = nullptr;
+    for (Mirror& x : mirrors_)
+      if (x.kv == n.kv && x.layer == n.i[0] && x.seq == n.i[1]) m = &x;
+    if (!m) {
+      mirrors_.push_back({n.kv, n.i[0], n.i[1], 0, n.kv->row_elems() * 2, 0, 0});
+      m = &mirrors_.back();
+    }
+    m->rows = std::max(m->rows, end);
+  }
+  for (Mirror& m : mirrors_) {
+    m.k = scratch(m.rows * m.row_bytes);
+    m.v = scratch(m.rows * m.row_bytes);
+    // Every position below `rows` is reserved: upload them all (the ones a KvWrite
+    // overwrites included; they are replaced on the device before anything reads them).
+    for (int kv = 0; kv < 2; ++kv) {
+      Upload u{nullptr, size_t(m.rows) * m.row_bytes, kv ? m.v : m.k};
+      u.owned.resize(u.bytes);
+      for (int64_t p = 0; p < m.rows; ++p)
+        std::memcpy(u.owned.data() + p * m.row_bytes, kv ? m.kv->v_row(m.layer, m.seq, p) : m.kv->k_row(m.layer, m.seq, p), m.row_bytes);
+      uploads_.push_back(std::move(u));
+    }
+  }
+
+  // 3. Per-node scratch, host checks and KV bookkeeping, in node order.
+  std::vector<Range> written;  // host ranges written so far in this run
+  auto covered = [&](const Range& r) {
+    for (const Range& w : written)
+      if (w.contains(r)) return true;
+    return false;
+  };
+  std::vector<Range> up;  // host ranges to upload
+  for (size_t k = first_; k < first_ + count_; ++k) {
+    const Node& n = nodes[k];
+    for (int s = 0; s < 4; ++s) {
+      if (n.src[s] < 0 || is_weight(n, s)) continue;
+      const Range r = range_of(T(n.src[s]));
+      if (!covered(r)) up.push_back(r);
+    }
+    auto host_input = [&](int32_t t) { return !covered(range_of(T(t))); };
+    switch (n.op) {
+      case Op::MatMul:
+      case Op::MatMulId: {
+        const Tensor& w = T(n.src[0]);
+        const Tensor& x = T(n.src[1]);
+        if (is_quantized(w.type)) {
+          const uint64_t K = uint64_t(w.ne[0]);
+          node_scratch_[k] = scratch(uint64_t(x.nrows()) * (K + 4 * (K / act_block(w.type))));
+        }
+        if (n.op == Op::MatMulId && host_input(n.src[2])) {
+          const Tensor& ids = T(n.src[2]);
+          const int32_t* id = static_cast<const int32_t*>(ids.data);
+          for (int64_t i = 0; i < ids.nelements(); ++i)
+            if (id[i] < 0 || id[i] >= w.ne[2])
+              throw Error("vulkan: " + describe_node(g_, k) + ": expert id " + std::to_string(id[i]) + " out of range [0, " + std::to_string(w.ne[2]) + ")");
+        }
+        break;
+      }
+      case Op::GetRows:
+        if (host_input(n.src[1])) {
+          const Tensor& ids = T(n.src[1]);
+          const int32_t* id = static_cast<const int32_t*>(ids.data);
+          for (int64_t i = 0; i < ids.ne[0]; ++i)
+            if (id[i] < 0 || id[i] >= T(n.src[0]).ne[1])
+              throw Error("vulkan: " + describe_node(g_, k) + ": row id " + std::to_string(id[i]) + " (ids[" + std::to_string(i) +
+                          "]) out of range [0, " + std::to_string(T(n.src[0]).ne[1]) + ")");
+        }
+        break;
+      case Op::Rope: {
+        // The reference's cos/sin cache: theta = p * theta_scale^i by repeated
+        // multiplication in float, std::cos / std::sin of freq_scale * theta.
+        const Tensor& x = T(n.src[0]);
+        const int32_t* p = static_cast<const int32_t*>(T(n.src[1]).data);
+        const int32_t nd = n.i[0];
+        const float theta_scale = std::pow(n.f[0], -2.0f / float(nd));
+        Upload u{nullptr, size_t(x.ne[2]) * size_t(nd) * 4, 0};
+        u.owned.resize(u.bytes);
+        float* cs = reinterpret_cast<float*>(u.owned.data());
+        for (int64_t t = 0; t < x.ne[2]; ++t) {
+          float theta = float(p[t]);
+          for (int32_t i0 = 0; i0 < nd; i0 += 2) {
+            const float ang = n.f[1] * theta;
+            cs[t * nd + i0] = std::cos(ang);
+            cs[t * nd + i0 + 1] = std::sin(ang);
+            theta *= theta_scale;
+          }
+        }
+        u.dev = node_scratch_[k] = scratch(u.bytes);
+        uploads_.push_back(std::move(u));
+        break;
+      }
+      case Op::KvWrite: {
+        Mirror& m = mirror(n);
+        const int64_t p0 = n.i[2], Tn = T(n.src[0]).ne[2];
+        for (int kv = 0; kv < 2; ++kv)
+          for (int64_t t = 0; t < Tn; ++t) {
+            void* hostrow = kv ? n.kv->v_row(n.i[0], n.i[1], p0 + t) : n.kv->k_row(n.i[0], n.i[1], p0 + t);
+            downloads_.push_back({hostrow, m.row_bytes, (kv ? m.v : m.k) + (p0 + t) * m.row_bytes});
+          }
+        if (n.kv->length(n.i[1]) < p0 + Tn) n.kv->set_length(n.i[1], p0 + Tn);
+        break;
+      }
+      case Op::Attention: {
+        const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
+        if (n.kv->length(n.i[1]) < end)
+          throw Error("vulkan: " + describe_node(g_, k) + ": attention over positions [" + std::to_string(n.i[2]) + ", " +
+                      std::to_string(end) + ") but the cache of sequence " + std::to_string(n.i[1]) + " holds " +
+                      std::to_string(n.kv->length(n.i[1])) + " (KvWrite first)");
+        break;
+      }
+      default: break;
+    }
+    if (n.dst >= 0) written.push_back(range_of(T(n.dst)));
+  }
+  std::sort(up.begin(), up.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  std::vector<Range> merged;
+  for (const Range& r : up) {
+    if (!merged.empty() && r.lo <= merged.back().hi)
+      merged.back().hi = std::max(merged.back().hi, r.hi);
+    else
+      merged.push_back(r);
+  }
+  for (const Range& r : merged) {
+    Upload u{reinterpret_cast<const void*>(r.lo), size_t(r.hi - r.lo), 0};
+    bool placed = false;
+    for (const Region& rg : regions_)
+      if (rg.r.contains(r)) {
+        u.dev = rg.dev + (r.lo - rg.r.lo);
+        placed = true;
+      }
+    if (!placed) throw Error("vulkan: internal error: an upload spans two device regions");
+    uploads_.push_back(std::move(u));
+  }
+
+  // 4. Downloads: a destination is copied back when a node after the run reads it, or
+  // when no node reads it at all (a graph output); intermediates consumed only inside
+  // the run stay on the device.
+  for (size_t k = first_; k < first_ + count_; ++k) {
+    const Node& n = nodes[k];
+    if (n.dst < 0) continue;
+    const Range r = range_of(T(n.dst));
+    bool later = false, inside = false;
+    for (size_t j = k + 1; j < nodes.size() && !later; ++j)
+      for (int s = 0; s < 4; ++s)
+        if (nodes[j].src[s] >= 0 && range_of(T(nodes[j].src[s])).overlaps(r)) {
+          if (j >= first_ + count_) later = true;
+          else inside = true;
+        }
+    static const bool all = std::getenv("TESSERA_VULKAN_DEBUG_ALL") != nullptr;
+    if (all || later || !inside) downloads_.push_back({T(n.dst).data, size_t(r.hi - r.lo), dev(T(n.dst))});
+  }
+}
+
+void Run::dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, const Push& pc, uint64_t groups, Access acc) {
+  const Functions& f = ctx_.fn();
+  if (groups == 0) return;
+  bool hazard = false;
+  for (const Range& r : acc.reads)
+    for (const Range& w : pend_writes_) hazard |= r.overlaps(w);
+  for (const Range& r : acc.writes) {
+    for (const Range& w : pend_writes_) hazard |= r.overlaps(w);
+    for (const Range& w : pend_reads_) hazard |= r.overlaps(w);
+  }
+  if (hazard) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    f.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                           nullptr, 0, nullptr);
+    pend_reads_.clear();
+    pend_writes_.clear();
+  }
+  pend_reads_.insert(pend_reads_.end(), acc.reads.begin(), acc.reads.end());
+  pend_writes_.insert(pend_writes_.end(), acc.writes.begin(), acc.writes.end());
+
+  auto it = sets_.find(b1);
+  if (it == sets_.end()) throw Error("vulkan: internal error: no descriptor set");
+  f.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline(pipe));
+  f.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &it->second, 0, nullptr);
+  f.vkCmdPushConstants(cb, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes, pc.u);
+  const uint64_t gx = std::min<uint64_t>(groups, 65535);
+  const uint64_t gy = (groups + gx - 1) / gx;
+  if (gy > 65535) throw Error("vulkan: dispatch of " + std::to_string(groups) + " work groups is too large");
+  f.vkCmdDispatch(cb, uint32_t(gx), uint32_t(gy), 1);
+}
+
+void Run::record_node(VkCommandBuffer cb, size_t k) {
+  const Node& n = g_.nodes()[k];
+  const VkBuffer arena = be_.arena_.buffer;
+  auto cdiv = [](uint64_t a, uint64_t b) { return (a + b - 1) / b; };
+  // Binding 1 and the byte offset of a weight-role source.
+  auto wsrc = [&](int slot, VkBuffer& b1, uint64_t& off, std::vector<Range>& reads) {
+    if (is_weight(n, slot)) {
+      b1 = be_.weights_.at(T(n.src[slot]).data).buf.buffer;
+      off = 0;
+    } else {
+      b1 = arena;
+      off = dev(T(n.src[slot]));
+      reads.push_back(devr(T(n.src[slot])));
+    }
+  };
+  switch (n.op) {
+    case Op::Silu:
+    case Op::Sigmoid:
+    case Op::Softplus:
+    case Op::SwiGlu:
+    case Op::Add:
+    case Op::Mul: {
+      const Tensor &a = T(n.src[0]), &d = T(n.dst);
+      Push pc;
+      pc.add(a.nelements()).add(dev(a)).add(n.src[1] >= 0 ? dev(T(n.src[1])) : 0).add(dev(d));
+      for (int i = 0; i < 4; ++i) pc.add(a.ne[i]);
+      for (int i = 0; i < 4; ++i) pc.add(n.src[1] >= 0 ? T(n.src[1]).ne[i] : 1);
+      Access acc{{devr(a)}, {devr(d)}};
+      if (n.src[1] >= 0) acc.reads.push_back(devr(T(n.src[1])));
+      const char* p = n.op == Op::Silu      ? "silu"
+                      : n.op == Op::Sigmoid ? "sigmoid"
+                      : n.op == Op::Softplus ? "softplus"
+                      : n.op == Op::SwiGlu  ? "swiglu"
+                      : n.op == Op::Add     ? "add"
+                                            : "mul";
+      dispatch(cb, p, arena, pc, cdiv(a.nelements(), 256), acc);
+      break;
+    }
+    case Op::RmsNorm: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      Access acc{{devr(x)}, {devr(d)}};
+      VkBuffer b1 = arena;
+      uint64_t woff = 0xFFFFFFFFu;
+      if (n.src[1] >= 0) wsrc(1, b1, woff, acc.reads);
+      Push pc;
+      pc.add(x.ne[0]).add(x.nrows()).add(dev(x)).add(woff).add(dev(d)).addf(n.f[0]);
+      dispatch(cb, "rms_norm", b1, pc, x.nrows(), acc);
+      break;
+    }
+    case Op::Cont: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.nelements()).add(dev(x)).add(dev(d));
+      for (int i = 0; i < 4; ++i) pc.add(x.ne[i]);
+      for (int i = 1; i < 4; ++i) pc.add(x.nb[i]);
+      dispatch(cb, "cont", arena, pc, cdiv(x.nelements(), 256), {{devr(x)}, {devr(d)}});
+      break;
+    }
+    case Op::Softmax:
+    case Op::Argmax: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.ne[0]).add(x.nrows()).add(dev(x)).add(dev(d));
+      dispatch(cb, n.op == Op::Softmax ? "softmax" : "argmax", arena, pc, x.nrows(), {{devr(x)}, {devr(d)}});
+      break;
+    }
+    case Op::GetRows: {
+      const Tensor &tab = T(n.src[0]), &ids = T(n.src[1]), &d = T(n.dst);
+      Access acc{{devr(ids)}, {devr(d)}};
+      VkBuffer b1;
+      uint64_t toff;
+      wsrc(0, b1, toff, acc.reads);
+      Push pc;
+      pc.add(tab.ne[0]).add(ids.ne[0]).add(tab.ne[1]).add(toff).add(tab.nb[1]).add(dev(ids)).add(dev(d));
+      dispatch(cb, std::string("get_rows_") + type_suffix(tab.type), b1, pc, cdiv(uint64_t(tab.ne[0]) * ids.ne[0], 256), acc);
+      break;
+    }
+    case Op::MatMul:
+    case Op::MatMulId: {
+      const bool ids = n.op == Op::MatMulId;
+      const Tensor &w = T(n.src[0]), &x = T(n.src[1]), &d = T(n.dst);
+      const uint64_t K = w.ne[0], N = w.ne[1];
+      const uint64_t rows = ids ? uint64_t(T(n.src[2]).ne[0] * T(n.src[2]).ne[1]) : uint64_t(x.nrows());
+      uint64_t xoff = dev(x), xstride = K * 4;
+      Range xr = devr(x);
+      if (is_quantized(w.type)) {
+        const uint64_t qk = act_block(w.type), qrow = K + 4 * (K / qk), q = node_scratch_.at(k);
+        Push qp;
+        qp.add(K).add(x.nrows()).add(dev(x)).add(K * 4).add(q).add(qrow);
+        const Range qr{uintptr_t(q), uintptr_t(q + qrow * x.nrows())};
+        dispatch(cb, qk == 32 ? "quant_q8_0" : "quant_q8_k", arena, qp, cdiv(uint64_t(x.nrows()) * (K / qk), 64), {{devr(x)}, {qr}});
+        xoff = q;
+        xstride = qrow;
+        xr = qr;
+      }
+      Access acc{{xr}, {devr(d)}};
+      VkBuffer b1;
+      uint64_t woff;
+      wsrc(0, b1, woff, acc.reads);
+      Push pc;
+      pc.add(K).add(N).add(rows).add(woff).add(w.nb[1]).add(ids ? w.nb[2] : 0).add(xoff).add(xstride).add(dev(d));
+      if (ids) {
+        acc.reads.push_back(devr(T(n.src[2])));
+        pc.add(dev(T(n.src[2]))).add(T(n.src[2]).ne[0]).add(x.ne[1]).add(w.ne[2]);
+      }
+      dispatch(cb, std::string(ids ? "matmul_id_" : "matmul_") + type_suffix(w.type), b1, pc, N * rows, acc);
+      break;
+    }
+    case Op::Rope: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      const VkDeviceSize cs = node_scratch_.at(k);
+      Push pc;
+      pc.add(x.ne[0]).add(x.ne[1]).add(x.ne[2]).add(n.i[0]).add(n.i[1] == kRopeNeox ? 1 : 0).add(dev(x)).add(dev(d)).add(cs);
+      const Range csr{uintptr_t(cs), uintptr_t(cs + 4 * x.ne[2] * n.i[0])};
+      dispatch(cb, "rope", arena, pc, cdiv(x.nelements(), 256), {{devr(x), csr}, {devr(d)}});
+      break;
+    }
+    case Op::KvWrite: {
+      const Tensor &kt = T(n.src[0]), &vt = T(n.src[1]);
+      Mirror& m = mirror(n);
+      Push pc;
+      pc.add(kt.ne[0]).add(kt.ne[1]).add(kt.ne[2]).add(dev(kt)).add(dev(vt)).add(m.k).add(m.v).add(n.i[2]);
+      const VkDeviceSize lo = VkDeviceSize(n.i[2]) * m.row_bytes, hi = lo + kt.ne[2] * m.row_bytes;
+      Access acc{{devr(kt), devr(vt)}, {{uintptr_t(m.k + lo), uintptr_t(m.k + hi)}, {uintptr_t(m.v + lo), uintptr_t(m.v + hi)}}};
+      dispatch(cb, "kv_write", arena, pc, cdiv(kt.nelements() / 2, 256), acc);
+      break;
+    }
+    case Op::Attention: {
+      const Tensor &q = T(n.src[0]), &d = T(n.dst);
+      Mirror& m = mirror(n);
+      const int64_t n_kv = n.kv->config().n_kv_heads;
+      Push pc;
+      pc.add(q.ne[0]).add(q.ne[1]).add(q.ne[2]).add(q.ne[1] / n_kv).add(n.i[2]).add(dev(q)).add(dev(d)).add(m.k).add(m.v)
+          .add(n.kv->row_elems()).addf(n.f[0]);
+      const VkDeviceSize hi = VkDeviceSize(n.i[2] + q.ne[2]) * m.row_bytes;
+      Access acc{{devr(q), {uintptr_t(m.k), uintptr_t(m.k + hi)}, {uintptr_t(m.v), uintptr_t(m.v + hi)}}, {devr(d)}};
+      dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc);
+      break;
+    }
+    case Op::TopK: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.ne[0]).add(x.ne[1]).add(d.ne[0]).add(dev(x)).add(dev(d));
+      dispatch(cb, "top_k", arena, pc, cdiv(x.ne[1], 64), {{devr(x)}, {devr(d)}});
+      break;
+    }
+    case Op::GatherCols: {
+      const Tensor &x = T(n.src[0]), &ids = T(n.src[1]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.ne[0]).add(ids.ne[0]).add(ids.ne[1]).add(dev(x)).add(dev(ids)).add(dev(d));
+      dispatch(cb, "gather_cols", arena, pc, cdiv(ids.nelements(), 64), {{devr(x), devr(ids)}, {devr(d)}});
+      break;
+    }
+    case Op::MoeCombine: {
+      const Tensor &e = T(n.src[0]), &wt = T(n.src[1]), &d = T(n.dst);
+      Push pc;
+      pc.add(e.ne[0]).add(e.ne[1]).add(e.ne[2]).add(dev(e)).add(dev(wt)).add(dev(d));
+      dispatch(cb, "moe_combine", arena, pc, cdiv(uint64_t(e.ne[0]) * e.ne[2], 256), {{devr(e), devr(wt)}, {devr(d)}});
+      break;
+    }
+    default:
+      throw Error("vulkan: " + describe_node(g_, k) + ": op not implemented");
+  }
+}
+
+void Run::go() {
+  const Functions& f = ctx_.fn();
+  const auto& nodes = g_.nodes();
+  for (const Node& n : nodes)
+    if (n.dst >= 0 && T(n.dst).data) graph_writes_.push_back(range_of(T(n.dst)));
+  // Weights first (synchronous uploads, before the run's command buffer is recorded).
+  for (size_t k = first_; k < first_ + count_; ++k)
+    for (int s = 0; s < 4; ++s)
+      if (nodes[k].src[s] >= 0 && is_weight(nodes[k], s)) be_.ensure_weight(T(nodes[k].src[s]));
+
+  plan();
+  be_.ensure_arena(std::max<VkDeviceSize>(cursor_, 16));
+
+  // Staging: uploads, then downloads.
+  VkDeviceSize st = 0;
+  for (Upload& u : uploads_) {
+    u.stage = st;
+    st = align_up(st + u.bytes, 16);
+  }
+  for (Download& d : downloads_) {
+    d.stage = st;
+    st = align_up(st + d.bytes, 16);
+  }
+  be_.ensure_staging(std::max<VkDeviceSize>(st, 16));
+  auto* stage = static_cast<uint8_t*>(be_.staging_.mapped);
+  for (const Upload& u : uploads_) std::memcpy(stage + u.stage, u.owned.empty() ? u.src : u.owned.data(), u.bytes);
+
+  // Descriptor sets: one per distinct binding-1 buffer (the arena itself or a weight).
+  std::vector<VkBuffer> bufs{be_.arena_.buffer};
+  for (size_t k = first_; k < first_ + count_; ++k)
+    for (int s = 0; s < 4; ++s)
+      if (nodes[k].src[s] >= 0 && is_weight(nodes[k], s)) {
+        VkBuffer b = be_.weights_.at(T(nodes[k].src[s]).data).buf.buffer;
+        if (std::find(bufs.begin(), bufs.end(), b) == bufs.end()) bufs.push_back(b);
+      }
+  if (be_.pool_sets_ < bufs.size()) {
+    if (be_.pool_) f.vkDestroyDescriptorPool(ctx_.device(), be_.pool_, nullptr);
+    be_.pool_ = VK_NULL_HANDLE;
+    const uint32_t cap = uint32_t(std::max<size_t>(64, bufs.size() * 2));
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, cap * kBindings};
+    VkDescriptorPoolCreateInfo pci{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    pci.maxSets = cap;
+    pci.poolSizeCount = 1;
+    pci.pPoolSizes = &ps;
+    check(f.vkCreateDescriptorPool(ctx_.device(), &pci, nullptr, &be_.pool_), "vkCreateDescriptorPool");
+    be_.pool_sets_ = cap;
+  } else {
+    check(f.vkResetDescriptorPool(ctx_.device(), be_.pool_, 0), "vkResetDescriptorPool");
+  }
+  for (VkBuffer b : bufs) {
+    VkDescriptorSetLayout layout = ctx_.set_layout();
+    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = be_.pool_;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &layout;
+    VkDescriptorSet set;
+    check(f.vkAllocateDescriptorSets(ctx_.device(), &ai, &set), "vkAllocateDescriptorSets");
+    VkDescriptorBufferInfo bi[2] = {{be_.arena_.buffer, 0, VK_WHOLE_SIZE}, {b, 0, VK_WHOLE_SIZE}};
+    VkWriteDescriptorSet wr[2]{};
+    for (uint32_t i = 0; i < 2; ++i) {
+      wr[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+      wr[i].dstSet = set;
+      wr[i].dstBinding = i;
+      wr[i].descriptorCount = 1;
+      wr[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      wr[i].pBufferInfo = &bi[i];
+    }
+    f.vkUpdateDescriptorSets(ctx_.device(), 2, wr, 0, nullptr);
+    sets_[b] = set;
+  }
+
+  // Record: uploads, the nodes (barriers only where a dispatch depends on an earlier
+  // one), downloads; one submission.
+  VkCommandBuffer cb = ctx_.begin();
+  std::vector<VkBufferCopy> copies;
+  for (const Upload& u : uploads_)
+    if (u.bytes) copies.push_back({u.stage, u.dev, u.bytes});
+  if (!copies.empty()) {
+    f.vkCmdCopyBuffer(cb, be_.staging_.buffer, be_.arena_.buffer, uint32_t(copies.size()), copies.data());
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    f.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  }
+  for (size_t k = first_; k < first_ + count_; ++k) {
+    try {
+      record_node(cb, k);
+    } catch (const Error& e) {
+      f.vkEndCommandBuffer(cb);
+      throw Error(std::string(e.what()) + " (" + describe_node(g_, k) + ")");
+    }
+  }
+  copies.clear();
+  for (const Download& d : downloads_)
+    if (d.bytes) copies.push_back({d.dev, d.stage, d.bytes});
+  if (!copies.empty()) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+    f.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    f.vkCmdCopyBuffer(cb, be_.arena_.buffer, be_.staging_.buffer, uint32_t(copies.size()), copies.data());
+    VkMemoryBarrier hb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    hb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    hb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    f.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, nullptr, 0, nullptr);
+  }
+  ctx_.submit_and_wait();
+  for (const Download& d : downloads_) std::memcpy(d.dst, stage + d.stage, d.bytes);
+}
+
+void VulkanBackend::execute(Graph& g, size_t first, size_t count) {
+  const auto& nodes = g.nodes();
+  if (first > nodes.size() || count > nodes.size() - first)
+    throw Error("vulkan: node range [" + std::to_string(first) + ", " + std::to_string(first + count) + ") exceeds the graph's " +
+                std::to_string(nodes.size()) + " nodes");
+  if (count == 0) return;
+  for (size_t k = first; k < first + count; ++k) {
+    OpSupport s = supports(g, nodes[k]);
+    if (!s.supported) throw Error("vulkan: " + describe_node(g, k) + ": " + s.reason);
+    const Node& n = nodes[k];
+    for (int i = 0; i < 4; ++i)
+      if (n.src[i] >= 0 && !g.tensor(n.src[i]).data) throw Error("vulkan: " + describe_node(g, k) + ": src" + std::to_string(i) + " has no data");
+    if (n.dst >= 0 && !g.tensor(n.dst).data) throw Error("vulkan: " + describe_node(g, k) + ": dst has no data");
+  }
+  static const bool debug_trace = std::getenv("TESSERA_VULKAN_DEBUG_TRACE") != nullptr;
+  if (debug_trace) {
+    std::string s = "vulkan run [" + std::to_string(first) + ", " + std::to_string(first + count) + "):";
+    for (size_t k = first; k < first + count; ++k) {
+      s += "\n  " + describe_node(g, k);
+      for (int32_t t : {nodes[k].src[0], nodes[k].src[1], nodes[k].src[2], nodes[k].dst}) {
+        if (t < 0) { s += " -"; continue; }
+        const Range r = range_of(g.tensor(t));
+        s += " [" + std::to_string(r.lo % 1000000) + "," + std::to_string(r.hi % 1000000) + ")";
+      }
+    }
+    spdlog::warn("{}", s);
+  }
+  Run run(*this, g, first, count);
+  run.go();
+  static const bool debug_check = std::getenv("TESSERA_VULKAN_DEBUG_CHECK") != nullptr;
+  if (debug_check) {
+    // Re-run every node on the reference with this backend's inputs and report the
+    // first output that differs (needs TESSERA_VULKAN_DEBUG_ALL=1: every output on the host).
+    for (size_t k = first; k < first + count; ++k) {
+      const Node& n = nodes[k];
+      if (n.dst < 0 || n.op == Op::KvWrite) continue;
+      Tensor& d = g.tensor(n.dst);
+      const size_t bytes = span_bytes(d);
+      std::vector<uint8_t> mine(bytes);
+      std::memcpy(mine.data(), d.data, bytes);
+      ref_->execute(g, k, 1);
+      if (d.type == DType::F32) {
+        const float* a = static_cast<const float*>(d.data);
+        const float* b = reinterpret_cast<const float*>(mine.data());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < bytes / 4; ++i) {
+          num += double(a[i] - b[i]) * double(a[i] - b[i]);
+          den += double(a[i]) * double(a[i]);
+        }
+        if (num > 1e-6 * den || std::isnan(num))
+        {
+          std::string info;
+          for (int32_t t : {n.src[0], n.src[1], n.dst}) {
+            if (t < 0) continue;
+            const Tensor& x = g.tensor(t);
+            info += " [" + x.name + " " + std::to_string(x.ne[0]) + "x" + std::to_string(x.ne[1]) + "x" + std::to_string(x.ne[2]) +
+                    " nb " + std::to_string(x.nb[0]) + "," + std::to_string(x.nb[1]) + "," + std::to_string(x.nb[2]) + " @" +
+                    std::to_string(reinterpret_cast<uintptr_t>(x.data) % 100000) + "]";
+          }
+          spdlog::warn("vulkan debug: {} differs from the reference: NMSE {}{}", describe_node(g, k), den > 0 ? num / den : num, info);
+        }
+      }
+      std::memcpy(d.data, mine.data(), bytes);
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(bool allow_cpu) { return std::make_unique<VulkanBackend>(allow_cpu); }
+
+}  // namespace tessera::vk
