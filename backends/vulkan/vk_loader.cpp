@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <vector>
 
 namespace tessera::vk {
 
@@ -15,8 +17,12 @@ std::once_flag g_once;
 bool load_library(Functions& f, std::string* why) {
   std::call_once(g_once, [] {
     // Never unloaded: the ICDs it loads may register process-wide state.
-    for (const char* name : {"libvulkan.so.1", "libvulkan.so"}) {
-      g_lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    // TESSERA_VULKAN_LOADER names another loader library (a custom install, or a
+    // missing file to check the "no Vulkan" path).
+    std::vector<std::string> names{"libvulkan.so.1", "libvulkan.so"};
+    if (const char* e = std::getenv("TESSERA_VULKAN_LOADER"); e && *e) names = {e};
+    for (const std::string& name : names) {
+      g_lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (g_lib) return;
       const char* e = dlerror();
       if (g_error.empty()) g_error = e ? e : "dlopen failed";

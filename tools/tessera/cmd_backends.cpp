@@ -28,6 +28,7 @@ int cmd_backends(int argc, char** argv) {
               << std::setw(7) << r.score << std::setw(6) << rank << std::setw(8) << (r.usable ? "yes" : "no")
               << r.file << "\n";
     if (!r.usable) std::cout << std::string(44, ' ') << "why not: " << r.reason << "\n";
+    else if (!r.reason.empty()) std::cout << std::string(44, ' ') << "probe: " << r.reason << "\n";
   }
   if (reg->records().empty()) std::cout << "(no plugins found)\n";
   return 0;

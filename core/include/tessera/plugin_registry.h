@@ -24,7 +24,8 @@ struct PluginRecord {
   int score = 0;      // probe score
   int rank = 0;       // effective rank: the config override or the score
   bool usable = false;
-  std::string reason; // why not usable (ABI mismatch, probe reason, disabled, ...)
+  std::string reason; // why not usable (ABI mismatch, probe reason, disabled, ...);
+                      // for a usable plugin the probe's note, if it wrote one
 };
 
 class PluginRegistry {

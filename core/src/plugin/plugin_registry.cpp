@@ -192,6 +192,7 @@ void PluginRegistry::scan() {
       continue;
     }
     rec.usable = true;
+    rec.reason = reason;  // a usable plugin's probe note (e.g. which device, why this score)
     spdlog::debug("plugins: {} {} ({}): score {}, rank {}{}", rec.kind, rec.name, rec.file, rec.score,
                   rec.rank, reason[0] ? std::string(" (") + reason + ")" : std::string());
 
