@@ -186,8 +186,8 @@ class VulkanBackend final : public Backend {
         return all_dense({n.src[1], n.src[2], n.dst});
       }
       case Op::Rope: {
-        if (n.i[1] != kRopeNormal && n.i[1] != kRopeNeox)
-          return "Rope: mode " + std::to_string(n.i[1]) + " is not implemented by the vulkan backend (normal and NeoX are)";
+        if (n.i[1] != kRopeNormal && n.i[1] != kRopeNeox && n.i[1] != kRopeImrope)
+          return "Rope: mode " + std::to_string(n.i[1]) + " is not implemented by the vulkan backend";
         // cos/sin are tabulated on the host from the positions, which must be a
         // graph input (not computed by a node).
         const Range pr = range_of(T(n.src[1]));
@@ -198,6 +198,11 @@ class VulkanBackend final : public Backend {
       case Op::KvWrite:
         if (T(n.src[0]).ne[0] % 2 != 0) return "KvWrite: odd head_dim";
         return all_dense({n.src[0], n.src[1]});
+      case Op::SsmConv:
+        return all_dense({n.src[0], n.src[1], n.dst});
+      case Op::GatedDeltaNet:
+        if (n.i[3] > 128) return "GatedDeltaNet: head size above 128";
+        return all_dense({n.src[0], n.src[1], n.src[2], n.dst});
       case Op::Attention:
         if (T(n.src[0]).ne[0] > 256 || T(n.src[0]).ne[0] % 2 != 0) return "Attention: head_dim must be even and <= 256";
         return all_dense({n.src[0], n.dst});
@@ -294,6 +299,11 @@ class Run {
     size_t row_bytes = 0;
     VkDeviceSize k = 0, v = 0;
   };
+  struct StateMirror {  // device copy of one recurrent layer's conv or delta-net state
+    float* host = nullptr;
+    size_t bytes = 0;
+    VkDeviceSize dev = 0;
+  };
   struct Upload {
     const void* src;  // host bytes (or staged content below)
     size_t bytes;
@@ -317,7 +327,8 @@ class Run {
       case Op::MatMul:
       case Op::MatMulId:
       case Op::GetRows: return slot == 0;
-      case Op::RmsNorm: return slot == 1;
+      case Op::RmsNorm:
+      case Op::SsmConv: return slot == 1;
       default: return false;
     }
   }
@@ -343,6 +354,22 @@ class Run {
     cursor_ = d + bytes;
     return d;
   }
+  // The recurrent state a SsmConv (conv state) or GatedDeltaNet (delta-net state) node
+  // reads and updates: uploaded whole at the start of the run, downloaded at the end.
+  StateMirror& state_mirror(const Node& n) {
+    const bool conv = n.op == Op::SsmConv;
+    float* host = conv ? n.kv->conv_state(n.i[0], n.i[1]) : n.kv->recurrent_state(n.i[0], n.i[1]);
+    for (StateMirror& m : states_)
+      if (m.host == host) return m;
+    const auto& rc = n.kv->recurrent_config();
+    StateMirror m{host, size_t(conv ? rc.conv_elems : rc.state_elems) * 4, 0};
+    m.dev = scratch(std::max<size_t>(m.bytes, 4));
+    Upload u{host, m.bytes, m.dev};
+    uploads_.push_back(std::move(u));
+    downloads_.push_back({host, m.bytes, m.dev});
+    states_.push_back(m);
+    return states_.back();
+  }
   Mirror& mirror(const Node& n) {
     for (Mirror& m : mirrors_)
       if (m.kv == n.kv && m.layer == n.i[0] && m.seq == n.i[1]) return m;
@@ -360,6 +387,7 @@ class Run {
   std::vector<Range> graph_writes_;
   std::vector<Region> regions_;
   std::vector<Mirror> mirrors_;
+  std::vector<StateMirror> states_;
   std::vector<Upload> uploads_;
   std::vector<Download> downloads_;
   std::map<size_t, VkDeviceSize> node_scratch_;  // node index -> scratch offset (quantized acts, rope table)
@@ -469,23 +497,42 @@ void Run::plan() {
                           "]) out of range [0, " + std::to_string(T(n.src[0]).ne[1]) + ")");
         }
         break;
+      case Op::SsmConv:
+      case Op::GatedDeltaNet:
+        if (!n.kv->has_sequence(n.i[1]))
+          throw Error("vulkan: " + describe_node(g_, k) + ": sequence " + std::to_string(n.i[1]) + " does not exist in the KV cache");
+        state_mirror(n);
+        break;
       case Op::Rope: {
         // The reference's cos/sin cache: theta = p * theta_scale^i by repeated
-        // multiplication in float, std::cos / std::sin of freq_scale * theta.
+        // multiplication in float, std::cos / std::sin of freq_scale * theta; for
+        // multi-section RoPE (text) the pairs outside the t, h and w sections rotate
+        // by position 0.
         const Tensor& x = T(n.src[0]);
         const int32_t* p = static_cast<const int32_t*>(T(n.src[1]).data);
         const int32_t nd = n.i[0];
+        const bool imrope = n.i[1] == kRopeImrope;
+        const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
+        const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
         const float theta_scale = std::pow(n.f[0], -2.0f / float(nd));
         Upload u{nullptr, size_t(x.ne[2]) * size_t(nd) * 4, 0};
         u.owned.resize(u.bytes);
         float* cs = reinterpret_cast<float*>(u.owned.data());
         for (int64_t t = 0; t < x.ne[2]; ++t) {
-          float theta = float(p[t]);
+          float theta = float(p[t]), theta_e = 0.0f;
           for (int32_t i0 = 0; i0 < nd; i0 += 2) {
-            const float ang = n.f[1] * theta;
+            float th = theta;
+            if (imrope) {
+              const int32_t sector = (i0 / 2) % sect_dims;
+              const bool t_h_w = (sector % 3 == 1 && sector < 3 * sec[1]) || (sector % 3 == 2 && sector < 3 * sec[2]) ||
+                                 (sector % 3 == 0 && sector < 3 * sec[0]);
+              if (!t_h_w) th = theta_e;
+            }
+            const float ang = n.f[1] * th;
             cs[t * nd + i0] = std::cos(ang);
             cs[t * nd + i0 + 1] = std::sin(ang);
             theta *= theta_scale;
+            theta_e *= theta_scale;
           }
         }
         u.dev = node_scratch_[k] = scratch(u.bytes);
@@ -699,7 +746,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       const Tensor &x = T(n.src[0]), &d = T(n.dst);
       const VkDeviceSize cs = node_scratch_.at(k);
       Push pc;
-      pc.add(x.ne[0]).add(x.ne[1]).add(x.ne[2]).add(n.i[0]).add(n.i[1] == kRopeNeox ? 1 : 0).add(dev(x)).add(dev(d)).add(cs);
+      pc.add(x.ne[0]).add(x.ne[1]).add(x.ne[2]).add(n.i[0]).add(n.i[1] == kRopeNeox || n.i[1] == kRopeImrope ? 1 : 0).add(dev(x)).add(dev(d)).add(cs);
       const Range csr{uintptr_t(cs), uintptr_t(cs + 4 * x.ne[2] * n.i[0])};
       dispatch(cb, "rope", arena, pc, cdiv(x.nelements(), 256), {{devr(x), csr}, {devr(d)}});
       break;
@@ -724,6 +771,29 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       const VkDeviceSize hi = VkDeviceSize(n.i[2] + q.ne[2]) * m.row_bytes;
       Access acc{{devr(q), {uintptr_t(m.k), uintptr_t(m.k + hi)}, {uintptr_t(m.v), uintptr_t(m.v + hi)}}, {devr(d)}};
       dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc);
+      break;
+    }
+    case Op::SsmConv: {
+      const Tensor &x = T(n.src[0]), &w = T(n.src[1]), &d = T(n.dst);
+      StateMirror& m = state_mirror(n);
+      Access acc{{devr(x), {uintptr_t(m.dev), uintptr_t(m.dev + m.bytes)}}, {devr(d), {uintptr_t(m.dev), uintptr_t(m.dev + m.bytes)}}};
+      VkBuffer b1;
+      uint64_t woff;
+      wsrc(1, b1, woff, acc.reads);
+      Push pc;
+      pc.add(x.ne[0]).add(x.ne[1]).add(w.ne[0]).add(dev(x)).add(woff).add(dev(d)).add(m.dev);
+      dispatch(cb, "ssm_conv", b1, pc, cdiv(x.ne[0], 64), acc);
+      break;
+    }
+    case Op::GatedDeltaNet: {
+      const Tensor &qkv = T(n.src[0]), &gt = T(n.src[1]), &beta = T(n.src[2]), &d = T(n.dst);
+      StateMirror& m = state_mirror(n);
+      const int64_t S = n.i[3];
+      Push pc;
+      pc.add(S).add(n.i[2]).add(d.ne[1]).add(qkv.ne[1]).add(dev(qkv)).add(dev(gt)).add(dev(beta)).add(dev(d)).add(m.dev)
+          .addf(n.f[0]).addf(1.0f / std::sqrt(float(S)));
+      const Range sr{uintptr_t(m.dev), uintptr_t(m.dev + m.bytes)};
+      dispatch(cb, "gated_delta_net", arena, pc, d.ne[1], {{devr(qkv), devr(gt), devr(beta), sr}, {devr(d), sr}});
       break;
     }
     case Op::TopK: {
