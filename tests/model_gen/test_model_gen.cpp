@@ -358,6 +358,8 @@ TEST(ModelGen, HelpTellsPresetsAndArchitectures) {
   ASSERT_EQ(g.status, 0) << g.err;
   EXPECT_NE(g.err.find("estimated file size"), std::string::npos) << g.err;
   EXPECT_TRUE(g.out.empty());
+  EXPECT_TRUE(fs::exists(scratch() + "/m.gguf"));
+  EXPECT_FALSE(fs::exists(scratch() + "/m.gguf.part")) << "written under a temporary name, then renamed";
   // Bad overrides are one-line errors.
   Result bad = run("tessera-gen", "--preset tiny --experts 4 --out " + scratch() + "/x.gguf");
   EXPECT_NE(bad.status, 0);

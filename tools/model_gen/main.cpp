@@ -224,7 +224,10 @@ int main(int argc, char** argv) try {
   const bool tty = isatty(2);
   auto t0 = std::chrono::steady_clock::now();
   double last_line = 0;
-  w.write_file_streaming(out, [&](size_t index, uint8_t* dst, size_t nbytes) {
+  // Written under a temporary name and renamed at the end: an interrupted run leaves no
+  // file that looks like a model.
+  const std::string partial = out + ".part";
+  w.write_file_streaming(partial, [&](size_t index, uint8_t* dst, size_t nbytes) {
     const gen::TensorSpec& t = specs[index];
     const int64_t rows = t.nelements_rows();
     const size_t rb = row_bytes(t.type, t.ne[0]);
@@ -247,6 +250,11 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr, "[%5.1f%%] %s, %.1f s, about %.0f s left\n", 100.0 * frac, t.name.c_str(), el, eta);
     }
   });
+  {
+    std::error_code ec;
+    std::filesystem::rename(partial, out, ec);
+    if (ec) throw Error("cannot rename " + partial + " to " + out + ": " + ec.message());
+  }
   if (!quiet) {
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::error_code ec;
