@@ -336,6 +336,22 @@ TEST(ModelGen, DeepQwen35MoeKeepsLogitsSane) {
   expect_finite_logits(path, 1024);
 }
 
+TEST(ModelGen, RealTokenizerFromAVocabularyFile) {
+  SKIP_WITHOUT_FIXTURES();
+  const std::string vocab = std::string(TESSERA_FIXTURES_DIR) + "/vocab/ggml-vocab-qwen2.gguf";
+  if (!fs::exists(vocab)) GTEST_SKIP() << vocab << " not found";
+  // Qwen2's BPE vocabulary has Qwen3's 151936 pieces; the tiny preset takes its size.
+  std::string path = generate("--preset qwen3moe-tiny --type q8_0 --quiet --vocab " + vocab);
+  auto f = GgufFile::open(path);
+  EXPECT_EQ(f->metadata().get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f->find_tensor("token_embd.weight")->ne, (std::vector<int64_t>{256, 151936}));
+  ASSERT_EQ(cannot_run(path), "");
+  Result tok = run("tessera", "tokenize -m " + path + " --no-bos \"Hello world\"");
+  EXPECT_EQ(tok.status, 0) << tok.err;
+  EXPECT_EQ(tok.out, "9707 1879\n");
+  expect_finite_logits(path, 151936, "9707,1879");
+}
+
 TEST(ModelGen, DeterministicAcrossThreadCounts) {
   std::string a = generate("--preset qwen35moe-tiny --type q4_k_m --seed 5 --quiet --threads 1", "a.gguf");
   std::string b = generate("--preset qwen35moe-tiny --type q4_k_m --seed 5 --quiet --threads 2", "b.gguf");

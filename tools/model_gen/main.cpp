@@ -174,7 +174,13 @@ int main(int argc, char** argv) try {
   w.set_string("general.architecture", gen::arch_name(s.arch));
   w.set_string("general.name", s.name);
   if (!vocab_path.empty()) {
+    // The file's size wins over the preset's (an explicit --vocab-size must agree).
+    const int64_t preset_vocab = s.n_vocab;
+    if (!vm.count("vocab-size")) s.n_vocab = 0;
     copy_tokenizer(vocab_path, w, s.n_vocab);
+    if (!quiet && preset_vocab != 0 && preset_vocab != s.n_vocab)
+      std::fprintf(stderr, "vocabulary of %s: %lld pieces (the preset has %lld)\n", vocab_path.c_str(),
+                   (long long)s.n_vocab, (long long)preset_vocab);
   } else {
     gen::Vocab v = gen::builtin_vocab(s.n_vocab);
     s.n_vocab = int64_t(v.tokens.size());
