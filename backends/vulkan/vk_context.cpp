@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <dlfcn.h>
+#include <sstream>
 #include <unistd.h>
 
 #include "tessera/error.h"
@@ -167,7 +169,9 @@ const Candidate* choose(const std::vector<Candidate>& cs, bool allow_cpu, std::s
 
 }  // namespace
 
-ProbeResult probe_devices(bool allow_cpu) {
+namespace {
+
+ProbeResult probe_uncached(bool allow_cpu) {
   ProbeResult res;
   Functions f;
   VkInstance inst = VK_NULL_HANDLE;
@@ -187,6 +191,108 @@ ProbeResult probe_devices(bool allow_cpu) {
   }
   f.vkDestroyInstance(inst, nullptr);
   return res;
+}
+
+std::string cache_dir();
+
+// What the probe's answer depends on, from cheap stat() calls only: the allow flag, the
+// loader's environment, the GPU device nodes, the driver manifests (name, size, mtime)
+// and this plugin file. Creating a Vulkan instance loads every installed driver (Mesa's
+// pull in LLVM): ~50-150 ms that every tessera process would pay in its plugin scan.
+std::string probe_fingerprint(bool allow_cpu) {
+  namespace fs = std::filesystem;
+  std::string fp = std::string("tessera-vulkan-probe-1|cpu=") + (allow_cpu ? "1" : "0");
+  for (const char* v : {"VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES", "VK_LOADER_DRIVERS_SELECT",
+                        "VK_LOADER_DRIVERS_DISABLE", "TESSERA_VULKAN_LOADER", "XDG_DATA_DIRS", "XDG_CONFIG_DIRS",
+                        "MESA_VK_DEVICE_SELECT", "LD_LIBRARY_PATH", "HOME"}) {
+    const char* e = std::getenv(v);
+    fp += std::string("|") + v + "=" + (e ? e : "");
+  }
+  auto add_file = [&](const fs::path& p) {
+    std::error_code ec;
+    const auto st = fs::status(p, ec);
+    if (ec) return;
+    const auto t = fs::last_write_time(p, ec);
+    fp += "|" + p.string();
+    if (fs::is_regular_file(st))
+      fp += ":" + std::to_string(fs::file_size(p, ec)) + ":" + std::to_string(t.time_since_epoch().count());
+  };
+  auto add_dir = [&](const fs::path& d, const char* prefix) {
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec))
+      if (!prefix || it->path().filename().string().rfind(prefix, 0) == 0) names.push_back(it->path().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) add_file(n);
+  };
+  add_dir("/dev/dri", nullptr);
+  for (const char* p : {"nvidia", "dxg", "kgsl", "mali"}) add_dir("/dev", p);
+  std::vector<std::string> data_dirs{"/usr/local/share", "/usr/share"};
+  if (const char* x = std::getenv("XDG_DATA_DIRS"); x && *x) {
+    data_dirs.clear();
+    std::stringstream ss(x);
+    for (std::string d; std::getline(ss, d, ':');)
+      if (!d.empty()) data_dirs.push_back(d);
+  }
+  if (const char* h = std::getenv("HOME")) data_dirs.push_back(std::string(h) + "/.local/share");
+  for (const auto& d : data_dirs) add_dir(fs::path(d) / "vulkan" / "icd.d", nullptr);
+  add_dir("/etc/vulkan/icd.d", nullptr);
+  for (const char* lib : {"/usr/lib/x86_64-linux-gnu/libvulkan.so.1", "/usr/lib/aarch64-linux-gnu/libvulkan.so.1",
+                          "/usr/lib64/libvulkan.so.1", "/usr/lib/libvulkan.so.1", "/usr/local/lib/libvulkan.so.1"})
+    add_file(lib);
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&probe_uncached), &info) && info.dli_fname) add_file(info.dli_fname);
+  return fp;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+// The probe result is cached on disk ($XDG_CACHE_HOME/tessera/vulkan-probe-<hash>.txt)
+// under the fingerprint above; TESSERA_VULKAN_PROBE_CACHE=0 turns the cache off.
+ProbeResult probe_devices(bool allow_cpu) {
+  const char* off = std::getenv("TESSERA_VULKAN_PROBE_CACHE");
+  const std::string dir = cache_dir();
+  if ((off && !truthy(off)) || dir.empty()) return probe_uncached(allow_cpu);
+  const std::string fp = probe_fingerprint(allow_cpu);
+  char name[64];
+  std::snprintf(name, sizeof name, "vulkan-probe-%016llx.txt", static_cast<unsigned long long>(fnv1a(fp)));
+  const std::filesystem::path path = std::filesystem::path(dir) / name;
+  {
+    std::ifstream in(path);
+    std::string line_fp, line_score, line_msg;
+    if (in && std::getline(in, line_fp) && std::getline(in, line_score) && std::getline(in, line_msg) && line_fp == fp) {
+      ProbeResult r;
+      try {
+        r.score = std::stoi(line_score);
+        r.message = line_msg;
+        return r;
+      } catch (...) {
+      }
+    }
+  }
+  ProbeResult r = probe_uncached(allow_cpu);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string tmp = path.string() + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    std::string msg = r.message;
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    out << fp << "\n" << r.score << "\n" << msg << "\n";
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return r;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+  return r;
 }
 
 Context::Context(bool allow_cpu) {
@@ -390,7 +496,8 @@ void Context::submit_and_wait() {
 // driver checks the header (vendor, device, cache UUID) and ignores foreign data.
 
 namespace {
-std::string cache_file() {
+// $XDG_CACHE_HOME/tessera, else ~/.cache/tessera; "" when neither is known.
+std::string cache_dir() {
   std::filesystem::path dir;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
     dir = x;
@@ -398,7 +505,11 @@ std::string cache_file() {
     dir = std::filesystem::path(h) / ".cache";
   else
     return {};
-  return (dir / "tessera" / "vulkan-pipeline-cache.bin").string();
+  return (dir / "tessera").string();
+}
+std::string cache_file() {
+  const std::string d = cache_dir();
+  return d.empty() ? d : d + "/vulkan-pipeline-cache.bin";
 }
 }  // namespace
 

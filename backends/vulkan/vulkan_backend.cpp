@@ -739,7 +739,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
         acc.reads.push_back(devr(T(n.src[2])));
         pc.add(dev(T(n.src[2]))).add(T(n.src[2]).ne[0]).add(x.ne[1]).add(w.ne[2]);
       }
-      dispatch(cb, std::string(ids ? "matmul_id_" : "matmul_") + type_suffix(w.type), b1, pc, N * rows, acc);
+      dispatch(cb, std::string(ids ? "matmul_id_" : "matmul_") + type_suffix(w.type), b1, pc, cdiv(N * rows, 8), acc);
       break;
     }
     case Op::Rope: {

@@ -25,6 +25,19 @@ uint w_u8(uint off) { return (w[off >> 2] >> ((off & 3u) * 8u)) & 0xFFu; }
 int w_i8(uint off) { return int(w_u8(off) << 24) >> 24; }
 uint w_u16(uint off) { return (w[off >> 2] >> ((off & 2u) * 8u)) & 0xFFFFu; }  // off even
 float w_f32(uint off) { return uintBitsToFloat(w[off >> 2]); }
+// 4 bytes of the weight buffer at any byte offset (little-endian).
+uint w_u32(uint off) {
+  uint i = off >> 2, sh = (off & 3u) * 8u;
+  if (sh == 0u) return w[i];
+  return (w[i] >> sh) | (w[i + 1u] << (32u - sh));
+}
+ivec4 i8x4(uint v) {
+  return ivec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8), bitfieldExtract(int(v), 16, 8),
+               bitfieldExtract(int(v), 24, 8));
+}
+ivec4 u8x4(uint v) { return ivec4(int(v & 0xFFu), int((v >> 8) & 0xFFu), int((v >> 16) & 0xFFu), int(v >> 24)); }
+int dot4(ivec4 a, ivec4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+int sum4(ivec4 a) { return a.x + a.y + a.z + a.w; }
 
 // IEEE half <-> float in integer arithmetic (bit-exact with tessera::quant, subnormals
 // included, independent of the device's denormal and rounding modes).

@@ -1,9 +1,11 @@
 #version 450
-// MatMul (USE_IDS 0) and MatMulId (USE_IDS 1): one work group of 64 per (weight row
-// n, output row). Plain weights (F32/F16/BF16) are dotted with the F32 activation
-// (rounded to F16/BF16 like the reference); quantized weights with the activation
-// row already quantized to Q8_0 / Q8_K by quant_act.comp, integer sums per 32-element
-// chunk, one float scale per chunk (the reference's arithmetic per block).
+// MatMul (USE_IDS 0) and MatMulId (USE_IDS 1). A work group of 64 computes 8 outputs
+// (weight row n, output row), 8 invocations each; the 8 partial sums of an output are
+// added in shared memory. Plain weights (F32/F16/BF16) are dotted with the F32
+// activation (rounded to F16/BF16 like the reference); quantized weights with the
+// activation row already quantized to Q8_0 / Q8_K by quant_act.comp: integer sums per
+// 32-element chunk, one float scale per chunk (the reference's arithmetic per block).
+// Weights and quants are read 4 bytes at a time.
 // push: 0 K, 1 N, 2 rows (M, or k*n for ids), 3 offW, 4 w row stride, 5 w expert
 //       stride, 6 offX, 7 x row stride (bytes), 8 offD, 9 offIds, 10 k, 11 b, 12 experts
 #extension GL_GOOGLE_include_directive : require
@@ -11,27 +13,26 @@ layout(local_size_x = 64) in;
 #include "common.glsl"
 shared float red[64];
 
-#if WTYPE == 12 || WTYPE == 13 || WTYPE == 14
-#define QK 256u
-#else
-#define QK 32u
-#endif
+#define LANES 8u
 
-// Dot of 32 weights starting at chunk c of the row at ro with the quantized activation
-// row at xo (quants) / so (scales).
+// The 4 activation quants of chunk c, word q (elements 32c + 4q .. +3).
+ivec4 act4(uint xo, uint c, uint q) { return i8x4(a[(xo >> 2) + 8u * c + q]); }
+
+// Dot of the 32 weights of chunk c of the row at ro with the quantized activation row
+// at xo (quants) / so (scales).
 float chunk_dot(uint ro, uint c, uint xo, uint so) {
 #if WTYPE == 8
   uint bo = ro + 34u * c;
   int s = 0;
-  for (uint j = 0u; j < 32u; ++j) s += w_i8(bo + 2u + j) * a_i8(xo + 32u * c + j);
+  for (uint q = 0u; q < 8u; ++q) s += dot4(i8x4(w_u32(bo + 2u + 4u * q)), act4(xo, c, q));
   return float(s) * (f16_to_f32(w_u16(bo)) * a_f32(so + 4u * c));
 #elif WTYPE == 2
   uint bo = ro + 18u * c;
   int s = 0;
-  for (uint j = 0u; j < 16u; ++j) {
-    uint byt = w_u8(bo + 2u + j);
-    s += (int(byt & 0xFu) - 8) * a_i8(xo + 32u * c + j);
-    s += (int(byt >> 4) - 8) * a_i8(xo + 32u * c + j + 16u);
+  for (uint q = 0u; q < 4u; ++q) {
+    uint v = w_u32(bo + 2u + 4u * q);
+    s += dot4(u8x4(v & 0x0F0F0F0Fu) - 8, act4(xo, c, q));
+    s += dot4(u8x4((v >> 4) & 0x0F0F0F0Fu) - 8, act4(xo, c, q + 4u));
   }
   return float(s) * f16_to_f32(w_u16(bo)) * a_f32(so + 4u * c);
 #elif WTYPE == 12 || WTYPE == 13
@@ -42,18 +43,19 @@ float chunk_dot(uint ro, uint c, uint xo, uint so) {
 #else
   uint bo = ro + 176u * b;
   uint qs = bo + 48u;
-  uint mask = (hi != 0u ? 2u : 1u) << (2u * cc);
+  uint hbit = 2u * cc + hi;  // bit of qh[l] holding element l's fifth bit
 #endif
   int isum = 0, qsum = 0;
-  for (uint l = 0u; l < 32u; ++l) {
-    uint byt = w_u8(qs + 32u * cc + l);
-    int q = int(hi != 0u ? (byt >> 4) : (byt & 0xFu));
+  for (uint q = 0u; q < 8u; ++q) {
+    uint v = w_u32(qs + 32u * cc + 4u * q);
+    ivec4 wq = u8x4((hi != 0u ? (v >> 4) : v) & 0x0F0F0F0Fu);
 #if WTYPE == 13
-    if ((w_u8(bo + 16u + l) & mask) != 0u) q += 16;
+    uint h = w_u32(bo + 16u + 4u * q);
+    wq += u8x4((h >> hbit) & 0x01010101u) * 16;
 #endif
-    int qa = a_i8(xo + 32u * c + l);
-    isum += q * qa;
-    qsum += qa;
+    ivec4 aq = act4(xo, c, q);
+    isum += dot4(wq, aq);
+    qsum += sum4(aq);
   }
   uint sc, m;
   scale_min_k4(sub, bo + 4u, sc, m);
@@ -68,11 +70,11 @@ float chunk_dot(uint ro, uint c, uint xo, uint so) {
   int isum = 0;
   for (uint half_ = 0u; half_ < 2u; ++half_) {
     int s = 0;
-    for (uint l = 16u * half_; l < 16u * half_ + 16u; ++l) {
-      uint lo = w_u8(ql + l);
-      lo = quarter >= 2u ? (lo >> 4) : (lo & 0xFu);
-      uint hb = (w_u8(qh + l) >> (2u * quarter)) & 3u;
-      s += (int(lo | (hb << 4)) - 32) * a_i8(xo + 32u * c + l);
+    for (uint q = 4u * half_; q < 4u * half_ + 4u; ++q) {
+      uint lo = w_u32(ql + 4u * q);
+      lo = (quarter >= 2u ? (lo >> 4) : lo) & 0x0F0F0F0Fu;
+      uint hb = (w_u32(qh + 4u * q) >> (2u * quarter)) & 0x03030303u;
+      s += dot4(u8x4(lo | (hb << 4)) - 32, act4(xo, c, q));
     }
     isum += w_i8(scb + half_) * s;
   }
@@ -83,41 +85,46 @@ float chunk_dot(uint ro, uint c, uint xo, uint so) {
 }
 
 void main() {
-  uint g = wg_index();
-  uint K = pc.u[0], N = pc.u[1];
-  if (g >= N * pc.u[2]) return;
-  uint n = g % N, row = g / N;
   uint tid = gl_LocalInvocationID.x;
-  uint ro = pc.u[3] + pc.u[4] * n;
-  uint xrow = row;
-#if USE_IDS
-  uint k = pc.u[10], bcols = pc.u[11];
-  uint t = row / k, j = row % k;
-  ro += pc.u[5] * min(uint(a_i32(pc.u[9] + 4u * row)), pc.u[12] - 1u);  // ids come from TopK
-  xrow = t * bcols + j % bcols;
-#endif
-  uint xo = pc.u[6] + pc.u[7] * xrow;
+  uint lane = tid % LANES;
+  uint o = wg_index() * (64u / LANES) + tid / LANES;
+  uint K = pc.u[0], N = pc.u[1];
+  bool live = o < N * pc.u[2];
   float s = 0.0;
+  uint n = 0u, row = 0u;
+  if (live) {
+    n = o % N;
+    row = o / N;
+    uint ro = pc.u[3] + pc.u[4] * n;
+    uint xrow = row;
+#if USE_IDS
+    uint k = pc.u[10], bcols = pc.u[11];
+    uint t = row / k, j = row % k;
+    ro += pc.u[5] * min(uint(a_i32(pc.u[9] + 4u * row)), pc.u[12] - 1u);  // ids come from TopK
+    xrow = t * bcols + j % bcols;
+#endif
+    uint xo = pc.u[6] + pc.u[7] * xrow;
 #if WTYPE == 0 || WTYPE == 1 || WTYPE == 30
-  for (uint i = tid; i < K; i += 64u) {
-    float x = a_f32(xo + 4u * i);
+    for (uint i = lane; i < K; i += LANES) {
+      float x = a_f32(xo + 4u * i);
 #if WTYPE == 0
-    s += w_f32(ro + 4u * i) * x;
+      s += w_f32(ro + 4u * i) * x;
 #elif WTYPE == 1
-    s += f16_to_f32(w_u16(ro + 2u * i)) * round_f16(x);
+      s += f16_to_f32(w_u16(ro + 2u * i)) * round_f16(x);
 #else
-    s += bf16_to_f32(w_u16(ro + 2u * i)) * round_bf16(x);
+      s += bf16_to_f32(w_u16(ro + 2u * i)) * round_bf16(x);
+#endif
+    }
+#else
+    uint nc = K / 32u;
+    for (uint c = lane; c < nc; c += LANES) s += chunk_dot(ro, c, xo, xo + K);
 #endif
   }
-#else
-  uint nc = K / 32u;
-  for (uint c = tid; c < nc; c += 64u) s += chunk_dot(ro, c, xo, xo + K);
-#endif
   red[tid] = s;
   barrier();
-  for (uint st = 32u; st > 0u; st >>= 1) {
-    if (tid < st) red[tid] += red[tid + st];
+  for (uint st = LANES / 2u; st > 0u; st >>= 1) {
+    if (lane < st) red[tid] += red[tid + st];
     barrier();
   }
-  if (tid == 0u) a_st(pc.u[8] + 4u * (N * row + n), red[0]);
+  if (live && lane == 0u) a_st(pc.u[8] + 4u * (N * row + n), red[tid]);
 }
