@@ -5,6 +5,9 @@
 //   BM_MatMul/<backend>/<dtype>/<K>x<N>/m<M>     M = 64:  FLOP/s, bytes/s
 //   BM_MatMulId/<backend>/<dtype>/<K>x<N>xE<E>/k<k>/n<n>  expert products (MatMulId):
 //       bytes/s of the active weights (the distinct experts the ids touch), FLOP/s
+//   BM_SmallOp/<backend>/<op>/<K>x<n>            one small op (RmsNorm, Add, SwiGlu, ...)
+//       on n rows of K: time per call, to place the pool-split thresholds (run with
+//       TESSERA_BENCH_THREADS=1 and 2)
 // K = inputs (row length), N = output rows. $TESSERA_BENCH_M sets the matmul M
 // (comma-separated list, default 64).
 #include <benchmark/benchmark.h>
@@ -236,6 +239,52 @@ void bm_matmul_id(benchmark::State& state, const std::string& backend, DType t, 
   state.counters["FLOP/s"] = benchmark::Counter(flops * it, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// ---- Small ops ----------------------------------------------------------------
+void bm_small_op(benchmark::State& state, const std::string& backend, Op op, int64_t K, int64_t n) {
+  Backend& be = *globals().backends.at(backend);
+  Graph g;
+  Node nd;
+  nd.op = op;
+  int32_t a = -1, b = -1, y = -1;
+  if (op == Op::Rope) {  // K = head_dim 64 x K/64 heads
+    a = g.new_tensor(DType::F32, {64, K / 64, n}, "x");
+    b = g.new_tensor(DType::I32, {n}, "pos");
+    y = g.new_tensor(DType::F32, {64, K / 64, n}, "y");
+    nd.i[0] = 64;
+    nd.i[1] = kRopeNeox;
+    nd.f[0] = 10000.0f;
+    nd.f[1] = 1.0f;
+  } else {
+    a = g.new_tensor(DType::F32, {K, n}, "a");
+    if (op == Op::RmsNorm) b = g.new_tensor(DType::F32, {K}, "w");
+    if (op == Op::Add || op == Op::Mul || op == Op::SwiGlu) b = g.new_tensor(DType::F32, {K, n}, "b");
+    y = g.new_tensor(DType::F32, {K, n}, "y");
+    nd.f[0] = 1e-6f;
+  }
+  nd.dst = y;
+  nd.src = {a, b, -1, -1};
+  g.add_node(nd);
+  g.allocate();
+  fill_random(static_cast<float*>(g.tensor(a).data), g.tensor(a).nelements(), 5);
+  if (op == Op::Rope) {
+    for (int64_t t = 0; t < n; ++t) static_cast<int32_t*>(g.tensor(b).data)[t] = int32_t(100 + t);
+  } else if (b >= 0) {
+    fill_random(static_cast<float*>(g.tensor(b).data), g.tensor(b).nelements(), 6);
+  }
+  OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return;
+  }
+  be.execute(g, 0, 1);
+  for (auto _ : state) {
+    be.execute(g, 0, 1);
+    benchmark::ClobberMemory();
+  }
+  state.counters["elems/s"] = benchmark::Counter(double(K * n) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 std::vector<int64_t> matmul_ms() {
   std::vector<int64_t> ms;
   if (const char* e = std::getenv("TESSERA_BENCH_M")) {
@@ -307,6 +356,16 @@ void register_matmul_benchmarks() {
               ->Unit(benchmark::kMicrosecond);
         }
   }
+
+  for (Op op : {Op::Add, Op::RmsNorm, Op::SwiGlu, Op::Softmax, Op::Rope})
+    for (auto [K, n] : {std::pair<int64_t, int64_t>{2048, 1}, {5632, 1}, {32000, 1}, {2048, 16}, {2048, 512}})
+      for (const auto& be : names) {
+        const std::string name = "BM_SmallOp/" + be + "/" + std::string(op_name(op)) + "/" + std::to_string(K) + "x" +
+                                 std::to_string(n);
+        benchmark::RegisterBenchmark(name.c_str(), [be, op, K, n](benchmark::State& s) { bm_small_op(s, be, op, K, n); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
 }
 
 }  // namespace tessera::bench

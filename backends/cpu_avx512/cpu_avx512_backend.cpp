@@ -4,6 +4,7 @@
 // refuses otherwise).
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -18,6 +19,7 @@
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
 #include "tessera/kv_cache.h"
+#include "tessera/quant.h"
 
 namespace tessera::cpu_avx512 {
 
@@ -177,6 +179,37 @@ class CpuAvx512Backend final : public Backend {
     }
   }
 
+  // ---- Small ops ----------------------------------------------------------------
+  // Row- or element-parallel on the pool only above a size where the split pays for
+  // the dispatch (~150 ns) and the cache-line traffic; below it the caller runs them
+  // alone (a 2048-element decode row of Add costs less than one dispatch). Thresholds
+  // are elements of the op, measured with BM_SmallOp (bench/bench_matmul.cpp, see
+  // docs/performance.md). Every element is computed by the same code whatever the
+  // split, so results do not depend on the thread count.
+  static constexpr int64_t kParCheap = 32768;  // Add, Mul, RmsNorm, Rope, GetRows, KvWrite
+  static constexpr int64_t kParExp = 1024;     // Silu, SwiGlu, Softmax: libm expf per element
+
+  bool pool_split() const { return pool_ && pool_->executorCount() > 1; }
+
+  // f(r0, r1) over [0, rows), split by rows when the op has at least `threshold` elements.
+  template <typename F>
+  void rows_par(int64_t rows, int64_t elems, int64_t threshold, F&& f) {
+    if (rows >= 2 && elems >= threshold && pool_split())
+      parallel_for(rows, f);
+    else if (rows > 0)
+      f(int64_t(0), rows);
+  }
+  // f(e0, e1) over the flat elements [0, total), split in 16-element units.
+  template <typename F>
+  void elems_par(int64_t total, int64_t threshold, F&& f) {
+    if (total >= threshold && total >= 32 && pool_split())
+      parallel_for((total + 15) / 16, [&](int64_t u0, int64_t u1) { f(u0 * 16, std::min(total, u1 * 16)); });
+    else if (total > 0)
+      f(int64_t(0), total);
+  }
+  // Contiguous rows (the tensor is one flat array of ne[0] * nrows floats).
+  static bool flat(const Tensor& t) { return uniform_rows(t) && t.nb[1] == size_t(t.ne[0]) * sizeof(float); }
+
   // Returns false when the node is left to the reference code.
   bool run_node(Graph& g, const Node& n) {
     switch (n.op) {
@@ -187,22 +220,45 @@ class CpuAvx512Backend final : public Backend {
       case Op::RmsNorm: {
         const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
         const float* w = n.src[1] >= 0 ? static_cast<const float*>(g.tensor(n.src[1]).data) : nullptr;
-        for (int64_t r = 0; r < x.nrows(); ++r) kern::rms_norm_row(frow(x, r), w, frow(y, r), x.ne[0], n.f[0]);
+        const int64_t K = x.ne[0];
+        rows_par(x.nrows(), x.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) kern::rms_norm_row(frow(x, r), w, frow(y, r), K, n.f[0]);
+        });
         return true;
       }
       case Op::Softmax: {
         const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
-        for (int64_t r = 0; r < x.nrows(); ++r) kern::softmax_row(frow(x, r), frow(y, r), x.ne[0]);
+        const int64_t K = x.ne[0];
+        rows_par(x.nrows(), x.nelements(), kParExp, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) kern::softmax_row(frow(x, r), frow(y, r), K);
+        });
         return true;
       }
       case Op::Silu: {
         const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
-        for (int64_t r = 0; r < x.nrows(); ++r) kern::silu_row(frow(x, r), frow(y, r), x.ne[0]);
+        if (flat(x) && flat(y)) {
+          const float *xp = static_cast<const float*>(x.data);
+          float* yp = static_cast<float*>(y.data);
+          elems_par(x.nelements(), kParExp, [&](int64_t e0, int64_t e1) { kern::silu_row(xp + e0, yp + e0, e1 - e0); });
+        } else {
+          rows_par(x.nrows(), x.nelements(), kParExp, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) kern::silu_row(frow(x, r), frow(y, r), x.ne[0]);
+          });
+        }
         return true;
       }
       case Op::SwiGlu: {
         const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
-        for (int64_t r = 0; r < a.nrows(); ++r) kern::swiglu_row(frow(a, r), frow(b, r), frow(y, r), a.ne[0]);
+        if (flat(a) && flat(b) && flat(y)) {
+          const float *ap = static_cast<const float*>(a.data), *bp = static_cast<const float*>(b.data);
+          float* yp = static_cast<float*>(y.data);
+          elems_par(a.nelements(), kParExp,
+                    [&](int64_t e0, int64_t e1) { kern::swiglu_row(ap + e0, bp + e0, yp + e0, e1 - e0); });
+        } else {
+          rows_par(a.nrows(), a.nelements(), kParExp, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) kern::swiglu_row(frow(a, r), frow(b, r), frow(y, r), a.ne[0]);
+          });
+        }
         return true;
       }
       case Op::Add:
@@ -210,23 +266,153 @@ class CpuAvx512Backend final : public Backend {
         const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
         const bool same = same_shape(a, b);
         if (!same && !(b.nrows() == 1 && b.ne[0] == a.ne[0])) return false;  // general broadcast: reference
-        for (int64_t r = 0; r < a.nrows(); ++r) {
-          const float* br = same ? frow(b, r) : static_cast<const float*>(b.data);
-          if (n.op == Op::Add)
-            kern::add_row(frow(a, r), br, frow(y, r), a.ne[0]);
-          else
-            kern::mul_row(frow(a, r), br, frow(y, r), a.ne[0]);
+        const bool add = n.op == Op::Add;
+        if (same && flat(a) && flat(b) && flat(y)) {
+          const float *ap = static_cast<const float*>(a.data), *bp = static_cast<const float*>(b.data);
+          float* yp = static_cast<float*>(y.data);
+          elems_par(a.nelements(), kParCheap, [&](int64_t e0, int64_t e1) {
+            if (add)
+              kern::add_row(ap + e0, bp + e0, yp + e0, e1 - e0);
+            else
+              kern::mul_row(ap + e0, bp + e0, yp + e0, e1 - e0);
+          });
+          return true;
         }
+        rows_par(a.nrows(), a.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* br = same ? frow(b, r) : static_cast<const float*>(b.data);
+            if (add)
+              kern::add_row(frow(a, r), br, frow(y, r), a.ne[0]);
+            else
+              kern::mul_row(frow(a, r), br, frow(y, r), a.ne[0]);
+          }
+        });
         return true;
       }
       case Op::Argmax: {
         const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
         int32_t* out = static_cast<int32_t*>(y.data);
-        for (int64_t r = 0; r < x.nrows(); ++r) out[r] = int32_t(kern::argmax_row(frow(x, r), x.ne[0]));
+        rows_par(x.nrows(), x.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) out[r] = int32_t(kern::argmax_row(frow(x, r), x.ne[0]));
+        });
         return true;
       }
-      default: return false;  // GetRows, Rope, KvWrite, TopK, GatherCols, MoeCombine, new ops: the reference code
+      case Op::Rope: return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
+      case Op::GetRows: return get_rows(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), n);
+      case Op::MoeCombine: {
+        const Tensor &e = g.tensor(n.src[0]), &w = g.tensor(n.src[1]), &y = g.tensor(n.dst);
+        const int64_t N = e.ne[0], k = e.ne[1], T = e.ne[2];
+        if (k > 64) return false;
+        rows_par(T, e.nelements(), kParCheap, [&](int64_t t0, int64_t t1) {
+          const float* rows[64];
+          for (int64_t t = t0; t < t1; ++t) {
+            for (int64_t j = 0; j < k; ++j) rows[j] = frow(e, t * k + j);
+            kern::moe_combine_row(rows, frow(w, t), k, frow(y, t), N);
+          }
+        });
+        return true;
+      }
+      default: return false;  // TopK, GatherCols and every other op: the reference code
     }
+  }
+
+  // GetRows: quant::dequantize_row per id (the reference's code), rows split above
+  // the threshold.
+  bool get_rows(const Tensor& tab, const Tensor& ids, const Tensor& dst) {
+    const int64_t K = tab.ne[0], V = tab.ne[1], cnt = ids.ne[0];
+    const int32_t* id = static_cast<const int32_t*>(ids.data);
+    for (int64_t i = 0; i < cnt; ++i)
+      if (id[i] < 0 || id[i] >= V)
+        throw Error("row id " + std::to_string(id[i]) + " (ids[" + std::to_string(i) + "]) out of range [0, " +
+                    std::to_string(V) + ") of table '" + tab.name + "'");
+    rows_par(cnt, cnt * K, kParCheap, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0; i < r1; ++i)
+        quant::dequantize_row(tab.type, static_cast<const char*>(tab.data) + id[i] * int64_t(tab.nb[1]), frow(dst, i), K);
+    });
+    return true;
+  }
+
+  // Rope, normal and NeoX (other modes: the reference). The reference's arithmetic
+  // exactly: per token the (cos, sin) table of ggml's cache (theta multiplied by
+  // theta_scale per pair, libm cosf/sinf), then x0 c - x1 s, x0 s + x1 c in float
+  // (this file is compiled without FMA). Items (token, head) split above the threshold.
+  bool rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n) {
+    const int32_t mode = n.i[1];
+    if (mode != kRopeNormal && mode != kRopeNeox) return false;
+    const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
+    const int32_t n_dims = n.i[0];
+    const bool neox = mode == kRopeNeox;
+    const float freq_base = n.f[0], freq_scale = n.f[1];
+    const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
+    const int32_t* p = static_cast<const int32_t*>(pos.data);
+    rope_cs_.resize(size_t(T * n_dims));
+    auto tables = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* cs = rope_cs_.data() + t * n_dims;
+        float theta = float(p[t]);
+        for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
+          const float ang = freq_scale * theta;
+          cs[i0] = std::cos(ang);
+          cs[i0 + 1] = std::sin(ang);
+          theta *= theta_scale;
+        }
+      }
+    };
+    rows_par(T, T * n_dims * 8, kParCheap, tables);  // cosf + sinf per pair: ~8 element ops
+    rows_par(T * heads, x.nelements(), kParCheap, [&](int64_t i0_, int64_t i1_) {
+      for (int64_t item = i0_; item < i1_; ++item) {
+        const int64_t t = item / heads, h = item % heads;
+        const float* cs = rope_cs_.data() + t * n_dims;
+        const float* src = x.row<float>(h, t);
+        float* out = dst.row<float>(h, t);
+        if (!neox) {
+          for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
+            const float c = cs[i0], s = cs[i0 + 1];
+            const float x0 = src[i0], x1 = src[i0 + 1];
+            out[i0] = x0 * c - x1 * s;
+            out[i0 + 1] = x0 * s + x1 * c;
+          }
+        } else {
+          const int32_t half = n_dims / 2;
+          for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
+            const int32_t ic = i0 / 2;
+            const float c = cs[i0], s = cs[i0 + 1];
+            const float x0 = src[ic], x1 = src[ic + half];
+            out[ic] = x0 * c - x1 * s;
+            out[ic + half] = x0 * s + x1 * c;
+          }
+        }
+        if (out != src)
+          for (int64_t i = n_dims; i < hd; ++i) out[i] = src[i];
+      }
+    });
+    return true;
+  }
+
+  // KvWrite: F32 -> F16 (round to nearest even, NaN as quant::fp32_to_fp16), tokens
+  // split above the threshold.
+  bool kv_write(const Tensor& k, const Tensor& v, const Node& n) {
+    KvCache& kv = *n.kv;
+    const int layer = n.i[0];
+    const KvCache::SeqId seq = n.i[1];
+    const int64_t p0 = n.i[2];
+    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
+    kv_rows_.resize(size_t(2 * T));
+    for (int64_t t = 0; t < T; ++t) {  // the block table is walked (and checked) on this thread
+      kv_rows_[size_t(2 * t)] = kv.k_row(layer, seq, p0 + t);
+      kv_rows_[size_t(2 * t + 1)] = kv.v_row(layer, seq, p0 + t);
+    }
+    rows_par(T, 2 * k.nelements(), kParCheap, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t h = 0; h < heads; ++h) {
+          kern::f32_to_f16_row(k.row<float>(h, t), kv_rows_[size_t(2 * t)] + h * hd, hd);
+          kern::f32_to_f16_row(v.row<float>(h, t), kv_rows_[size_t(2 * t + 1)] + h * hd, hd);
+        }
+    });
+    if (kv.length(seq) < p0 + T) kv.set_length(seq, p0 + T);
+    return true;
   }
 
   uint8_t* act_buffer(size_t bytes) {
@@ -492,6 +678,8 @@ class CpuAvx512Backend final : public Backend {
   std::unique_ptr<uint8_t[], AlignedFree> act_;
   size_t act_cap_ = 0;
   std::vector<const uint16_t*> rows_;
+  std::vector<float> rope_cs_;      // Rope: (cos, sin) per pair per token
+  std::vector<uint16_t*> kv_rows_;  // KvWrite: K and V rows per token
   // MatMulId scratch (reused between calls).
   struct MoeItem {
     size_t job;

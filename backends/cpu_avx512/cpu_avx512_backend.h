@@ -5,9 +5,13 @@
 // rounding; repacked Q4_0/Q8_0 bit for bit). prepare_weight() keeps a 16-row
 // interleaved copy of Q4_0/Q8_0/Q4_K weights (lane = row: no shuffles in the decode
 // loop) next to the untouched tensor; other dtypes, and weights it never saw, are
-// read in the GGUF layout. Node validation is cpu_scalar's, so both accept the same
-// nodes; GetRows, Rope and KvWrite (a negligible share of the time) run the
-// reference code.
+// read in the GGUF layout. MatMulId (mixture of experts) groups the routed tokens
+// by expert and runs the same kernels per expert, with 3-D expert tensors repacked
+// per expert. Small ops (RmsNorm, Add, Mul, SwiGlu, Silu, Softmax, Rope, GetRows,
+// KvWrite, MoeCombine, Argmax) are native and split over the pool above a size
+// threshold. Node validation is cpu_scalar's, so both accept the same nodes; the
+// ops without a native version here (TopK, GatherCols, multi-section RoPE, the
+// delta-net ops, ...) run the reference code.
 #pragma once
 #include <memory>
 #include <string>

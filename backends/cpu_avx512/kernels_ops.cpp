@@ -83,6 +83,16 @@ void mul_row(const float* a, const float* b, float* y, int64_t K) {
   }
 }
 
+void moe_combine_row(const float* const* e, const float* w, int64_t k, float* y, int64_t N) {
+  for (int64_t i = 0; i < N; i += 16) {
+    const __mmask16 m = tail_mask(N - i);
+    __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e[0] + i), _mm512_set1_ps(w[0]));
+    for (int64_t j = 1; j < k; ++j)  // product rounded, then the sum: the reference's order
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e[j] + i), _mm512_set1_ps(w[j])));
+    _mm512_mask_storeu_ps(y + i, m, acc);
+  }
+}
+
 int64_t argmax_row(const float* x, int64_t K) {
   // First maximum, like the reference (NaNs never compare greater).
   int64_t best = 0;
@@ -101,10 +111,22 @@ int64_t argmax_row(const float* x, int64_t K) {
   return best;
 }
 
+// Round to nearest even like quant::fp32_to_fp16, which also maps every NaN to the
+// quiet NaN 0x7E00 with its sign (the hardware would keep the payload).
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t K) {
+  const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
-    _mm256_mask_storeu_epi16(y + k, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + k), _MM_FROUND_TO_NEAREST_INT));
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
+    if (nan) {
+      const __m256i qn = _mm512_cvtepi32_epi16(
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7E00)));
+      h = _mm256_mask_mov_epi16(h, nan, qn);
+    }
+    _mm256_mask_storeu_epi16(y + k, m, h);
   }
 }
 

@@ -259,6 +259,10 @@ TEST_F(Avx512, ElementwiseOpsAgree) {
       {Op::Softmax, 17, 4, false, 0},        {Op::Silu, 1000, 2, false, 0},         {Op::SwiGlu, 5632, 3, true, 3},
       {Op::SwiGlu, 9, 1, true, 1},           {Op::Add, 256, 7, true, 7},            {Op::Add, 33, 4, true, 1},
       {Op::Mul, 256, 7, true, 7},            {Op::Mul, 256, 7, true, 1},            {Op::Mul, 19, 2, true, 1},
+      // Above the pool-split thresholds: split by elements (one long row) or by rows.
+      {Op::Add, 40001, 1, true, 1},          {Op::Mul, 2048, 33, true, 33},         {Op::Mul, 2048, 33, true, 1},
+      {Op::Silu, 5003, 1, false, 0},         {Op::SwiGlu, 2048, 17, true, 17},      {Op::RmsNorm, 2048, 33, true, 1, 1e-6f},
+      {Op::Softmax, 1000, 9, false, 0},
   };
   uint32_t seed = 100;
   for (const ElemCase& c : cases) {
@@ -317,23 +321,32 @@ TEST_F(Avx512, GetRowsAndRopeAgree) {
     std::vector<uint8_t> tab = t == DType::F32 ? std::vector<uint8_t>(reinterpret_cast<uint8_t*>(tf.data()),
                                                                       reinterpret_cast<uint8_t*>(tf.data() + tf.size()))
                                                : quantize_matrix(t, tf, K, V);
-    std::vector<int32_t> ids = {3, 0, 10, 3};
-    Out r(size_t(K * 4)), a(size_t(K * 4));
-    for (Backend* be : {ref.get(), be2.get()}) {
-      Graph g;
-      const int tt = g.add_tensor(Tensor::contiguous(t, {K, V}, tab.data()));
-      const int ti = g.add_tensor(Tensor::contiguous(DType::I32, {4}, ids.data()));
-      const int to = g.add_tensor(Tensor::contiguous(DType::F32, {K, 4}, (be == ref.get() ? r : a).data()));
-      g.add_node(node(Op::GetRows, to, tt, ti));
-      run(*be, g);
+    for (int64_t cnt : {int64_t(4), int64_t(160)}) {  // 160 rows: split over the pool
+      std::vector<int32_t> ids = {3, 0, 10, 3};
+      for (int64_t i = 4; i < cnt; ++i) ids.push_back(int32_t((i * 7) % V));
+      Out r(size_t(K * cnt)), a(size_t(K * cnt));
+      for (Backend* be : {ref.get(), be2.get()}) {
+        Graph g;
+        const int tt = g.add_tensor(Tensor::contiguous(t, {K, V}, tab.data()));
+        const int ti = g.add_tensor(Tensor::contiguous(DType::I32, {cnt}, ids.data()));
+        const int to = g.add_tensor(Tensor::contiguous(DType::F32, {K, cnt}, (be == ref.get() ? r : a).data()));
+        g.add_node(node(Op::GetRows, to, tt, ti));
+        run(*be, g);
+      }
+      EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * r.n), 0) << dtype_name(t) << " rows " << cnt;
+      EXPECT_TRUE(a.guard_ok());
     }
-    EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * r.n), 0) << dtype_name(t);
-    EXPECT_TRUE(a.guard_ok());
   }
-  for (int mode : {int(kRopeNormal), int(kRopeNeox)}) {
-    const int64_t hd = 64, heads = 4, T = 5;
+  for (int variant = 0; variant < 4; ++variant) {
+    const int mode = variant % 2 ? int(kRopeNeox) : int(kRopeNormal);
+    const bool long_prefill = variant >= 2;  // above the pool-split threshold
+    const int64_t hd = 64, heads = long_prefill ? 32 : 4, T = long_prefill ? 300 : 5;
     std::vector<float> x = randn(size_t(hd * heads * T), 11);
     std::vector<int32_t> pos = {0, 1, 7, 100, 4095};
+    if (long_prefill) {
+      pos.resize(size_t(T));
+      for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t * 7 + 3);
+    }
     Out r(x.size()), a(x.size());
     for (Backend* be : {ref.get(), be2.get()}) {
       Graph g;
@@ -348,8 +361,41 @@ TEST_F(Avx512, GetRowsAndRopeAgree) {
       g.add_node(n);
       run(*be, g);
     }
-    EXPECT_LE(tessera::nmse(r.data(), a.data(), r.n), 1e-7);
+    EXPECT_EQ(std::memcmp(r.data(), a.data(), sizeof(float) * r.n), 0) << "rope variant " << variant;
     EXPECT_TRUE(a.guard_ok());
+  }
+}
+
+// KvWrite converts exactly like the reference (round to nearest even, F16 subnormals,
+// overflow to inf, every NaN to the quiet NaN with its sign), one token and a prefill
+// long enough to be split over the pool.
+TEST_F(Avx512, KvWriteMatchesReferenceBitForBit) {
+  const int64_t hd = 64, n_kv = 4;
+  for (int64_t T : {int64_t(1), int64_t(200)}) {
+    std::vector<float> k = randn(size_t(hd * n_kv * T), 41, 3.0f), v = randn(size_t(hd * n_kv * T), 42, 3.0f);
+    const float specials[] = {65504.0f, 65520.0f, -70000.0f, 1e-7f, -3e-8f, 6.1e-5f, 0.0f, -0.0f,
+                              INFINITY, -INFINITY, std::nanf(""), -std::nanf("0x123")};
+    for (size_t i = 0; i < std::size(specials); ++i) k[i * 5] = specials[i], v[v.size() - 1 - i] = specials[i];
+    KvCacheConfig cfg{2, int(n_kv), int(hd), 16, 256};
+    KvCache kr(cfg), ka(cfg);
+    const KvCache::SeqId sr = kr.create_sequence(), sa = ka.create_sequence();
+    ASSERT_TRUE(kr.reserve(sr, 3 + T));
+    ASSERT_TRUE(ka.reserve(sa, 3 + T));
+    for (auto [be, kv, seq] : {std::tuple<Backend*, KvCache*, KvCache::SeqId>{ref.get(), &kr, sr}, {be2.get(), &ka, sa}}) {
+      Graph g;
+      const int tk = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, k.data()));
+      const int tv = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, v.data()));
+      Node w = node(Op::KvWrite, -1, tk, tv);
+      w.i = {1, seq, 3};
+      w.kv = kv;
+      g.add_node(w);
+      run(*be, g);
+    }
+    EXPECT_EQ(ka.length(sa), kr.length(sr));
+    for (int64_t p = 3; p < 3 + T; ++p) {
+      EXPECT_EQ(std::memcmp(kr.k_row(1, sr, p), ka.k_row(1, sa, p), size_t(hd * n_kv) * 2), 0) << "K at " << p;
+      EXPECT_EQ(std::memcmp(kr.v_row(1, sr, p), ka.v_row(1, sa, p), size_t(hd * n_kv) * 2), 0) << "V at " << p;
+    }
   }
 }
 
@@ -554,6 +600,29 @@ TEST_F(Avx512, MatMulIdRepackedCopyIsNotUsedWhenTheWeightChanges) {
     std::vector<int32_t> bad = ids;
     bad[3] = int32_t(E);
     EXPECT_THROW(matmul_id(*be2, t, w, K, N, E, x, 1, bad, k, n), Error);
+  }
+}
+
+// MoeCombine: the reference's order (products, then the running sum over slots),
+// so bit for bit; one token and a prefill split over the pool.
+TEST_F(Avx512, MoeCombineMatchesReferenceBitForBit) {
+  for (auto [N, k, n] : {std::tuple<int64_t, int64_t, int64_t>{2048, 8, 1}, {33, 3, 5}, {2048, 8, 40}}) {
+    std::vector<float> e = randn(size_t(N * k * n), 51), w = randn(size_t(k * n), 52, 0.3f);
+    Out r(size_t(N * n)), a(size_t(N * n)), b(size_t(N * n));
+    for (int which = 0; which < 3; ++which) {
+      Backend& be = which == 0 ? *ref : which == 1 ? *be1 : *be2;
+      Graph g;
+      const int te = g.add_tensor(Tensor::contiguous(DType::F32, {N, k, n}, e.data()));
+      const int tw = g.add_tensor(Tensor::contiguous(DType::F32, {k, n}, w.data()));
+      const int to =
+          g.add_tensor(Tensor::contiguous(DType::F32, {N, n}, (which == 0 ? r : which == 1 ? a : b).data()));
+      g.add_node(node(Op::MoeCombine, to, te, tw));
+      run(be, g);
+    }
+    EXPECT_EQ(std::memcmp(r.data(), a.data(), sizeof(float) * r.n), 0) << "N=" << N << " k=" << k << " n=" << n;
+    EXPECT_EQ(std::memcmp(r.data(), b.data(), sizeof(float) * r.n), 0) << "N=" << N << " k=" << k << " n=" << n;
+    EXPECT_TRUE(a.guard_ok());
+    EXPECT_TRUE(b.guard_ok());
   }
 }
 
