@@ -334,10 +334,16 @@ class Run {
   }
   bool is_weight(const Node& n, int slot) const {
     if (!weight_role(n, slot)) return false;
-    const Range r = range_of(T(n.src[slot]));
-    for (const Range& w : graph_writes_)
-      if (w.overlaps(r)) return false;  // computed by the graph: an activation
-    return true;
+    const size_t k = size_t(&n - g_.nodes().data());
+    if (weight_flags_.empty()) weight_flags_.assign(g_.nodes().size() * 4, -1);
+    int8_t& flag = weight_flags_[k * 4 + size_t(slot)];
+    if (flag < 0) {
+      flag = 1;
+      const Range r = range_of(T(n.src[slot]));
+      for (const Range& w : graph_writes_)
+        if (w.overlaps(r)) flag = 0;  // computed by the graph: an activation
+    }
+    return flag == 1;
   }
   VkDeviceSize dev(const Tensor& t) const {
     const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
@@ -385,6 +391,7 @@ class Run {
   Graph& g_;
   size_t first_, count_;
   std::vector<Range> graph_writes_;
+  mutable std::vector<int8_t> weight_flags_;  // per (node, slot): -1 unknown, 0/1
   std::vector<Region> regions_;
   std::vector<Mirror> mirrors_;
   std::vector<StateMirror> states_;
@@ -585,17 +592,33 @@ void Run::plan() {
   // 4. Downloads: a destination is copied back when a node after the run reads it, or
   // when no node reads it at all (a graph output); intermediates consumed only inside
   // the run stay on the device.
+  // Sources of the nodes after the run, sorted by start, with the running maximum of
+  // their ends: "does any of them overlap r" is one binary search (exact).
+  std::vector<Range> after;
+  for (size_t j = first_ + count_; j < nodes.size(); ++j)
+    for (int s = 0; s < 4; ++s)
+      if (nodes[j].src[s] >= 0 && T(nodes[j].src[s]).data) after.push_back(range_of(T(nodes[j].src[s])));
+  std::sort(after.begin(), after.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  std::vector<uintptr_t> max_hi(after.size());
+  for (size_t i = 0; i < after.size(); ++i) max_hi[i] = std::max(after[i].hi, i ? max_hi[i - 1] : 0);
+  auto read_after = [&](const Range& r) {
+    const size_t n = size_t(std::lower_bound(after.begin(), after.end(), r.hi, [](const Range& a, uintptr_t v) { return a.lo < v; }) -
+                            after.begin());
+    return n > 0 && max_hi[n - 1] > r.lo;
+  };
+  // The last node of the run reading each address (by a tensor's start: a reader through
+  // a view at another start is missed, which only costs a download).
+  std::unordered_map<uintptr_t, size_t> last_reader;
+  for (size_t j = first_; j < first_ + count_; ++j)
+    for (int s = 0; s < 4; ++s)
+      if (nodes[j].src[s] >= 0) last_reader[reinterpret_cast<uintptr_t>(T(nodes[j].src[s]).data)] = j;
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
     if (n.dst < 0) continue;
     const Range r = range_of(T(n.dst));
-    bool later = false, inside = false;
-    for (size_t j = k + 1; j < nodes.size() && !later; ++j)
-      for (int s = 0; s < 4; ++s)
-        if (nodes[j].src[s] >= 0 && range_of(T(nodes[j].src[s])).overlaps(r)) {
-          if (j >= first_ + count_) later = true;
-          else inside = true;
-        }
+    const bool later = read_after(r);
+    const auto it = last_reader.find(r.lo);
+    const bool inside = it != last_reader.end() && it->second > k;
     static const bool all = std::getenv("TESSERA_VULKAN_DEBUG_ALL") != nullptr;
     if (all || later || !inside) downloads_.push_back({T(n.dst).data, size_t(r.hi - r.lo), dev(T(n.dst))});
   }
