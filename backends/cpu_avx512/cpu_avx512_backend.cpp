@@ -149,15 +149,20 @@ class CpuAvx512Backend final : public Backend {
     if (first > nodes.size() || count > nodes.size() - first)
       throw Error("cpu_avx512: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
                   ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
+    act_key_.valid = false;  // x may have been written since the last call
     for (size_t k = first; k < first + count; ++k) {
       const Node& n = nodes[k];
+      if (n.op != Op::MatMul) act_key_.valid = false;
       OpSupport s = supports(graph, n);
       if (!s.supported) fail(graph, k, s.reason);
       for (int i = 0; i < 4; ++i)
         if (n.src[i] >= 0 && !graph.tensor(n.src[i]).data) fail(graph, k, "src" + std::to_string(i) + " has no data");
       if (n.op != Op::KvWrite && n.dst >= 0 && !graph.tensor(n.dst).data) fail(graph, k, "dst has no data");
       try {
-        if (!run_node(graph, n)) ref_->execute(graph, k, 1);
+        if (!run_node(graph, n)) {
+          act_key_.valid = false;
+          ref_->execute(graph, k, 1);
+        }
       } catch (const Error& e) {
         fail(graph, k, e.what());
       }
@@ -213,7 +218,7 @@ class CpuAvx512Backend final : public Backend {
   // Returns false when the node is left to the reference code.
   bool run_node(Graph& g, const Node& n) {
     switch (n.op) {
-      case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n.src[1]);
       case Op::MatMulId:
         return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
       case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
@@ -451,17 +456,49 @@ class CpuAvx512Backend final : public Backend {
     return &r;
   }
 
-  bool mat_mul_repacked(const Repacked& rp, const Tensor& x, const Tensor& dst) {
+  // The prepared (quantized) activation of the last MatMul is reused by the next
+  // MatMul node that reads the same x tensor the same way (q/k/v, gate/up): valid
+  // only between consecutive MatMul nodes of one execute() call, and dropped when a
+  // product's dst overlaps its x.
+  struct ActKey {
+    bool valid = false;
+    int32_t x = -1;
+    const void* data = nullptr;
+    DType wt = DType::F32;
+    bool repacked = false;
+    int64_t K = 0, M = 0;
+  };
+  uint8_t* prepared_act(const Tensor& x, int32_t xi, DType wt, bool repacked, int64_t K, size_t ab) {
+    const int64_t M = x.nrows();
+    const ActKey& c = act_key_;
+    if (c.valid && c.x == xi && c.data == x.data && c.wt == wt && c.repacked == repacked && c.K == K && c.M == M)
+      return act_.get();
+    act_key_.valid = false;
+    uint8_t* act = act_buffer(ab * size_t(M));
+    auto prep = [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m) {
+        if (repacked)
+          kern::prep_act_repacked(wt, frow(x, m), K, act + size_t(m) * ab);
+        else
+          kern::prep_act(wt, frow(x, m), K, act + size_t(m) * ab);
+      }
+    };
+    if (M == 1) prep(0, 1); else parallel_for(M, prep);
+    act_key_ = ActKey{xi >= 0, xi, x.data, wt, repacked, K, M};
+    return act;
+  }
+  static const char* end_of(const Tensor& t) { return t.flat_row<char>(t.nrows() - 1) + t.ne[0] * int64_t(sizeof(float)); }
+  // After a product: its dst overlapping x would make the cached activation stale.
+  void check_act_key(const Tensor& x, const Tensor& dst) {
+    const char *x0 = static_cast<const char*>(x.data), *d0 = static_cast<const char*>(dst.data);
+    if (d0 < end_of(x) && x0 < end_of(dst)) act_key_.valid = false;
+  }
+
+  bool mat_mul_repacked(const Repacked& rp, const Tensor& x, const Tensor& dst, int32_t xi) {
     const int64_t K = rp.K, N = rp.N, M = x.nrows();
     const size_t ab = kern::act_bytes_repacked(rp.type, K);
-    uint8_t* act = act_buffer(ab * size_t(M));
-    if (M == 1) {
-      kern::prep_act_repacked(rp.type, frow(x, 0), K, act);
-    } else {
-      parallel_for(M, [&](int64_t b, int64_t e) {
-        for (int64_t m = b; m < e; ++m) kern::prep_act_repacked(rp.type, frow(x, m), K, act + size_t(m) * ab);
-      });
-    }
+    uint8_t* act = prepared_act(x, xi, rp.type, true, K, ab);
+    check_act_key(x, dst);
     kern::MatMulJob job{rp.type, K, rp.data.get(), 0, M, act, ab, static_cast<float*>(dst.data),
                         int64_t(dst.nb[1] / sizeof(float))};
     const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
@@ -492,21 +529,14 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
-  bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst) {
+  bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst, int32_t xi = -1) {
     if (!uniform_rows(dst) || dst.nb[1] % sizeof(float) != 0) return false;
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
-    if (const Repacked* rp = find_repacked(w)) return mat_mul_repacked(*rp, x, dst);
+    if (const Repacked* rp = find_repacked(w)) return mat_mul_repacked(*rp, x, dst, xi);
     const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
-    if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
     const size_t ab = kern::act_bytes(w.type, K);
-    uint8_t* act = act_buffer(ab * size_t(M));
-    if (M == 1) {
-      kern::prep_act(w.type, frow(x, 0), K, act);
-    } else {
-      parallel_for(M, [&](int64_t b, int64_t e) {
-        for (int64_t m = b; m < e; ++m) kern::prep_act(w.type, frow(x, m), K, act + size_t(m) * ab);
-      });
-    }
+    uint8_t* act = prepared_act(x, xi, w.type, false, K, ab);
+    check_act_key(x, dst);
     kern::MatMulJob job{w.type, K, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), M, act, ab,
                         static_cast<float*>(dst.data), int64_t(dst.nb[1] / sizeof(float))};
     // Rows in chunks claimed from a shared counter, so an executor that is slowed
@@ -677,6 +707,7 @@ class CpuAvx512Backend final : public Backend {
   std::unique_ptr<Backend> ref_;
   std::unique_ptr<uint8_t[], AlignedFree> act_;
   size_t act_cap_ = 0;
+  ActKey act_key_;
   std::vector<const uint16_t*> rows_;
   std::vector<float> rope_cs_;      // Rope: (cos, sin) per pair per token
   std::vector<uint16_t*> kv_rows_;  // KvWrite: K and V rows per token

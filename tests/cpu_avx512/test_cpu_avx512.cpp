@@ -225,6 +225,72 @@ TEST_F(Avx512, RepackedCopyIsNotUsedWhenTheWeightChanges) {
   }
 }
 
+// Consecutive MatMuls over the same x reuse its quantized activation (q/k/v,
+// gate/up); a different weight dtype, an op in between that rewrites x, or a
+// product whose dst overlaps x must not see a stale one. Each result must equal the
+// same MatMul run alone.
+TEST_F(Avx512, ConsecutiveMatMulsShareTheActivationSafely) {
+  const int64_t K = 256, N = 48, M = 3;
+  for (bool prepare : {false, true}) {
+    SCOPED_TRACE(prepare ? "repacked" : "plain");
+    auto be = cpu_avx512::make_backend(pool.get());
+    std::vector<uint8_t> w1 = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 61), K, N);
+    std::vector<uint8_t> w2 = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 62), K, N);
+    std::vector<uint8_t> w3 = quantize_matrix(DType::Q8_0, randn(size_t(K * N), 63), K, N);
+    Tensor t1 = Tensor::contiguous(DType::Q4_0, {K, N}, w1.data()), t2 = Tensor::contiguous(DType::Q4_0, {K, N}, w2.data()),
+           t3 = Tensor::contiguous(DType::Q8_0, {K, N}, w3.data());
+    if (prepare) be->prepare_weight(t1), be->prepare_weight(t2), be->prepare_weight(t3);
+    // buf: x [K, M] followed by room; y4 overlaps the end of x.
+    std::vector<float> buf(size_t(K * M + N * M + 64), 0.0f);
+    std::vector<float> x0 = randn(size_t(K * M), 64);
+    std::copy(x0.begin(), x0.end(), buf.begin());
+    Out y1(size_t(N * M)), y2(size_t(N * M)), y3(size_t(N * M)), y5(size_t(N * M));
+    Graph g;
+    const int w1i = g.add_tensor(t1), w2i = g.add_tensor(t2), w3i = g.add_tensor(t3);
+    const int xi = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, buf.data()));
+    const int o1 = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, y1.data()));
+    const int o2 = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, y2.data()));
+    const int o3 = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, y3.data()));
+    const int o4 = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, buf.data() + K * M - 16));  // overlaps x
+    const int o5 = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, y5.data()));
+    g.add_node(node(Op::MatMul, o1, w1i, xi));
+    g.add_node(node(Op::MatMul, o2, w2i, xi));  // same x, same dtype: reused
+    g.add_node(node(Op::MatMul, o3, w3i, xi));  // other dtype: prepared again
+    g.add_node(node(Op::MatMul, o4, w1i, xi));  // writes over the end of x
+    g.add_node(node(Op::MatMul, o5, w2i, xi));  // must see the new x
+    run(*be, g);
+    // References: each product alone (fresh backend, no reuse possible).
+    auto alone = [&](std::vector<uint8_t>& w, DType t, std::vector<float> x) {
+      auto fresh = cpu_avx512::make_backend(pool.get());
+      return matmul(*fresh, t, w, K, N, x, M, prepare);
+    };
+    std::vector<float> x1(buf.begin(), buf.begin() + K * M);  // x after node 4
+    Out r1 = alone(w1, DType::Q4_0, x0), r2 = alone(w2, DType::Q4_0, x0), r3 = alone(w3, DType::Q8_0, x0);
+    Out r5 = alone(w2, DType::Q4_0, x1);
+    EXPECT_NE(std::memcmp(x1.data(), x0.data(), sizeof(float) * x0.size()), 0);  // node 4 did change x
+    EXPECT_EQ(std::memcmp(r1.data(), y1.data(), sizeof(float) * r1.n), 0);
+    EXPECT_EQ(std::memcmp(r2.data(), y2.data(), sizeof(float) * r2.n), 0);
+    EXPECT_EQ(std::memcmp(r3.data(), y3.data(), sizeof(float) * r3.n), 0);
+    EXPECT_EQ(std::memcmp(r5.data(), y5.data(), sizeof(float) * r5.n), 0);
+    // An in-place op between two MatMuls over the same x.
+    Out z1(size_t(N * M)), z2(size_t(N * M));
+    std::vector<float> x2 = x0;
+    Graph h;
+    const int a1 = h.add_tensor(t1), a2 = h.add_tensor(t2);
+    const int hx = h.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x2.data()));
+    const int h1 = h.add_tensor(Tensor::contiguous(DType::F32, {N, M}, z1.data()));
+    const int h2 = h.add_tensor(Tensor::contiguous(DType::F32, {N, M}, z2.data()));
+    h.add_node(node(Op::MatMul, h1, a1, hx));
+    h.add_node(node(Op::Add, hx, hx, hx));  // x = 2x in place
+    h.add_node(node(Op::MatMul, h2, a2, hx));
+    run(*be, h);
+    std::vector<float> xx = x0;
+    for (float& v : xx) v = v + v;
+    Out q2 = alone(w2, DType::Q4_0, xx);
+    EXPECT_EQ(std::memcmp(q2.data(), z2.data(), sizeof(float) * q2.n), 0);
+  }
+}
+
 TEST_F(Avx512, UnsupportedIsDeclinedWithReason) {
   std::vector<float> x(8), y(8);
   std::vector<int32_t> ids(1);
