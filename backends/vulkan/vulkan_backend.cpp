@@ -219,7 +219,7 @@ class VulkanBackend final : public Backend {
 
   Weight& ensure_weight(const Tensor& w) {
     const uint64_t fp = fingerprint(w);
-    auto it = weights_.find(w.data);
+    auto it = weights_.find(weight_key(w));
     if (it != weights_.end()) {
       if (it->second.fp == fp) return it->second;
       ctx_.destroy(it->second.buf);  // stale: the address now holds another tensor
@@ -235,7 +235,7 @@ class VulkanBackend final : public Backend {
       ctx_.destroy(nw.buf);
       throw;
     }
-    return weights_.emplace(w.data, nw).first->second;
+    return weights_.emplace(weight_key(w), nw).first->second;
   }
 
   // Synchronous upload through the staging buffer, in chunks.
@@ -269,7 +269,11 @@ class VulkanBackend final : public Backend {
 
   Context ctx_;
   std::unique_ptr<Backend> ref_;  // validation only
-  std::unordered_map<const void*, Weight> weights_;
+  // By host address and span: a view of a weight's first rows (same address, shorter
+  // span) is a separate entry, never the full weight's buffer.
+  using WeightKey = std::pair<const void*, size_t>;
+  static WeightKey weight_key(const Tensor& w) { return {w.data, span_bytes(w)}; }
+  std::map<WeightKey, Weight> weights_;
   Buffer arena_, staging_;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   uint32_t pool_sets_ = 0;
@@ -664,7 +668,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
   // Binding 1 and the byte offset of a weight-role source.
   auto wsrc = [&](int slot, VkBuffer& b1, uint64_t& off, std::vector<Range>& reads) {
     if (is_weight(n, slot)) {
-      b1 = be_.weights_.at(T(n.src[slot]).data).buf.buffer;
+      b1 = be_.weights_.at(VulkanBackend::weight_key(T(n.src[slot]))).buf.buffer;
       off = 0;
     } else {
       b1 = arena;
@@ -877,7 +881,7 @@ void Run::go() {
   for (size_t k = first_; k < first_ + count_; ++k)
     for (int s = 0; s < 4; ++s)
       if (nodes[k].src[s] >= 0 && is_weight(nodes[k], s)) {
-        VkBuffer b = be_.weights_.at(T(nodes[k].src[s]).data).buf.buffer;
+        VkBuffer b = be_.weights_.at(VulkanBackend::weight_key(T(nodes[k].src[s]))).buf.buffer;
         if (std::find(bufs.begin(), bufs.end(), b) == bufs.end()) bufs.push_back(b);
       }
   if (be_.pool_sets_ < bufs.size()) {
