@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +36,21 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+// Scratch folders hold generated models of up to a few hundred MiB: removed at exit.
+std::set<std::string>& scratch_dirs() {
+  static std::set<std::string> dirs;
+  return dirs;
+}
+
+class RemoveScratch : public testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& d : scratch_dirs()) fs::remove_all(d, ec);
+  }
+};
+[[maybe_unused]] testing::Environment* const kRemoveScratch = testing::AddGlobalTestEnvironment(new RemoveScratch);
+
 // A scratch folder per test and process (ctest runs the tests in parallel).
 std::string scratch() {
   std::string test = testing::UnitTest::GetInstance()->current_test_info()->name();
@@ -42,6 +58,7 @@ std::string scratch() {
     if (!isalnum(uint8_t(c))) c = '_';
   std::string dir = testing::TempDir() + "/tessera_model_gen_" + std::to_string(getpid()) + "_" + test;
   fs::create_directories(dir);
+  scratch_dirs().insert(dir);
   return dir;
 }
 
