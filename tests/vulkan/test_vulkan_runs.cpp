@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "tessera/backend.h"
 #include "tessera/graph.h"
+#include "tessera/kv_cache.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/quant.h"
 
@@ -119,6 +121,67 @@ TEST_F(VulkanRuns, SplitRunsMatchTheReference) {
   EXPECT_LT(nmse(ref.p2, got.p2), 1e-10);
   EXPECT_LT(nmse(ref.s, got.s), 1e-10);
   for (float v : got.s) ASSERT_TRUE(std::isfinite(v));
+}
+
+// The KV mirror: KvWrite on one backend, Attention on the other, in separate runs and
+// steps (prefill, then decodes), against cpu_scalar doing everything. The cache rows
+// must be identical and the attention outputs agree to float rounding.
+TEST_F(VulkanRuns, KvCacheSharedWithAnotherBackend) {
+  const int64_t hd = 64, n_kv = 2, n_head = 4;
+  KvCacheConfig kc;
+  kc.n_layers = 2;
+  kc.n_kv_heads = int(n_kv);
+  kc.head_dim = int(hd);
+  kc.page_tokens = 4;
+  kc.n_pages = 16;
+  KvCache ref_kv(kc), got_kv(kc);
+  const KvCache::SeqId rs = ref_kv.create_sequence(), gs = got_kv.create_sequence();
+  ASSERT_EQ(rs, gs);
+  int64_t pos = 0;
+  // Steps: (tokens, who writes K/V, who attends) -- 0 = vulkan, 1 = cpu_scalar.
+  const int steps[][3] = {{5, 1, 0}, {3, 0, 1}, {1, 0, 1}, {1, 0, 0}, {3, 1, 0}, {4, 0, 0}, {1, 1, 0}};
+  uint32_t seed = 10;
+  for (const auto& st : steps) {
+    const int64_t T = st[0];
+    ASSERT_TRUE(ref_kv.reserve(rs, pos + T));
+    ASSERT_TRUE(got_kv.reserve(gs, pos + T));
+    std::vector<float> k = randn(size_t(hd * n_kv * T), seed++), v = randn(size_t(hd * n_kv * T), seed++),
+                       q = randn(size_t(hd * n_head * T), seed++);
+    std::vector<float> out_ref(size_t(hd * n_head * T)), out_got(size_t(hd * n_head * T));
+    auto run_step = [&](KvCache& kv, KvCache::SeqId seq, std::vector<float>& out, bool mixed) {
+      Graph g;
+      const int kt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, k.data()));
+      const int vt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, v.data()));
+      const int qt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, T}, q.data()));
+      const int ot = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, T}, out.data()));
+      Node w = node(Op::KvWrite, -1, kt, vt);
+      w.i[0] = 1;
+      w.i[1] = seq;
+      w.i[2] = int32_t(pos);
+      w.kv = &kv;
+      Node a = node(Op::Attention, ot, qt);
+      a.i = w.i;
+      a.f[0] = 0.125f;
+      a.kv = &kv;
+      g.add_node(w);
+      g.add_node(a);
+      if (!mixed) {
+        ref_->execute(g, 0, 2);
+        return;
+      }
+      (st[1] == 0 ? *vk_ : *ref_).execute(g, 0, 1);
+      (st[2] == 0 ? *vk_ : *ref_).execute(g, 1, 1);
+    };
+    run_step(ref_kv, rs, out_ref, false);
+    run_step(got_kv, gs, out_got, true);
+    pos += T;
+    EXPECT_EQ(got_kv.length(gs), ref_kv.length(rs));
+    EXPECT_LT(nmse(out_ref, out_got), 1e-7) << "step ending at position " << pos;
+    for (int64_t p = 0; p < pos; ++p) {
+      ASSERT_EQ(0, std::memcmp(ref_kv.k_row(1, rs, p), got_kv.k_row(1, gs, p), size_t(hd * n_kv) * 2)) << "K row " << p;
+      ASSERT_EQ(0, std::memcmp(ref_kv.v_row(1, rs, p), got_kv.v_row(1, gs, p), size_t(hd * n_kv) * 2)) << "V row " << p;
+    }
+  }
 }
 
 }  // namespace
