@@ -14,6 +14,7 @@
 #include "cpu_avx512_backend.h"
 #include "cpu_scalar_backend.h"
 #include "kernels.h"
+#include "kernels_deltanet.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
@@ -222,6 +223,8 @@ class CpuAvx512Backend final : public Backend {
       case Op::MatMulId:
         return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
       case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
+      case Op::GatedDeltaNet:
+        return gated_delta_net(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst), n);
       case Op::RmsNorm: {
         const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
         const float* w = n.src[1] >= 0 ? static_cast<const float*>(g.tensor(n.src[1]).data) : nullptr;
@@ -698,6 +701,40 @@ class CpuAvx512Backend final : public Backend {
         const int64_t t = item / n_head, h = item % n_head, kvh = h / group;
         kern::attention_item(q.row<float>(h, t), hd, krows + kvh * L, vrows + kvh * L, p0 + t + 1, scale,
                              dst.row<float>(h, t));
+      }
+    });
+    return true;
+  }
+
+  // One value head per task; the kernel needs evenly spaced token rows (a view of the
+  // convolution output is), anything else runs the reference code.
+  bool gated_delta_net(const Tensor& qkv, const Tensor& g, const Tensor& beta, const Tensor& dst, const Node& n) {
+    const int64_t Hk = n.i[2], S = n.i[3], Hv = dst.ne[1], T = qkv.ne[1];
+    const bool strided_ok = qkv.nb[0] == sizeof(float) && g.nb[0] == sizeof(float) && beta.nb[0] == sizeof(float) &&
+                            dst.nb[0] == sizeof(float) && g.nb[1] == beta.nb[1] &&
+                            dst.nb[2] == dst.nb[1] * size_t(Hv) && qkv.nb[1] % sizeof(float) == 0 &&
+                            g.nb[1] % sizeof(float) == 0 && dst.nb[1] == size_t(S) * sizeof(float);
+    if (!strided_ok || Hk <= 0 || S <= 0) return false;
+    float* state_all = n.kv->recurrent_state(n.i[0], n.i[1]);
+    parallel_for(Hv, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const int64_t kh = h % Hk;
+        const float* row0 = frow(qkv, 0);
+        kern::DeltaNetHead head;
+        head.q = row0 + kh * S;
+        head.k = row0 + (Hk + kh) * S;
+        head.v = row0 + (2 * Hk + h) * S;
+        head.qkv_stride = int64_t(qkv.nb[1] / sizeof(float));
+        head.g = frow(g, 0) + h;
+        head.beta = frow(beta, 0) + h;
+        head.gb_stride = int64_t(g.nb[1] / sizeof(float));
+        head.state = state_all + h * S * S;
+        head.out = dst.row<float>(h, 0);
+        head.out_stride = int64_t(dst.nb[2] / sizeof(float));
+        head.S = S;
+        head.T = T;
+        head.eps = n.f[0];
+        kern::gated_delta_net_head(head);
       }
     });
     return true;

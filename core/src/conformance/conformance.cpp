@@ -281,7 +281,9 @@ std::vector<ConformanceCase> make_cases() {
     c.k = C, c.n_dims = dc, c.m = T;
     add(c, Op::SsmConv, DType::F32, "C" + s(C) + "_dc" + s(dc) + "_T" + s(T) + "_dec1");
   }
-  for (auto [S, hk, hv, T] : {std::tuple<int64_t, int32_t, int32_t, int64_t>{64, 2, 4, 9}, {32, 1, 3, 5}, {16, 2, 2, 1}}) {
+  for (auto [S, hk, hv, T] : {std::tuple<int64_t, int32_t, int32_t, int64_t>{64, 2, 4, 9}, {32, 1, 3, 5}, {16, 2, 2, 1},
+                                  // Qwen3.5-35B-A3B's head size; a size with a partial 16-lane tail
+                                  {128, 2, 4, 3}, {24, 3, 6, 4}}) {
     ConformanceCase c;
     c.k = S, c.n_head = hk, c.n_kv = hv, c.m = T;
     add(c, Op::GatedDeltaNet, DType::F32, "S" + s(S) + "_hk" + s(hk) + "_hv" + s(hv) + "_T" + s(T) + "_dec1");
