@@ -2,6 +2,8 @@
 // dispatch into the AVX-512 kernels. This file is compiled WITHOUT ISA flags; the
 // kernels (kernels_*.cpp) are only entered after usable() said yes (make_backend
 // refuses otherwise).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -60,6 +62,17 @@ bool same_shape(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+// A repacked weight is streamed from DRAM once per token: 2 MiB pages (where THP
+// allows them) spare the page walk every 4 KiB and let the hardware prefetcher run
+// across what would be 4 KiB page boundaries.
+void* alloc_weight_copy(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (bytes < kHuge) return std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
+  void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) & ~(kHuge - 1));
+  if (p) madvise(p, (bytes + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // advice only: failure is harmless
+  return p;
+}
+
 struct AlignedFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
@@ -113,7 +126,7 @@ class CpuAvx512Backend final : public Backend {
     r.estride = r.E > 1 ? w.nb[2] : 0;
     r.ebytes = kern::repacked_bytes(w.type, r.K, r.N);
     const size_t bytes = r.ebytes * size_t(r.E);
-    void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
+    void* p = alloc_weight_copy(bytes);
     if (!p) throw Error("cpu_avx512: out of memory repacking '" + w.name + "'");
     r.data.reset(static_cast<uint8_t*>(p));
     const int64_t tiles = (r.N + kern::kTileRows - 1) / kern::kTileRows;
