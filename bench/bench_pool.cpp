@@ -4,7 +4,8 @@
 // BM_Dispatch reports the mean per dispatch (Google Benchmark's time); on a loaded
 // machine a few preempted dispatches dominate it, so BM_DispatchLatency also times
 // every dispatch on its own and reports p50/p90/p99 in ns (clock overhead, measured
-// the same way, subtracted).
+// the same way, subtracted). BM_PingPong is the hardware floor under both: one
+// cache-line round trip between two threads.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -14,10 +15,18 @@
 #include <vector>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "bench_common.h"
 #include "mutex_pool.h"
 #include "tessera/fast_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+inline void cpu_pause() { _mm_pause(); }
+#else
+inline void cpu_pause() {}
+#endif
 
 namespace tessera::bench {
 namespace {
@@ -69,9 +78,41 @@ void bm_dispatch_latency(benchmark::State& state, int executors) {
   state.counters["clock_ns"] = overhead;
 }
 
+// The physical floor of a two-executor barrier: one cache-line round trip. The
+// caller publishes i on one line and spins (with pause, as FastPool does) until a
+// second thread echoes i on another line; ns per round trip. A dispatch cannot cost
+// less than this on the same pair of CPUs.
+void bm_ping_pong(benchmark::State& state) {
+  struct alignas(64) Line { std::atomic<uint64_t> v{0}; };
+  auto lines = std::make_unique<Line[]>(2);
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    uint64_t seen = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const uint64_t v = lines[0].v.load(std::memory_order_acquire);
+      if (v != seen) {
+        seen = v;
+        lines[1].v.store(v, std::memory_order_release);
+      } else {
+        cpu_pause();
+      }
+    }
+  });
+  uint64_t i = 0;
+  auto round_trip = [&] {
+    lines[0].v.store(++i, std::memory_order_release);
+    while (lines[1].v.load(std::memory_order_acquire) != i) cpu_pause();
+  };
+  for (int k = 0; k < 1000; ++k) round_trip();  // both threads running and hot
+  for (auto _ : state) round_trip();
+  stop.store(true);
+  echo.join();
+}
+
 }  // namespace
 
 void register_pool_benchmarks() {
+  benchmark::RegisterBenchmark("BM_PingPong/threads:2", bm_ping_pong)->UseRealTime();
   std::set<int> counts{1, 2, bench_threads()};
   for (int n : counts) {
     if (n > FastPool::kMaxWorkers + 1) continue;
