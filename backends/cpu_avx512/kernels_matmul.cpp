@@ -784,6 +784,10 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
   const __m512i lowmask = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(char(0x80));
+  // Decode (one column) reads each weight once: a non-temporal prefetch keeps the
+  // stream from evicting the activations, KV rows and outputs (measured: TinyLlama Q4_0
+  // decode +2-4%, every one of 9 alternations); prefill re-reads a tile per 4 columns, so it keeps T0.
+  constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
   const float* dy[NC];
   const int32_t* cy[NC];
   const int8_t* y[NC];
@@ -794,16 +798,16 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * TB;
-    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 128, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 192, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 256, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST, kHint);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64, kHint);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 128, kHint);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 192, kHint);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 256, kHint);
     if constexpr (!Q4) {
-      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 320, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 384, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 448, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 512, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 320, kHint);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 384, kHint);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 448, kHint);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 512, kHint);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     __m512i i[NC];
