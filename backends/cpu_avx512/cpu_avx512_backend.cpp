@@ -709,11 +709,18 @@ class CpuAvx512Backend final : public Backend {
         vrows[h * L + j] = vr + h * hd;
       }
     }
-    parallel_for(T * n_head, [&](int64_t b, int64_t e) {
+    // Items: (token, KV head, a slice of up to kSlice of its query heads), so the
+    // query heads that share K/V rows run together (kern::attention_heads).
+    constexpr int64_t kSlice = 4;
+    const int64_t slices = (group + kSlice - 1) / kSlice;
+    parallel_for(T * n_kv * slices, [&](int64_t b, int64_t e) {
+      const float* qs[kSlice];
+      float* outs[kSlice];
       for (int64_t item = b; item < e; ++item) {
-        const int64_t t = item / n_head, h = item % n_head, kvh = h / group;
-        kern::attention_item(q.row<float>(h, t), hd, krows + kvh * L, vrows + kvh * L, p0 + t + 1, scale,
-                             dst.row<float>(h, t));
+        const int64_t t = item / (n_kv * slices), kvh = item / slices % n_kv, h0 = kvh * group + item % slices * kSlice;
+        const int n = int(std::min(kSlice, (kvh + 1) * group - h0));
+        for (int i = 0; i < n; ++i) qs[i] = q.row<float>(h0 + i, t), outs[i] = dst.row<float>(h0 + i, t);
+        kern::attention_heads(qs, n, hd, krows + kvh * L, vrows + kvh * L, p0 + t + 1, scale, outs);
       }
     });
     return true;

@@ -55,6 +55,11 @@ void f32_to_f16_row(const float* x, uint16_t* y, int64_t K);  // == quant::fp32_
 // (already offset to the KV head) are krows[j] / vrows[j]; out: hd floats.
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
                     int64_t L, float scale, float* out);
+// n query heads that read the same KV head over the same L positions: each head's
+// result equals attention_item's bit for bit; head sizes 64 and 128 interleave the
+// heads in registers, other sizes run attention_item per head.
+void attention_heads(const float* const* q, int n, int64_t hd, const uint16_t* const* krows,
+                     const uint16_t* const* vrows, int64_t L, float scale, float* const* out);
 
 }  // namespace tessera::cpu_avx512::kern
 

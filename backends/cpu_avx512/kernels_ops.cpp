@@ -172,4 +172,72 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
   for (int c = 0; c < nch; ++c) _mm512_mask_storeu_ps(out + 16 * c, mk[c], _mm512_mul_ps(acc[c], inv));
 }
 
+namespace {
+
+// G query heads of one KV head, head size 16 * NCH, in registers. Per position each
+// head's running max, sum and F16 accumulator advance exactly as in attention_item
+// (same operations in the same order); interleaving the heads turns one long
+// dependency chain per position (dot, exp, the F16 round trip of the accumulator) into
+// G independent ones, and each K/V row is loaded once for the G heads.
+template <int NCH, int G>
+void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, const uint16_t* const* vrows,
+                           int64_t L, float scale, float* const* out) {
+  __m512 qf[G][NCH], acc[G][NCH];
+  float M[G], S[G];
+  for (int g = 0; g < G; ++g) {
+    M[g] = -INFINITY, S[g] = 0.0f;
+    for (int c = 0; c < NCH; ++c) {
+      qf[g][c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q[g] + 16 * c), _MM_FROUND_TO_NEAREST_INT));
+      acc[g][c] = _mm512_setzero_ps();
+    }
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    __m512 k[NCH], v[NCH];
+    for (int c = 0; c < NCH; ++c) k[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(krows[j] + 16 * c)));
+    for (int c = 0; c < NCH; ++c) v[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows[j] + 16 * c)));
+    for (int g = 0; g < G; ++g) {
+      __m512 d = _mm512_setzero_ps();
+      for (int c = 0; c < NCH; ++c) d = _mm512_fmadd_ps(qf[g][c], k[c], d);
+      const float sc = _mm512_reduce_add_ps(d) * scale;
+      float ms = 1.0f, vs = 1.0f;
+      if (sc > M[g]) {
+        const float Mold = M[g];
+        M[g] = sc;
+        ms = std::exp(Mold - sc);
+        const __m512 vms = _mm512_set1_ps(ms);
+        for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_mul_ps(acc[g][c], vms));
+      } else {
+        vs = std::exp(sc - M[g]);
+      }
+      const __m512 vvs = _mm512_set1_ps(vs);
+      for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_add_ps(acc[g][c], _mm512_mul_ps(v[c], vvs)));
+      S[g] = S[g] * ms + vs;
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const __m512 inv = _mm512_set1_ps(S[g] == 0.0f ? 0.0f : 1.0f / S[g]);
+    for (int c = 0; c < NCH; ++c) _mm512_storeu_ps(out[g] + 16 * c, _mm512_mul_ps(acc[g][c], inv));
+  }
+}
+
+template <int NCH, int G>
+void attention_heads_by(const float* const* q, int n, const uint16_t* const* krows, const uint16_t* const* vrows,
+                        int64_t L, float scale, float* const* out) {
+  int g = 0;
+  for (; g + G <= n; g += G) attention_heads_fixed<NCH, G>(q + g, krows, vrows, L, scale, out + g);
+  for (; g < n; ++g) attention_heads_fixed<NCH, 1>(q + g, krows, vrows, L, scale, out + g);
+}
+
+}  // namespace
+
+void attention_heads(const float* const* q, int n, int64_t hd, const uint16_t* const* krows,
+                     const uint16_t* const* vrows, int64_t L, float scale, float* const* out) {
+  switch (hd) {
+    case 64: return attention_heads_by<4, 4>(q, n, krows, vrows, L, scale, out);
+    case 128: return attention_heads_by<8, 2>(q, n, krows, vrows, L, scale, out);
+    default:
+      for (int g = 0; g < n; ++g) attention_item(q[g], hd, krows, vrows, L, scale, out[g]);
+  }
+}
+
 }  // namespace tessera::cpu_avx512::kern

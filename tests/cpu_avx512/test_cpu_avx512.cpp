@@ -23,6 +23,7 @@
 
 #include "cpu_avx512_backend.h"
 #include "cpu_scalar_backend.h"
+#include "kernels.h"
 #include "tessera/backend.h"
 #include "tessera/conformance.h"
 #include "tessera/error.h"
@@ -524,6 +525,33 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
     }
     for (int64_t j = 0; j < p0; ++j)
       EXPECT_EQ(std::memcmp(r.kv.k_row(1, r.seq, j), a1.kv.k_row(1, a1.seq, j), size_t(c.hd * c.n_kv) * 2), 0);
+  }
+}
+
+// The grouped kernel (query heads that share a KV head, interleaved in registers)
+// must give each head exactly the single-head kernel's result: head sizes with a
+// register path (64, 128) in full groups and remainders, and a fallback size (80).
+TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
+  for (auto [hd, n] : {std::pair<int64_t, int>{64, 1}, {64, 4}, {64, 7}, {128, 2}, {128, 3}, {80, 2}}) {
+    SCOPED_TRACE("hd=" + std::to_string(hd) + " heads=" + std::to_string(n));
+    const int64_t L = 53;
+    std::vector<uint16_t> k(size_t(L * hd)), v(size_t(L * hd));
+    std::vector<float> kf = randn(k.size(), 11, 1.5f), vf = randn(v.size(), 12);
+    for (size_t i = 0; i < k.size(); ++i) k[i] = quant::fp32_to_fp16(kf[i]), v[i] = quant::fp32_to_fp16(vf[i]);
+    std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
+    for (int64_t j = 0; j < L; ++j) krows[size_t(j)] = k.data() + j * hd, vrows[size_t(j)] = v.data() + j * hd;
+    std::vector<float> q = randn(size_t(hd * n), 13, 2.0f), grouped(size_t(hd * n)), single(size_t(hd * n));
+    std::vector<const float*> qs;
+    std::vector<float*> outs;
+    for (int h = 0; h < n; ++h) qs.push_back(q.data() + h * hd), outs.push_back(grouped.data() + h * hd);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    for (int64_t len : {int64_t(1), L}) {
+      cpu_avx512::kern::attention_heads(qs.data(), n, hd, krows.data(), vrows.data(), len, scale, outs.data());
+      for (int h = 0; h < n; ++h)
+        cpu_avx512::kern::attention_item(qs[size_t(h)], hd, krows.data(), vrows.data(), len, scale,
+                                         single.data() + h * hd);
+      EXPECT_EQ(std::memcmp(grouped.data(), single.data(), sizeof(float) * grouped.size()), 0) << "L=" << len;
+    }
   }
 }
 
