@@ -525,20 +525,27 @@ class CpuAvx512Backend final : public Backend {
     }
     struct Ctx {
       const kern::MatMulJob* job;
-      int64_t N, tiles, chunk;
+      int64_t N, tiles, chunk, divisor;
       alignas(64) std::atomic<int64_t> next{0};
     } ctx;
     ctx.job = &job;
     ctx.N = N;
     ctx.tiles = tiles;
     ctx.chunk = std::max<int64_t>(1, tiles / (8 * execs));
+    // Decode: guided claims (1 / (2 * execs) of what is left, one tile at the end) so
+    // the executors finish together; the wait at the end of each product is decode's
+    // largest idle time. Prefill keeps fixed chunks (its products are long).
+    ctx.divisor = M == 1 ? 2 * execs : 0;
     pool_->parallel(
         [](void* p, int) {
           auto* c = static_cast<Ctx*>(p);
+          int64_t b = c->next.load(std::memory_order_relaxed);
           for (;;) {
-            const int64_t b = c->next.fetch_add(c->chunk, std::memory_order_relaxed);
             if (b >= c->tiles) break;
-            kern::matmul_tiles_repacked(*c->job, c->N, b, std::min(c->tiles, b + c->chunk));
+            const int64_t n = c->divisor ? std::max<int64_t>(1, (c->tiles - b) / c->divisor) : c->chunk;
+            if (!c->next.compare_exchange_weak(b, b + n, std::memory_order_relaxed)) continue;
+            kern::matmul_tiles_repacked(*c->job, c->N, b, std::min(c->tiles, b + n));
+            b = c->next.load(std::memory_order_relaxed);
           }
         },
         &ctx);
