@@ -7,7 +7,7 @@
 // matrix is tied to it; of a mixture-of-experts tensor only the n_expert_used
 // experts the token is routed to: the *active* weights) plus the KV cache up to its
 // position and, for recurrent layers, their state (read and written); tokens/s
-// cannot exceed (read bandwidth measured on the spot) / (those bytes). Prefill:
+// cannot exceed (read bandwidth, probed after each decode run) / (those bytes). Prefill:
 // FLOPs per token = 2 x active parameters of the matrices (attention score and
 // delta-net recurrence FLOPs not included).
 // --json prints everything as one JSON object on stdout instead of the text report.
@@ -141,6 +141,19 @@ int cmd_bench(int argc, char** argv) {
   }
   const std::string load_before = loadavg();
 
+  // The read bandwidth behind the decode roofline is probed right after each timed
+  // decode run, so probe and decode sample the same minutes: on a shared VM the
+  // bandwidth drifts by tens of percent over a run, and one probe at the end could
+  // be taken in another phase than the decode it bounds. The pause first lets the
+  // engine's workers go to sleep; the probe uses as many executors as the engine.
+  std::unique_ptr<FastPool> probe_pool;
+  std::vector<BandwidthResult> probes;
+  if (bw_mib > 0 && n_gen > 0) probe_pool = std::make_unique<FastPool>(engine->threads());
+  auto probe = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
+    probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, 3));
+  };
+
   std::vector<double> pp, tg;
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
@@ -158,15 +171,25 @@ int cmd_bench(int argc, char** argv) {
     if (r == 0) continue;
     if (n_prompt > 0) pp.push_back(n_prompt / dt_p);
     if (n_gen > 0) tg.push_back(n_gen / dt_g);
+    if (probe_pool) probe();
   }
 
-  // Physical bounds. The bandwidth is measured after the runs (the engine's workers
-  // are idle by then) with as many executors as the engine uses.
+  // Physical bounds: the bandwidth is the median of the probes' medians (one probe
+  // per timed decode run), with the extremes of every pass.
   const WeightCost wc = weight_cost(engine->model());
   BandwidthResult bw;
-  if (bw_mib > 0 && n_gen > 0) {
-    FastPool pool(engine->threads());
-    bw = measure_read_bandwidth_ex(pool, size_t(bw_mib) << 20, 5);
+  if (!probes.empty()) {
+    bw = probes.front();
+    std::vector<double> med;
+    for (const BandwidthResult& b : probes) {
+      med.push_back(b.median_gbs);
+      bw.min_gbs = std::min(bw.min_gbs, b.min_gbs);
+      bw.max_gbs = std::max(bw.max_gbs, b.max_gbs);
+    }
+    std::sort(med.begin(), med.end());
+    const size_t n = med.size();
+    bw.median_gbs = n % 2 ? med[n / 2] : 0.5 * (med[n / 2 - 1] + med[n / 2]);
+    bw.reps = int(n);
   }
   // KV cache (F16 K and V) read per position attended, and the mean number of
   // positions a decoded token attends over (the first decoded token sits at
@@ -204,7 +227,7 @@ int cmd_bench(int argc, char** argv) {
   if (bw.median_gbs > 0)
     j["membw"] = {{"read_gbs_median", bw.median_gbs}, {"read_gbs_min", bw.min_gbs}, {"read_gbs_max", bw.max_gbs},
                   {"kernel", std::string(read_kernel_name(bw.kernel))}, {"buffer_bytes", bw.bytes},
-                  {"passes", bw.reps}, {"threads", bw.threads}};
+                  {"probes", bw.reps}, {"passes_per_probe", 3}, {"threads", bw.threads}};
   if (!pp.empty()) {
     Stats s = stats(pp);
     j["prefill"] = {{"tokens", n_prompt},       {"tok_s_median", s.median},
@@ -241,9 +264,10 @@ int cmd_bench(int argc, char** argv) {
       if (state_bytes > 0) std::printf(" + recurrent state %.2f MB read and written", state_bytes / 1e6);
       std::printf(")\n");
       if (roofline > 0)
-        std::printf("         read bandwidth %.2f GB/s (median of %d, %s, %d threads) -> roofline %.2f tok/s; "
-                    "achieved %.1f%% (%.2f GB/s)\n",
-                    bw.median_gbs, bw.reps, std::string(read_kernel_name(bw.kernel)).c_str(), bw.threads, roofline,
+        std::printf("         read bandwidth %.2f GB/s (median of %d probes, one after each decode run, %.1f-%.1f; "
+                    "%s, %d threads) -> roofline %.2f tok/s; achieved %.1f%% (%.2f GB/s)\n",
+                    bw.median_gbs, bw.reps, bw.min_gbs, bw.max_gbs, std::string(read_kernel_name(bw.kernel)).c_str(),
+                    bw.threads, roofline,
                     100.0 * s.median / roofline, s.median * decode_bytes / 1e9);
     }
   }
