@@ -2,8 +2,6 @@
 // dispatch into the AVX-512 kernels. This file is compiled WITHOUT ISA flags; the
 // kernels (kernels_*.cpp) are only entered after usable() said yes (make_backend
 // refuses otherwise).
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -22,6 +20,7 @@
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
 #include "tessera/kv_cache.h"
+#include "tessera/membw.h"
 #include "tessera/quant.h"
 
 namespace tessera::cpu_avx512 {
@@ -60,17 +59,6 @@ bool same_shape(const Tensor& a, const Tensor& b) {
   for (int d = 0; d < Tensor::kMaxDims; ++d)
     if (a.ne[d] != b.ne[d]) return false;
   return true;
-}
-
-// A repacked weight is streamed from DRAM once per token: 2 MiB pages (where THP
-// allows them) spare the page walk every 4 KiB and let the hardware prefetcher run
-// across what would be 4 KiB page boundaries.
-void* alloc_weight_copy(size_t bytes) {
-  constexpr size_t kHuge = size_t(2) << 20;
-  if (bytes < kHuge) return std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
-  void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) & ~(kHuge - 1));
-  if (p) madvise(p, (bytes + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // advice only: failure is harmless
-  return p;
 }
 
 struct AlignedFree {
@@ -126,7 +114,7 @@ class CpuAvx512Backend final : public Backend {
     r.estride = r.E > 1 ? w.nb[2] : 0;
     r.ebytes = kern::repacked_bytes(w.type, r.K, r.N);
     const size_t bytes = r.ebytes * size_t(r.E);
-    void* p = alloc_weight_copy(bytes);
+    void* p = alloc_streamed(bytes);  // streamed once per token: huge pages
     if (!p) throw Error("cpu_avx512: out of memory repacking '" + w.name + "'");
     r.data.reset(static_cast<uint8_t*>(p));
     const int64_t tiles = (r.N + kern::kTileRows - 1) / kern::kTileRows;

@@ -10,13 +10,9 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "kernels_simd.h"
 
 namespace tessera::cpu_avx512::kern {
-namespace {
-
-inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
-
-}  // namespace
 
 void rms_norm_row(const float* x, const float* w, float* y, int64_t K, float eps) {
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();

@@ -133,6 +133,15 @@ bool read_kernel_usable(ReadKernel k) {
   }
 }
 
+void* alloc_streamed(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (bytes < kHuge) return std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
+  const size_t rounded = (bytes + kHuge - 1) & ~(kHuge - 1);
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (p) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+  return p;
+}
+
 BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps, ReadKernel kernel) {
   if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
   if (bytes < (size_t(1) << 20)) throw Error("measure_read_bandwidth: buffer must be at least 1 MiB");
@@ -143,13 +152,11 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps
                 "' is not supported by this CPU/OS");
 
   bytes = (bytes + kAlign - 1) / kAlign * kAlign;
-  std::unique_ptr<unsigned char, FreeAligned> buf(static_cast<unsigned char*>(std::aligned_alloc(kAlign, bytes)),
+  // The same pages as the weights (alloc_streamed): the bound must be the best
+  // streaming read, or a decode on huge pages could appear to beat it.
+  std::unique_ptr<unsigned char, FreeAligned> buf(static_cast<unsigned char*>(alloc_streamed(bytes)),
                                                   FreeAligned{bytes});
   if (!buf) throw Error("measure_read_bandwidth: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
-  // 2 MiB pages where THP allows them, as cpu_avx512 uses for its repacked weights:
-  // the bound must be the best streaming read, or a decode using huge pages could
-  // appear to beat it.
-  if (bytes >= (size_t(2) << 20)) madvise(buf.get(), bytes, MADV_HUGEPAGE);  // advice only
 
   auto ctx = std::make_unique<ReadCtx>();
   ctx->base = buf.get();

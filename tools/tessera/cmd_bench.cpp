@@ -146,12 +146,13 @@ int cmd_bench(int argc, char** argv) {
   // bandwidth drifts by tens of percent over a run, and one probe at the end could
   // be taken in another phase than the decode it bounds. The pause first lets the
   // engine's workers go to sleep; the probe uses as many executors as the engine.
+  constexpr int kProbePasses = 3;
   std::unique_ptr<FastPool> probe_pool;
   std::vector<BandwidthResult> probes;
   if (bw_mib > 0 && n_gen > 0) probe_pool = std::make_unique<FastPool>(engine->threads());
   auto probe = [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
-    probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, 3));
+    probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, kProbePasses));
   };
 
   std::vector<double> pp, tg;
@@ -186,10 +187,8 @@ int cmd_bench(int argc, char** argv) {
       bw.min_gbs = std::min(bw.min_gbs, b.min_gbs);
       bw.max_gbs = std::max(bw.max_gbs, b.max_gbs);
     }
-    std::sort(med.begin(), med.end());
-    const size_t n = med.size();
-    bw.median_gbs = n % 2 ? med[n / 2] : 0.5 * (med[n / 2 - 1] + med[n / 2]);
-    bw.reps = int(n);
+    bw.median_gbs = stats(med).median;
+    bw.reps = int(med.size());
   }
   // KV cache (F16 K and V) read per position attended, and the mean number of
   // positions a decoded token attends over (the first decoded token sits at
@@ -227,7 +226,7 @@ int cmd_bench(int argc, char** argv) {
   if (bw.median_gbs > 0)
     j["membw"] = {{"read_gbs_median", bw.median_gbs}, {"read_gbs_min", bw.min_gbs}, {"read_gbs_max", bw.max_gbs},
                   {"kernel", std::string(read_kernel_name(bw.kernel))}, {"buffer_bytes", bw.bytes},
-                  {"probes", bw.reps}, {"passes_per_probe", 3}, {"threads", bw.threads}};
+                  {"probes", bw.reps}, {"passes_per_probe", kProbePasses}, {"threads", bw.threads}};
   if (!pp.empty()) {
     Stats s = stats(pp);
     j["prefill"] = {{"tokens", n_prompt},       {"tok_s_median", s.median},

@@ -34,6 +34,13 @@ struct BandwidthResult {
   ReadKernel kernel = ReadKernel::Scalar;  // the kernel actually used
 };
 
+// Memory for data that is streamed from DRAM (repacked weights, the probe's buffer):
+// 64-byte aligned, and above 2 MiB 2 MiB-aligned and advised MADV_HUGEPAGE (where
+// THP allows it), so the stream spares a page walk every 4 KiB and the hardware
+// prefetcher is not stopped at 4 KiB boundaries. The probe uses the same pages as the
+// weights it bounds. nullptr when out of memory; release with std::free.
+void* alloc_streamed(size_t bytes);
+
 // Multi-threaded streaming read bandwidth; median GB/s over `reps` passes.
 // Throws tessera::Error if the kernel is not usable here or bytes/reps are invalid.
 BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes = size_t(512) << 20, int reps = 5,
