@@ -731,10 +731,11 @@ class CpuAvx512Backend final : public Backend {
                             g.nb[1] % sizeof(float) == 0 && dst.nb[1] == size_t(S) * sizeof(float);
     if (!strided_ok || Hk <= 0 || S <= 0) return false;
     float* state_all = n.kv->recurrent_state(n.i[0], n.i[1]);
+    const float* row0 = frow(qkv, 0);
     parallel_for(Hv, [&](int64_t h0, int64_t h1) {
+      std::vector<float> scratch(size_t(2 * S));  // normalized q and k, once per executor
       for (int64_t h = h0; h < h1; ++h) {
         const int64_t kh = h % Hk;
-        const float* row0 = frow(qkv, 0);
         kern::DeltaNetHead head;
         head.q = row0 + kh * S;
         head.k = row0 + (Hk + kh) * S;
@@ -749,6 +750,7 @@ class CpuAvx512Backend final : public Backend {
         head.S = S;
         head.T = T;
         head.eps = n.f[0];
+        head.scratch = scratch.data();
         kern::gated_delta_net_head(head);
       }
     });

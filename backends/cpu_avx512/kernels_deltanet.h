@@ -19,6 +19,7 @@ struct DeltaNetHead {
   int64_t out_stride;    // floats between tokens of out
   int64_t S = 0, T = 0;
   float eps = 0.0f;      // L2-norm epsilon
+  float* scratch;        // 2 * S floats for the normalized q and k
 };
 
 // Per token one pass over the state: each row is decayed, dotted with k, corrected
