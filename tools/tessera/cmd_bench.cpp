@@ -105,7 +105,7 @@ int cmd_bench(int argc, char** argv) {
     ("n-gen,n", po::value(&n_gen)->default_value(128), "tokens decoded one at a time (0 = skip decode)")
     ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)")
     ("membw-mib", po::value(&bw_mib)->default_value(512),
-     "buffer for the read-bandwidth measurement behind the decode roofline, MiB (0 = skip it)")
+     "buffer of the read-bandwidth probe behind the decode roofline, run after each timed decode, MiB (0 = skip it)")
     ("json", po::bool_switch(&json), "print the results as one JSON object");
   add_common_options(desc, o, true);
   po::variables_map vm;
