@@ -108,6 +108,63 @@ void read_task(void* p, int i) {
   c->sink[i][0] += c->fn(reinterpret_cast<const uint64_t*>(c->base + b), (e - b) / 8);
 }
 
+// Auto -> the kernel used; throws if the one asked for cannot run here.
+ReadKernel usable_kernel(ReadKernel kernel) {
+  if (kernel == ReadKernel::Auto)
+    kernel = read_kernel_usable(ReadKernel::Avx2) ? ReadKernel::Avx2 : ReadKernel::Scalar;
+  if (!read_kernel_usable(kernel))
+    throw Error("measure_read_bandwidth: kernel '" + std::string(read_kernel_name(kernel)) +
+                "' is not supported by this CPU/OS");
+  return kernel;
+}
+
+// Existing memory read as one sequence of spans; executor i reads bytes
+// [total * i / parts, total * (i + 1) / parts) of it (cut at 64-byte lines).
+struct SpanCtx {
+  std::vector<const unsigned char*> begin;  // 64-byte aligned
+  std::vector<size_t> offset;               // of each span in the sequence; back() = total
+  size_t total = 0;
+  int parts = 1;
+  SumFn fn = sum_scalar;
+  alignas(64) uint64_t sink[FastPool::kMaxWorkers + 1][8] = {};
+};
+
+void span_task(void* p, int i) {
+  auto* c = static_cast<SpanCtx*>(p);
+  size_t b = (c->total / 64) * size_t(i) / size_t(c->parts) * 64;
+  const size_t e = (c->total / 64) * size_t(i + 1) / size_t(c->parts) * 64;
+  size_t k = size_t(std::upper_bound(c->offset.begin(), c->offset.end(), b) - c->offset.begin()) - 1;
+  uint64_t sum = 0;
+  while (b < e && k + 1 < c->offset.size()) {
+    const size_t n = std::min(e, c->offset[k + 1]) - b;
+    sum += c->fn(reinterpret_cast<const uint64_t*>(c->begin[k] + (b - c->offset[k])), n / 8);
+    b += n;
+    ++k;
+  }
+  c->sink[i][0] += sum;
+}
+
+// `reps` timed passes of `task` over `bytes`; median, min and max GB/s.
+BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), void* ctx, size_t bytes, int reps) {
+  std::vector<double> gbs;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.parallel(task, ctx);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gbs.push_back(double(bytes) / dt / 1e9);
+  }
+  std::sort(gbs.begin(), gbs.end());
+  size_t n = gbs.size();
+  BandwidthResult res;
+  res.median_gbs = n % 2 ? gbs[n / 2] : 0.5 * (gbs[n / 2 - 1] + gbs[n / 2]);
+  res.min_gbs = gbs.front();
+  res.max_gbs = gbs.back();
+  res.bytes = bytes;
+  res.reps = reps;
+  res.threads = pool.executorCount();
+  return res;
+}
+
 }  // namespace
 
 std::string_view read_kernel_name(ReadKernel k) {
@@ -145,11 +202,7 @@ void* alloc_streamed(size_t bytes) {
 BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps, ReadKernel kernel) {
   if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
   if (bytes < (size_t(1) << 20)) throw Error("measure_read_bandwidth: buffer must be at least 1 MiB");
-  if (kernel == ReadKernel::Auto)
-    kernel = read_kernel_usable(ReadKernel::Avx2) ? ReadKernel::Avx2 : ReadKernel::Scalar;
-  if (!read_kernel_usable(kernel))
-    throw Error("measure_read_bandwidth: kernel '" + std::string(read_kernel_name(kernel)) +
-                "' is not supported by this CPU/OS");
+  kernel = usable_kernel(kernel);
 
   bytes = (bytes + kAlign - 1) / kAlign * kAlign;
   // The same pages as the weights (alloc_streamed): the bound must be the best
@@ -168,24 +221,35 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps
   ctx->touch = false;
   pool.parallel(read_task, ctx.get());  // warm-up pass (TLB, frequency)
 
-  std::vector<double> gbs;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    pool.parallel(read_task, ctx.get());
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    gbs.push_back(double(bytes) / dt / 1e9);
-  }
-  std::sort(gbs.begin(), gbs.end());
-  size_t n = gbs.size();
-  BandwidthResult res;
-  res.median_gbs = n % 2 ? gbs[n / 2] : 0.5 * (gbs[n / 2 - 1] + gbs[n / 2]);
-  res.min_gbs = gbs.front();
-  res.max_gbs = gbs.back();
-  res.bytes = bytes;
-  res.reps = reps;
-  res.threads = pool.executorCount();
+  BandwidthResult res = timed_passes(pool, read_task, ctx.get(), bytes, reps);
   res.kernel = kernel;
   volatile uint64_t keep = 0;  // the sums must be observable or the reads could be dropped
+  for (int i = 0; i < ctx->parts; ++i) keep = keep + ctx->sink[i][0];
+  (void)keep;
+  return res;
+}
+
+BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std::span<const std::byte>> spans,
+                                             int reps, ReadKernel kernel) {
+  if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
+  kernel = usable_kernel(kernel);
+  auto ctx = std::make_unique<SpanCtx>();
+  for (const auto& sp : spans) {  // whole 64-byte lines only: the kernels use aligned loads
+    const auto b = (reinterpret_cast<uintptr_t>(sp.data()) + 63) & ~uintptr_t(63);
+    const auto e = (reinterpret_cast<uintptr_t>(sp.data()) + sp.size()) & ~uintptr_t(63);
+    if (e <= b) continue;
+    ctx->begin.push_back(reinterpret_cast<const unsigned char*>(b));
+    ctx->offset.push_back(ctx->total);
+    ctx->total += e - b;
+  }
+  if (ctx->total < (size_t(1) << 20)) throw Error("measure_read_bandwidth: less than 1 MiB to read");
+  ctx->offset.push_back(ctx->total);
+  ctx->parts = pool.executorCount();
+  ctx->fn = kernel_fn(kernel);
+  pool.parallel(span_task, ctx.get());  // untimed pass (TLB, frequency)
+  BandwidthResult res = timed_passes(pool, span_task, ctx.get(), ctx->total, reps);
+  res.kernel = kernel;
+  volatile uint64_t keep = 0;
   for (int i = 0; i < ctx->parts; ++i) keep = keep + ctx->sink[i][0];
   (void)keep;
   return res;

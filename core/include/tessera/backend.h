@@ -63,6 +63,15 @@ class Backend {
 
   // Execute graph.nodes()[first, first+count) in order. Throws tessera::Error.
   virtual void execute(Graph& graph, size_t first, size_t count) = 0;
+
+  // The host bytes this backend streams when a product reads `weight`: its own
+  // repacked copy where prepare_weight made one, else the tensor's bytes (empty for
+  // device memory). `tessera bench` reads them to measure the bandwidth of the very
+  // pages decode streams, which on a VM can differ from a fresh buffer's.
+  virtual std::span<const std::byte> weight_bytes(const Tensor& weight) {
+    if (!uses_host_memory() || !weight.data) return {};
+    return {static_cast<const std::byte*>(weight.data), weight.nbytes()};
+  }
 };
 
 }  // namespace tessera

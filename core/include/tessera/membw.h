@@ -10,6 +10,7 @@
 // passes is returned. About 0.3 s for the defaults on a 10 GB/s machine.
 #pragma once
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 namespace tessera {
@@ -45,6 +46,13 @@ void* alloc_streamed(size_t bytes);
 // Throws tessera::Error if the kernel is not usable here or bytes/reps are invalid.
 BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes = size_t(512) << 20, int reps = 5,
                                           ReadKernel kernel = ReadKernel::Auto);
+
+// The same streaming read over memory that already exists (e.g. a model's weights,
+// where they lie), split evenly across the executors in the order given; each span
+// is read from its first to its last whole 64-byte line. No first touch, one untimed
+// pass first. Throws tessera::Error if there is less than 1 MiB in all.
+BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std::span<const std::byte>> spans,
+                                             int reps = 3, ReadKernel kernel = ReadKernel::Auto);
 
 // Just the median GB/s of measure_read_bandwidth_ex.
 double measure_read_bandwidth(FastPool& pool, size_t bytes = size_t(512) << 20, int reps = 5);

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define TESSERA_PLUGIN_ABI_VERSION 1u
+#define TESSERA_PLUGIN_ABI_VERSION 2u  /* 2: Backend::weight_bytes */
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
 
 typedef enum TesseraPluginKind { TESSERA_PLUGIN_BACKEND = 1, TESSERA_PLUGIN_LOADER = 2 } TesseraPluginKind;

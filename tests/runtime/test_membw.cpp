@@ -1,0 +1,58 @@
+// The streaming-read probes behind `tessera bench`'s decode roofline: a fresh buffer
+// and memory that already exists (a model's weights where they lie).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/membw.h"
+
+namespace tessera {
+namespace {
+
+TEST(ReadBandwidth, SpansAreReadWholeLinesOnly) {
+  FastPool pool(2);
+  std::vector<std::byte> a((size_t(3) << 20) + 100), b(size_t(1) << 20);
+  // Spans that start and end inside a line: only their whole 64-byte lines count.
+  std::span<const std::byte> sa(a.data() + 1, a.size() - 1), sb(b.data(), b.size());
+  const std::span<const std::byte> spans[] = {sa, sb};
+  auto whole = [](std::span<const std::byte> s) {
+    const auto p = reinterpret_cast<uintptr_t>(s.data());
+    return size_t(((p + s.size()) & ~uintptr_t(63)) - ((p + 63) & ~uintptr_t(63)));
+  };
+  const BandwidthResult r = measure_read_bandwidth_spans(pool, spans, 2);
+  EXPECT_EQ(r.bytes, whole(sa) + whole(sb));
+  EXPECT_EQ(r.reps, 2);
+  EXPECT_EQ(r.threads, 2);
+  EXPECT_GT(r.median_gbs, 0.0);
+  EXPECT_LE(r.min_gbs, r.median_gbs);
+  EXPECT_GE(r.max_gbs, r.median_gbs);
+}
+
+TEST(ReadBandwidth, SpansOfLessThanOneMiBAreRefused) {
+  FastPool pool(1);
+  std::vector<std::byte> a(size_t(512) << 10);
+  const std::span<const std::byte> spans[] = {std::span<const std::byte>(a)};
+  EXPECT_THROW(measure_read_bandwidth_spans(pool, spans, 1), Error);
+  EXPECT_THROW(measure_read_bandwidth_spans(pool, {}, 1), Error);
+  std::vector<std::byte> big(size_t(2) << 20);
+  const std::span<const std::byte> ok[] = {std::span<const std::byte>(big)};
+  EXPECT_THROW(measure_read_bandwidth_spans(pool, ok, 0), Error);
+}
+
+// More executors than lines to share: every executor gets a valid (maybe empty) range.
+TEST(ReadBandwidth, ManySmallSpansOnManyExecutors) {
+  FastPool pool(4);
+  std::vector<std::vector<std::byte>> bufs(40, std::vector<std::byte>(size_t(40) << 10));
+  std::vector<std::span<const std::byte>> spans;
+  for (auto& v : bufs) spans.emplace_back(v.data(), v.size());
+  const BandwidthResult r = measure_read_bandwidth_spans(pool, spans, 1);
+  EXPECT_GE(r.bytes, size_t(40) * ((size_t(40) << 10) - 64));
+  EXPECT_GT(r.median_gbs, 0.0);
+}
+
+}  // namespace
+}  // namespace tessera
