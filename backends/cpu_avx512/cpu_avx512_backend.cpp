@@ -135,6 +135,11 @@ class CpuAvx512Backend final : public Backend {
 
   std::string name() const override { return "cpu_avx512"; }
 
+  std::span<const std::byte> weight_bytes(const Tensor& w) override {
+    if (const Repacked* r = find_repacked(w)) return {reinterpret_cast<const std::byte*>(r->data.get()), r->ebytes * size_t(r->E)};
+    return Backend::weight_bytes(w);
+  }
+
   OpSupport supports(const Graph& graph, const Node& node) const override {
     // Validation is the reference's (same accepted nodes, same messages); every node
     // it accepts is executed here, by a kernel or by the reference code.

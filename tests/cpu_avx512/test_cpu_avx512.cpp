@@ -226,6 +226,33 @@ TEST_F(Avx512, RepackedCopyIsNotUsedWhenTheWeightChanges) {
   }
 }
 
+// weight_bytes() names what a product streams: the repacked copy while it is valid,
+// else the tensor's own bytes (what `tessera bench` reads for its in-place roofline).
+TEST_F(Avx512, WeightBytesAreTheRepackedCopyWhileItIsUsed) {
+  const int64_t K = 256, N = 40;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N), 31), K, N);
+    Tensor wt = Tensor::contiguous(t, {K, N}, w.data());
+    wt.name = "w";
+    auto be = cpu_avx512::make_backend(pool.get());
+    auto own = be->weight_bytes(wt);
+    EXPECT_EQ(static_cast<const void*>(own.data()), static_cast<const void*>(w.data()));
+    EXPECT_EQ(own.size(), w.size());
+    be->prepare_weight(wt);
+    auto sp = be->weight_bytes(wt);
+    if (cpu_avx512::kern::repack_supported(t)) {
+      EXPECT_NE(static_cast<const void*>(sp.data()), static_cast<const void*>(w.data()));
+      EXPECT_EQ(sp.size(), cpu_avx512::kern::repacked_bytes(t, K, N));  // 40 rows: 3 tiles of 16, the last padded
+      const std::vector<uint8_t> w2 = quantize_matrix(t, randn(size_t(K * N), 32), K, N);
+      std::memcpy(w.data(), w2.data(), w.size());  // new contents at the same address: the copy is stale
+      EXPECT_EQ(static_cast<const void*>(be->weight_bytes(wt).data()), static_cast<const void*>(w.data()));
+    } else {
+      EXPECT_EQ(static_cast<const void*>(sp.data()), static_cast<const void*>(w.data()));
+    }
+  }
+}
+
 // Consecutive MatMuls over the same x reuse its quantized activation (q/k/v,
 // gate/up); a different weight dtype, an op in between that rewrites x, or a
 // product whose dst overlaps x must not see a stale one. Each result must equal the
