@@ -1,6 +1,7 @@
 // Runs the command-line tools as a user would: outputs, exit codes, and that every
 // error is exactly one line on stderr.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdio>
@@ -111,6 +112,24 @@ TEST(Cli, RunGeneratesWithTheBundledModel) {
   EXPECT_EQ(again.out, r.out);
   // Greedy is deterministic without a seed.
   EXPECT_EQ(run("run -p abc -n 6 --temp 0").out, run("run -p abc -n 6 --temp 0 --seed 99").out);
+}
+
+// bench reports both decode rooflines: over a fresh buffer, and over the model's own
+// weights read where they lie (the bytes the backend streams for them).
+TEST(Cli, BenchReportsBothDecodeRooflines) {
+  Result r = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
+                 " -p 4 -n 4 -r 1 --membw-mib 8 --threads 2 --backend cpu_scalar --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& w = j.at("membw_weights_in_place");
+  EXPECT_GT(w.at("bytes").get<double>(), 8e6);  // every distinct weight tensor: ~17 MB of F16
+  EXPECT_LE(w.at("bytes").get<double>(), j.at("model").at("weight_bytes").get<double>());
+  EXPECT_GT(w.at("read_gbs_median").get<double>(), 0.0);
+  EXPECT_EQ(w.at("probes").get<int>(), 1);
+  const auto& d = j.at("decode");
+  EXPECT_GT(d.at("roofline_tok_s").get<double>(), 0.0);
+  EXPECT_NEAR(d.at("fraction_of_roofline_in_place").get<double>(),
+              d.at("tok_s_median").get<double>() / d.at("roofline_in_place_tok_s").get<double>(), 1e-9);
 }
 
 TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {
