@@ -3,6 +3,10 @@
 // folder is included (registered at run time). Names, filter-friendly:
 //   BM_MatVec/<backend>/<dtype>/<K>x<N>          M = 1:   bytes/s of weights, FLOP/s
 //   BM_MatMul/<backend>/<dtype>/<K>x<N>/m<M>     M = 64:  FLOP/s, bytes/s
+//   BM_MatVecDram/<backend>/<dtype>/<K>x<N>      M = 1 over copies of the weight that
+//       together exceed the last-level cache, run back to back as one graph (as a
+//       decode step runs its products): GB/s from DRAM, a plain streaming read of the same
+//       bytes right after each run (probe_GB/s), and the median of their ratios (of_probe)
 //   BM_MatMulId/<backend>/<dtype>/<K>x<N>xE<E>/k<k>/n<n>  expert products (MatMulId):
 //       bytes/s of the active weights (the distinct experts the ids touch), FLOP/s
 //   BM_SmallOp/<backend>/<op>/<K>x<n>            one small op (RmsNorm, Add, SwiGlu, ...)
@@ -12,6 +16,7 @@
 // (comma-separated list, default 64).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
@@ -27,6 +32,7 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
+#include "tessera/membw.h"
 #include "tessera/plugin_config.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/quant.h"
@@ -146,6 +152,83 @@ void bm_matmul(benchmark::State& state, const std::string& backend, DType t, Sha
                                                  benchmark::Counter::kIs1000);
   state.counters["FLOP/s"] = benchmark::Counter(flops * it, benchmark::Counter::kIsRate,
                                                 benchmark::Counter::kIs1000);
+}
+
+// ---- Matrix-vector from DRAM -------------------------------------------------
+// BM_MatVec reuses one weight, which stays in the last-level cache at the smaller
+// shapes; a decode step streams every weight from DRAM. Here kDramBytes of distinct
+// copies run as consecutive MatMul nodes of one graph, so the figure includes what a
+// product costs between two others (dispatch, the first misses of a new stream).
+constexpr size_t kDramBytes = size_t(384) << 20;
+
+void bm_matvec_dram(benchmark::State& state, const std::string& backend, DType t, Shape sh) {
+  // A backend of its own, so its repacked copies are freed with it at the end.
+  std::shared_ptr<Backend> owned = globals().registry->create_backend(backend, globals().pool.get());
+  Backend& be = *owned;
+  if (!be.uses_host_memory()) {
+    state.SkipWithError("not a host-memory backend: its weights are not streamed from this machine's DRAM");
+    return;
+  }
+  const RawWeight& raw = raw_weight(t, sh.K, sh.N);
+  const size_t copies = std::max<size_t>(2, kDramBytes / raw.bytes.size());
+  std::vector<std::vector<unsigned char>> bytes(copies, raw.bytes);  // unrepacked tensors point here
+  Graph g;
+  int32_t xi = g.new_tensor(DType::F32, {sh.K, 1}, "x");
+  int32_t di = g.new_tensor(DType::F32, {sh.N, 1}, "y");
+  std::vector<std::span<const std::byte>> spans;  // what the products stream: the probe reads the same
+  try {
+    for (size_t c = 0; c < copies; ++c) {
+      Tensor w = Tensor::contiguous(t, {sh.K, sh.N}, bytes[c].data());
+      w.name = "bench.weight." + std::to_string(c);
+      be.prepare_weight(w);
+      spans.push_back(be.weight_bytes(w));
+      Node n;
+      n.op = Op::MatMul;
+      n.dst = di;
+      n.src = {g.add_tensor(w), xi, -1, -1};
+      g.add_node(n);
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("prepare_weight: ") + e.what()).c_str());
+    return;
+  }
+  g.allocate();
+  fill_random(static_cast<float*>(g.tensor(xi).data), sh.K, 99);
+  OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return;
+  }
+  // Each iteration: the products, then one plain read of the bytes they streamed. This VM's
+  // bandwidth drifts by tens of percent within minutes, so the ratio is taken per
+  // pair and the median reported.
+  const size_t nodes = g.nodes().size();
+  const double weight_bytes = double(row_bytes(t, sh.K)) * double(sh.N) * double(copies);
+  std::vector<double> kernel_gbs, probe_gbs, ratios;
+  try {
+    be.execute(g, 0, nodes);  // warm-up
+    for (auto _ : state) {
+      auto t0 = std::chrono::steady_clock::now();
+      be.execute(g, 0, nodes);
+      benchmark::ClobberMemory();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      state.PauseTiming();
+      kernel_gbs.push_back(weight_bytes / s / 1e9);
+      probe_gbs.push_back(measure_read_bandwidth_spans(*globals().pool, spans, 1).median_gbs);
+      ratios.push_back(kernel_gbs.back() / probe_gbs.back());
+      state.ResumeTiming();
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("execute: ") + e.what()).c_str());
+    return;
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  state.counters["GB/s"] = median(kernel_gbs);
+  state.counters["probe_GB/s"] = median(probe_gbs);
+  state.counters["of_probe"] = median(ratios);
 }
 
 // ---- MatMulId (mixture of experts) -------------------------------------------
@@ -334,6 +417,11 @@ void register_matmul_benchmarks() {
                                      [be, t, sh](benchmark::State& s) { bm_matmul(s, be, t, sh, 1); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
+      for (const auto& be : names)
+        benchmark::RegisterBenchmark(("BM_MatVecDram/" + be + "/" + tn + "/" + shape).c_str(),
+                                     [be, t, sh](benchmark::State& s) { bm_matvec_dram(s, be, t, sh); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
       for (int64_t m : ms)
         for (const auto& be : names)
           benchmark::RegisterBenchmark(("BM_MatMul/" + be + "/" + tn + "/" + shape + "/m" + std::to_string(m)).c_str(),
