@@ -69,11 +69,20 @@ struct AlignedFree {
 // and last rows; of the first, middle and last expert for a 3-D expert tensor): a
 // repacked copy is used only while the original still matches, so a freed and reused
 // address can never pick up a stale repack.
+// It runs before every product, so it mixes 8-byte words (a byte-wise FNV over the
+// 192 bytes was 0.65% of a TinyLlama decode profile).
 uint64_t fingerprint(const Tensor& w) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t v;
+      std::memcpy(&v, b + i, 8);
+      h = (h ^ v) * 1099511628211ull;
+      h ^= h >> 29;  // so every bit of v reaches the low bits of later words' products
+    }
+    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
   };
   const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2];
   mix(&K, sizeof K);
