@@ -7,7 +7,9 @@
 // matrix is tied to it; of a mixture-of-experts tensor only the n_expert_used
 // experts the token is routed to: the *active* weights) plus the KV cache up to its
 // position and, for recurrent layers, their state (read and written); tokens/s
-// cannot exceed (read bandwidth, probed after each decode run) / (those bytes). Prefill:
+// cannot exceed (read bandwidth, probed after each decode run) / (those bytes). The
+// bandwidth is probed twice: over a fresh buffer, and over the bytes the backend
+// streams for the model's weights where they lie (decision 23). Prefill:
 // FLOPs per token = 2 x active parameters of the matrices (attention score and
 // delta-net recurrence FLOPs not included).
 // --json prints everything as one JSON object on stdout instead of the text report.
@@ -144,7 +146,8 @@ int cmd_bench(int argc, char** argv) {
     ("n-gen,n", po::value(&n_gen)->default_value(128), "tokens decoded one at a time (0 = skip decode)")
     ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)")
     ("membw-mib", po::value(&bw_mib)->default_value(512),
-     "buffer of the read-bandwidth probe behind the decode roofline, run after each timed decode, MiB (0 = skip it)")
+     "fresh buffer of the read-bandwidth probe behind the decode roofline, MiB; it and a read of the model's "
+     "weights where they lie run after each timed decode (0 = skip both)")
     ("json", po::bool_switch(&json), "print the results as one JSON object");
   add_common_options(desc, o, true);
   po::variables_map vm;
