@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.h"
@@ -116,6 +117,13 @@ ReadKernel usable_kernel(ReadKernel kernel) {
     throw Error("measure_read_bandwidth: kernel '" + std::string(read_kernel_name(kernel)) +
                 "' is not supported by this CPU/OS");
   return kernel;
+}
+
+// The first and past-the-last address of a span's whole 64-byte lines (the kernels
+// use aligned loads); e <= b when it holds none.
+std::pair<uintptr_t, uintptr_t> whole_lines(std::span<const std::byte> sp) {
+  const auto p = reinterpret_cast<uintptr_t>(sp.data());
+  return {(p + 63) & ~uintptr_t(63), (p + sp.size()) & ~uintptr_t(63)};
 }
 
 // Existing memory read as one sequence of spans; executor i reads bytes
@@ -234,9 +242,8 @@ BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std
   if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
   kernel = usable_kernel(kernel);
   auto ctx = std::make_unique<SpanCtx>();
-  for (const auto& sp : spans) {  // whole 64-byte lines only: the kernels use aligned loads
-    const auto b = (reinterpret_cast<uintptr_t>(sp.data()) + 63) & ~uintptr_t(63);
-    const auto e = (reinterpret_cast<uintptr_t>(sp.data()) + sp.size()) & ~uintptr_t(63);
+  for (const auto& sp : spans) {
+    const auto [b, e] = whole_lines(sp);
     if (e <= b) continue;
     ctx->begin.push_back(reinterpret_cast<const unsigned char*>(b));
     ctx->offset.push_back(ctx->total);
@@ -253,6 +260,15 @@ BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std
   for (int i = 0; i < ctx->parts; ++i) keep = keep + ctx->sink[i][0];
   (void)keep;
   return res;
+}
+
+size_t spans_read_bytes(std::span<const std::span<const std::byte>> spans) {
+  size_t n = 0;
+  for (const auto& sp : spans) {
+    const auto [b, e] = whole_lines(sp);
+    if (e > b) n += e - b;
+  }
+  return n;
 }
 
 double measure_read_bandwidth(FastPool& pool, size_t bytes, int reps) {

@@ -25,6 +25,7 @@ TEST(ReadBandwidth, SpansAreReadWholeLinesOnly) {
   };
   const BandwidthResult r = measure_read_bandwidth_spans(pool, spans, 2);
   EXPECT_EQ(r.bytes, whole(sa) + whole(sb));
+  EXPECT_EQ(spans_read_bytes(spans), r.bytes);
   EXPECT_EQ(r.reps, 2);
   EXPECT_EQ(r.threads, 2);
   EXPECT_GT(r.median_gbs, 0.0);
@@ -38,6 +39,10 @@ TEST(ReadBandwidth, SpansOfLessThanOneMiBAreRefused) {
   const std::span<const std::byte> spans[] = {std::span<const std::byte>(a)};
   EXPECT_THROW(measure_read_bandwidth_spans(pool, spans, 1), Error);
   EXPECT_THROW(measure_read_bandwidth_spans(pool, {}, 1), Error);
+  EXPECT_EQ(spans_read_bytes({}), 0u);
+  // Less than one whole line: nothing to read.
+  const std::span<const std::byte> tiny[] = {std::span<const std::byte>(a.data() + 1, 64)};
+  EXPECT_EQ(spans_read_bytes(tiny), 0u);
   std::vector<std::byte> big(size_t(2) << 20);
   const std::span<const std::byte> ok[] = {std::span<const std::byte>(big)};
   EXPECT_THROW(measure_read_bandwidth_spans(pool, ok, 0), Error);

@@ -20,6 +20,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -94,20 +95,13 @@ WeightCost weight_cost(const Model& model) {
 std::vector<std::span<const std::byte>> streamed_weight_spans(const Engine& engine) {
   std::vector<std::span<const std::byte>> out;
   Backend& be = *engine.scheduler().backends().front();
-  std::vector<const void*> seen;
+  std::unordered_set<const void*> seen;  // a tied embedding is the output matrix too
   for (const Tensor* t : const_cast<Model&>(engine.model()).weights()) {
-    if (std::find(seen.begin(), seen.end(), t->data) != seen.end()) continue;
-    seen.push_back(t->data);
+    if (!seen.insert(t->data).second) continue;
     auto sp = be.weight_bytes(*t);
     if (!sp.empty()) out.push_back(sp);
   }
   return out;
-}
-
-size_t spans_bytes(const std::vector<std::span<const std::byte>>& spans) {
-  size_t n = 0;
-  for (const auto& s : spans) n += s.size();
-  return n;
 }
 
 // One bandwidth from probes taken after each decode run: the median of their
@@ -200,7 +194,7 @@ int cmd_bench(int argc, char** argv) {
   auto probe = [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
     probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, kProbePasses));
-    if (spans_bytes(weight_spans) >= (size_t(1) << 20))
+    if (spans_read_bytes(weight_spans) >= (size_t(1) << 20))
       weight_probes.push_back(measure_read_bandwidth_spans(*probe_pool, weight_spans, kProbePasses));
   };
 

@@ -50,9 +50,12 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes = size_t(
 // The same streaming read over memory that already exists (e.g. a model's weights,
 // where they lie), split evenly across the executors in the order given; each span
 // is read from its first to its last whole 64-byte line. No first touch, one untimed
-// pass first. Throws tessera::Error if there is less than 1 MiB in all.
+// pass first. Throws tessera::Error if spans_read_bytes(spans) is under 1 MiB.
 BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std::span<const std::byte>> spans,
                                              int reps = 3, ReadKernel kernel = ReadKernel::Auto);
+
+// The bytes measure_read_bandwidth_spans reads: every span's whole 64-byte lines.
+size_t spans_read_bytes(std::span<const std::span<const std::byte>> spans);
 
 // Just the median GB/s of measure_read_bandwidth_ex.
 double measure_read_bandwidth(FastPool& pool, size_t bytes = size_t(512) << 20, int reps = 5);
