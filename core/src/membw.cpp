@@ -152,6 +152,13 @@ void span_task(void* p, int i) {
   c->sink[i][0] += sum;
 }
 
+// The executors' sums must be observable, or the compiler could drop the reads.
+void keep_sums(const uint64_t (*sink)[8], int parts) {
+  volatile uint64_t keep = 0;
+  for (int i = 0; i < parts; ++i) keep = keep + sink[i][0];
+  (void)keep;
+}
+
 // `reps` timed passes of `task` over `bytes`; median, min and max GB/s.
 BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), void* ctx, size_t bytes, int reps) {
   std::vector<double> gbs;
@@ -231,9 +238,7 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps
 
   BandwidthResult res = timed_passes(pool, read_task, ctx.get(), bytes, reps);
   res.kernel = kernel;
-  volatile uint64_t keep = 0;  // the sums must be observable or the reads could be dropped
-  for (int i = 0; i < ctx->parts; ++i) keep = keep + ctx->sink[i][0];
-  (void)keep;
+  keep_sums(ctx->sink, ctx->parts);
   return res;
 }
 
@@ -256,9 +261,7 @@ BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std
   pool.parallel(span_task, ctx.get());  // untimed pass (TLB, frequency)
   BandwidthResult res = timed_passes(pool, span_task, ctx.get(), ctx->total, reps);
   res.kernel = kernel;
-  volatile uint64_t keep = 0;
-  for (int i = 0; i < ctx->parts; ++i) keep = keep + ctx->sink[i][0];
-  (void)keep;
+  keep_sums(ctx->sink, ctx->parts);
   return res;
 }
 

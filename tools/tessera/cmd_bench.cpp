@@ -189,12 +189,16 @@ int cmd_bench(int argc, char** argv) {
   constexpr int kProbePasses = 3;
   std::unique_ptr<FastPool> probe_pool;
   std::vector<BandwidthResult> probes, weight_probes;
-  std::vector<std::span<const std::byte>> weight_spans = streamed_weight_spans(*engine);
-  if (bw_mib > 0 && n_gen > 0) probe_pool = std::make_unique<FastPool>(engine->threads());
+  std::vector<std::span<const std::byte>> weight_spans;
+  if (bw_mib > 0 && n_gen > 0) {
+    probe_pool = std::make_unique<FastPool>(engine->threads());
+    weight_spans = streamed_weight_spans(*engine);
+    if (spans_read_bytes(weight_spans) < (size_t(1) << 20)) weight_spans.clear();  // too little to time
+  }
   auto probe = [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
     probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, kProbePasses));
-    if (spans_read_bytes(weight_spans) >= (size_t(1) << 20))
+    if (!weight_spans.empty())
       weight_probes.push_back(measure_read_bandwidth_spans(*probe_pool, weight_spans, kProbePasses));
   };
 
