@@ -12,11 +12,15 @@
 //   BM_SmallOp/<backend>/<op>/<K>x<n>            one small op (RmsNorm, Add, SwiGlu, ...)
 //       on n rows of K: time per call, to place the pool-split thresholds (run with
 //       TESSERA_BENCH_THREADS=1 and 2)
+//   BM_Attention/<backend>/hd<D>/h<H>kv<KV>/L<L>   decode attention (one token over L
+//       cached positions) in each of 22 layers of one KV cache, run as one graph like a
+//       decode step (the cache exceeds L2): time per layer, KV bytes/s
 // K = inputs (row length), N = output rows. $TESSERA_BENCH_M sets the matmul M
 // (comma-separated list, default 64).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
@@ -32,6 +36,7 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
+#include "tessera/kv_cache.h"
 #include "tessera/membw.h"
 #include "tessera/plugin_config.h"
 #include "tessera/plugin_registry.h"
@@ -368,6 +373,63 @@ void bm_small_op(benchmark::State& state, const std::string& backend, Op op, int
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+struct AttnShape {
+  int64_t hd, heads, kv_heads;
+};
+
+void bm_attention(benchmark::State& state, const std::string& backend, AttnShape sh, int64_t L) {
+  Backend& be = *globals().backends.at(backend);
+  constexpr int kLayers = 22;
+  const int64_t page = 16;
+  KvCacheConfig cfg{kLayers, int(sh.kv_heads), int(sh.hd), int(page), int((L + 1 + page - 1) / page)};
+  KvCache kv(cfg);
+  const KvCache::SeqId seq = kv.create_sequence();
+  if (!kv.reserve(seq, L + 1)) {
+    state.SkipWithError("KV cache reserve failed");
+    return;
+  }
+  // Fill every layer's L + 1 positions (random K/V in F16), then attend one token at L.
+  std::vector<float> kvf(size_t(sh.hd * sh.kv_heads));
+  for (int l = 0; l < kLayers; ++l)
+    for (int64_t j = 0; j <= L; ++j) {
+      for (uint16_t* row : {kv.k_row(l, seq, j), kv.v_row(l, seq, j)}) {
+        fill_random(kvf.data(), int64_t(kvf.size()), uint64_t(l * 100003 + j * 2 + (row == kv.v_row(l, seq, j))));
+        for (size_t i = 0; i < kvf.size(); ++i) row[i] = quant::fp32_to_fp16(kvf[i] * 2.0f);
+      }
+    }
+  kv.set_length(seq, L + 1);
+  Graph g;
+  const int32_t q = g.new_tensor(DType::F32, {sh.hd, sh.heads, 1}, "q");
+  std::vector<int32_t> outs;
+  for (int l = 0; l < kLayers; ++l) {
+    outs.push_back(g.new_tensor(DType::F32, {sh.hd, sh.heads, 1}, "out"));
+    Node nd;
+    nd.op = Op::Attention;
+    nd.dst = outs.back();
+    nd.src = {q, -1, -1, -1};
+    nd.i = {l, seq, int32_t(L)};
+    nd.f[0] = 1.0f / std::sqrt(float(sh.hd));
+    nd.kv = &kv;
+    g.add_node(nd);
+  }
+  g.allocate();
+  fill_random(static_cast<float*>(g.tensor(q).data), g.tensor(q).nelements(), 9);
+  OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return;
+  }
+  be.execute(g, 0, g.nodes().size());
+  for (auto _ : state) {
+    be.execute(g, 0, g.nodes().size());
+    benchmark::ClobberMemory();
+  }
+  const double kv_bytes = double(kLayers) * double(L + 1) * double(sh.kv_heads * sh.hd) * 2.0 * 2.0;
+  state.counters["s/layer"] = benchmark::Counter(double(kLayers), benchmark::Counter::kIsIterationInvariantRate |
+                                                                    benchmark::Counter::kInvert);
+  state.counters["KV_GB/s"] = benchmark::Counter(kv_bytes * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 std::vector<int64_t> matmul_ms() {
   std::vector<int64_t> ms;
   if (const char* e = std::getenv("TESSERA_BENCH_M")) {
@@ -451,6 +513,16 @@ void register_matmul_benchmarks() {
         const std::string name = "BM_SmallOp/" + be + "/" + std::string(op_name(op)) + "/" + std::to_string(K) + "x" +
                                  std::to_string(n);
         benchmark::RegisterBenchmark(name.c_str(), [be, op, K, n](benchmark::State& s) { bm_small_op(s, be, op, K, n); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+
+  for (AttnShape sh : {AttnShape{64, 32, 4}, AttnShape{128, 32, 8}})
+    for (int64_t L : {int64_t(128), int64_t(512), int64_t(2048)})
+      for (const auto& be : names) {
+        const std::string name = "BM_Attention/" + be + "/hd" + std::to_string(sh.hd) + "/h" + std::to_string(sh.heads) +
+                                 "kv" + std::to_string(sh.kv_heads) + "/L" + std::to_string(L);
+        benchmark::RegisterBenchmark(name.c_str(), [be, sh, L](benchmark::State& s) { bm_attention(s, be, sh, L); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

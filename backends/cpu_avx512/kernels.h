@@ -50,6 +50,8 @@ int64_t argmax_row(const float* x, int64_t K);
 // MoeCombine of one token: y[i] = sum over j in order of w[j] * e[j][i] (N outputs).
 void moe_combine_row(const float* const* e, const float* w, int64_t k, float* y, int64_t N);
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t K);  // == quant::fp32_to_fp16 per element
+// y[k] = expf(x[k]) by exp16 (kernels_exp.h): libm's expf bit for bit (its test's entry point).
+void exp_row(const float* x, float* y, int64_t K);
 
 // One attention item: q (hd floats), causal over L cached positions whose K/V rows
 // (already offset to the KV head) are krows[j] / vrows[j]; out: hd floats.

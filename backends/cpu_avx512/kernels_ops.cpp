@@ -1,15 +1,17 @@
 // AVX-512 kernels of the small ops (compiled with AVX-512 flags). Same arithmetic as
 // cpu_scalar up to float rounding: RMS sums in double, softmax sum in double, exp
-// from libm like the reference (so the next activation quantization sees identical
-// values), attention with F16-rounded q, F16 K/V converted in registers, an online
+// equal to libm's expf like the reference's (exp16, kernels_exp.h; so the next
+// activation quantization sees identical values), attention with F16-rounded q, F16 K/V converted in registers, an online
 // softmax in F32 and the V weighted sum kept in F16 between steps (llama.cpp's CPU
 // flash attention; see cpu_scalar).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels.h"
+#include "kernels_exp.h"
 #include "kernels_simd.h"
 
 namespace tessera::cpu_avx512::kern {
@@ -35,17 +37,19 @@ void rms_norm_row(const float* x, const float* w, float* y, int64_t K, float eps
 }
 
 void softmax_row(const float* x, float* y, int64_t K) {
-  // Vector max; exp (libm, as the reference) and the double sum per element in order.
+  // Vector max and exp (libm's, exp16); the double sum per element in order, as the
+  // reference adds.
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t k = 0; k < K; k += 16)
     mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(K - k), x + k));
   const float vmax = _mm512_reduce_max_ps(mx);
-  double sum = 0.0;
-  for (int64_t k = 0; k < K; ++k) {
-    const float e = std::exp(x[k] - vmax);
-    sum += double(e);
-    y[k] = e;
+  const __m512 vm = _mm512_set1_ps(vmax);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm512_mask_storeu_ps(y + k, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + k), vm)));
   }
+  double sum = 0.0;
+  for (int64_t k = 0; k < K; ++k) sum += double(y[k]);
   const __m512 inv = _mm512_set1_ps(float(1.0 / sum));
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
@@ -53,16 +57,36 @@ void softmax_row(const float* x, float* y, int64_t K) {
   }
 }
 
-// Silu/SwiGlu use libm's expf per element (the reference's): a polynomial exp off by
-// an ulp moves values across the rounding boundaries of the next MatMul's activation
-// quantization, which shows up as ~1e-6 NMSE in model logits. These ops are a tiny
-// share of the time, so exactness wins.
+// Silu/SwiGlu: the reference's float operations per element with its exp (exp16 is
+// libm's expf bit for bit): a polynomial exp off by an ulp would move values across
+// the rounding boundaries of the next MatMul's activation quantization, which shows
+// up as ~1e-6 NMSE in model logits.
 void silu_row(const float* x, float* y, int64_t K) {
-  for (int64_t k = 0; k < K; ++k) y[k] = x[k] / (1.0f + std::exp(-x[k]));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    const __m512 e = exp16(_mm512_xor_ps(v, _mm512_set1_ps(-0.0f)));
+    _mm512_mask_storeu_ps(y + k, m, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+  }
 }
 
 void swiglu_row(const float* g, const float* u, float* y, int64_t K) {
-  for (int64_t k = 0; k < K; ++k) y[k] = g[k] / (1.0f + std::exp(-g[k])) * u[k];
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    const __m512 v = _mm512_maskz_loadu_ps(m, g + k);
+    const __m512 e = exp16(_mm512_xor_ps(v, _mm512_set1_ps(-0.0f)));
+    const __m512 s = _mm512_div_ps(v, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + k)));
+  }
+}
+
+void exp_row(const float* x, float* y, int64_t K) {
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm512_mask_storeu_ps(y + k, m, exp16(_mm512_maskz_loadu_ps(m, x + k)));
+  }
 }
 
 void add_row(const float* a, const float* b, float* y, int64_t K) {
@@ -172,14 +196,23 @@ namespace {
 
 // G query heads of one KV head, head size 16 * NCH, in registers. Per position each
 // head's running max, sum and F16 accumulator advance exactly as in attention_item
-// (same operations in the same order); interleaving the heads turns one long
-// dependency chain per position (dot, exp, the F16 round trip of the accumulator) into
-// G independent ones, and each K/V row is loaded once for the G heads.
+// (same operations in the same order), in three passes over blocks of positions:
+//   1. the scores (each as attention_item computes it), for the G heads at once, so
+//      each K row is loaded once for the G heads;
+//   2. the running maxima, in order, and the one exp each position needs (of the old
+//      max minus a new maximum, or of the score minus the max), 16 at a time (exp16,
+//      equal to libm's expf);
+//   3. the F16 accumulators and sums, in order: the only pass with a dependency chain
+//      per position, now G independent chains of mul/add/F16 round trips.
 template <int NCH, int G>
 void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, const uint16_t* const* vrows,
                            int64_t L, float scale, float* const* out) {
+  constexpr int64_t kBlock = 64;
+  constexpr int64_t kAhead = 8;  // positions: K/V rows are scattered over pages
   __m512 qf[G][NCH], acc[G][NCH];
   float M[G], S[G];
+  alignas(64) float e[G][kBlock];     // pass 1: scores; pass 2: their exps
+  bool newmax[G][kBlock];
   for (int g = 0; g < G; ++g) {
     M[g] = -INFINITY, S[g] = 0.0f;
     for (int c = 0; c < NCH; ++c) {
@@ -187,27 +220,57 @@ void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, 
       acc[g][c] = _mm512_setzero_ps();
     }
   }
-  for (int64_t j = 0; j < L; ++j) {
-    __m512 k[NCH], v[NCH];
-    for (int c = 0; c < NCH; ++c) k[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(krows[j] + 16 * c)));
-    for (int c = 0; c < NCH; ++c) v[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows[j] + 16 * c)));
-    for (int g = 0; g < G; ++g) {
-      __m512 d = _mm512_setzero_ps();
-      for (int c = 0; c < NCH; ++c) d = _mm512_fmadd_ps(qf[g][c], k[c], d);
-      const float sc = _mm512_reduce_add_ps(d) * scale;
-      float ms = 1.0f, vs = 1.0f;
-      if (sc > M[g]) {
-        const float Mold = M[g];
-        M[g] = sc;
-        ms = std::exp(Mold - sc);
-        const __m512 vms = _mm512_set1_ps(ms);
-        for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_mul_ps(acc[g][c], vms));
-      } else {
-        vs = std::exp(sc - M[g]);
+  for (int64_t j0 = 0; j0 < L; j0 += kBlock) {
+    const int64_t n = std::min(kBlock, L - j0);
+    for (int64_t j = 0; j < n; ++j) {
+      if (j0 + j + kAhead < L)
+        for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(krows[j0 + j + kAhead] + 16 * c), _MM_HINT_T0);
+      __m512 k[NCH];
+      for (int c = 0; c < NCH; ++c)
+        k[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(krows[j0 + j] + 16 * c)));
+      for (int g = 0; g < G; ++g) {
+        __m512 d = _mm512_setzero_ps();
+        for (int c = 0; c < NCH; ++c) d = _mm512_fmadd_ps(qf[g][c], k[c], d);
+        e[g][j] = _mm512_reduce_add_ps(d) * scale;
       }
-      const __m512 vvs = _mm512_set1_ps(vs);
-      for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_add_ps(acc[g][c], _mm512_mul_ps(v[c], vvs)));
-      S[g] = S[g] * ms + vs;
+    }
+    for (int g = 0; g < G; ++g) {
+      float m = M[g];
+      for (int64_t j = 0; j < n; ++j) {
+        const float sc = e[g][j];
+        newmax[g][j] = sc > m;
+        if (sc > m) {
+          e[g][j] = m - sc;  // exp of this is the factor on what was summed so far
+          m = sc;
+        } else {
+          e[g][j] = sc - m;  // exp of this is the position's weight
+        }
+      }
+      M[g] = m;
+      for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 mk = tail_mask(n - j);
+        _mm512_mask_storeu_ps(e[g] + j, mk, exp16(_mm512_maskz_loadu_ps(mk, e[g] + j)));
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      if (j0 + j + kAhead < L)
+        for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(vrows[j0 + j + kAhead] + 16 * c), _MM_HINT_T0);
+      __m512 v[NCH];
+      for (int c = 0; c < NCH; ++c)
+        v[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows[j0 + j] + 16 * c)));
+      for (int g = 0; g < G; ++g) {
+        float ms = 1.0f, vs = 1.0f;
+        if (newmax[g][j]) {
+          ms = e[g][j];
+          const __m512 vms = _mm512_set1_ps(ms);
+          for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_mul_ps(acc[g][c], vms));
+        } else {
+          vs = e[g][j];
+        }
+        const __m512 vvs = _mm512_set1_ps(vs);
+        for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_add_ps(acc[g][c], _mm512_mul_ps(v[c], vvs)));
+        S[g] = S[g] * ms + vs;
+      }
     }
   }
   for (int g = 0; g < G; ++g) {

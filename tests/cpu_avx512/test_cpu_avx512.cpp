@@ -382,9 +382,50 @@ TEST_F(Avx512, ElementwiseOpsAgree) {
     const double e = tessera::nmse(r.data(), o1.data(), r.n);
     EXPECT_LE(e, 1e-7) << "nmse " << e;
     EXPECT_EQ(std::memcmp(o1.data(), o2.data(), sizeof(float) * r.n), 0);
+    // The exp-based ops do the reference's float operations with libm's expf (exp16).
+    if (c.op == Op::Silu || c.op == Op::SwiGlu || c.op == Op::Softmax) {
+      EXPECT_EQ(std::memcmp(r.data(), o1.data(), sizeof(float) * r.n), 0) << "not bit for bit";
+    }
     EXPECT_TRUE(o1.guard_ok());
     EXPECT_TRUE(o2.guard_ok());
   }
+}
+
+// exp16 must equal the C library's expf bit for bit (kernels_exp.h). By default every
+// 331st bit pattern over all floats (13 million: both signs, subnormals, the
+// overflow/underflow edges, inf and NaN) plus the edges themselves;
+// TESSERA_EXP_EVERY_FLOAT=1 checks all 2^32 (about 20 s).
+TEST_F(Avx512, ExpMatchesLibmBitForBit) {
+  const char* every = std::getenv("TESSERA_EXP_EVERY_FLOAT");
+  const uint64_t step = every && *every == '1' ? 1 : 331;
+  constexpr size_t kChunk = size_t(1) << 20;
+  std::vector<float> x, y;
+  size_t bad = 0, checked = 0;
+  auto check = [&] {
+    y.assign(x.size() + 3, 7.0f);
+    cpu_avx512::kern::exp_row(x.data(), y.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float r = std::exp(x[i]);
+      if (std::isnan(r) ? !std::isnan(y[i]) : std::memcmp(&r, &y[i], 4) != 0) {
+        if (++bad <= 5) ADD_FAILURE() << "expf(" << x[i] << "): libm " << r << ", exp16 " << y[i];
+      }
+    }
+    for (size_t i = x.size(); i < y.size(); ++i) EXPECT_EQ(y[i], 7.0f) << "wrote past the end";
+    checked += x.size();
+    x.clear();
+  };
+  for (float f : {0.0f, -0.0f, 88.0f, -88.0f, 0x1.62e42ep6f, 0x1.62e430p6f, -0x1.9fe368p6f, -0x1.9fe36ap6f,
+                  -0x1.9d1d9ep6f, -0x1.9d1da0p6f, -103.0f, 87.99999f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f})
+    x.push_back(f);
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += step) {
+    const uint32_t u = uint32_t(b);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+    if (x.size() == kChunk) check();
+  }
+  check();
+  EXPECT_EQ(bad, 0u) << "of " << checked;
 }
 
 TEST_F(Avx512, ArgmaxFirstMaximum) {
