@@ -168,6 +168,20 @@ class CpuAvx512Backend final : public Backend {
     act_key_.valid = false;  // x may have been written since the last call
     for (size_t k = first; k < first + count; ++k) {
       const Node& n = nodes[k];
+      if (n.op == Op::MatMul && k + 1 < first + count && nodes[k + 1].op == Op::MatMul) {
+        const Repacked* rps[kMaxGroup];
+        const Tensor* dsts[kMaxGroup];
+        const int group = matmul_group(graph, k, first + count, rps, dsts);
+        if (group > 1) {
+          try {
+            mat_mul_repacked_group(rps, dsts, group, graph.tensor(n.src[1]), n.src[1]);
+          } catch (const Error& e) {
+            fail(graph, k, e.what());
+          }
+          k += size_t(group) - 1;
+          continue;
+        }
+      }
       if (n.op != Op::MatMul) act_key_.valid = false;
       OpSupport s = supports(graph, n);
       if (!s.supported) fail(graph, k, s.reason);
@@ -513,26 +527,56 @@ class CpuAvx512Backend final : public Backend {
   }
 
   bool mat_mul_repacked(const Repacked& rp, const Tensor& x, const Tensor& dst, int32_t xi) {
-    const int64_t K = rp.K, N = rp.N, M = x.nrows();
-    const size_t ab = kern::act_bytes_repacked(rp.type, K);
-    uint8_t* act = prepared_act(x, xi, rp.type, true, K, ab);
-    check_act_key(x, dst);
-    kern::MatMulJob job{rp.type, K, rp.data.get(), 0, M, act, ab, static_cast<float*>(dst.data),
-                        int64_t(dst.nb[1] / sizeof(float))};
-    const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
+    const Repacked* rps[1] = {&rp};
+    const Tensor* dsts[1] = {&dst};
+    mat_mul_repacked_group(rps, dsts, 1, x, xi);
+    return true;
+  }
+
+  // Products of one x by up to kMaxGroup repacked weights of one dtype and K, as one
+  // dispatch over all their tiles (claims never cross from one product into the
+  // next): q/k/v and gate/up then wait for the slower executor once, not per product.
+  // Every tile is computed by the same code as alone, so results do not change.
+  static constexpr int kMaxGroup = 4;
+  void mat_mul_repacked_group(const Repacked* const* rps, const Tensor* const* dsts, int count, const Tensor& x,
+                              int32_t xi) {
+    const DType type = rps[0]->type;
+    const int64_t K = rps[0]->K, M = x.nrows();
+    const size_t ab = kern::act_bytes_repacked(type, K);
+    uint8_t* act = prepared_act(x, xi, type, true, K, ab);
+    struct Ctx {
+      kern::MatMulJob job[kMaxGroup];
+      int64_t N[kMaxGroup];
+      int64_t end[kMaxGroup];  // tile index one past each product, in the group's numbering
+      int count;
+      int64_t tiles, chunk, divisor;
+      alignas(64) std::atomic<int64_t> next{0};
+      // Tiles [b, e) of the group: each product's part in its own tile numbering.
+      void run(int64_t b, int64_t e) const {
+        for (int i = 0; i < count && b < e; ++i) {
+          if (b >= end[i]) continue;
+          const int64_t start = i ? end[i - 1] : 0, stop = std::min(e, end[i]);
+          kern::matmul_tiles_repacked(job[i], N[i], b - start, stop - start);
+          b = stop;
+        }
+      }
+    } ctx;
+    ctx.count = count;
+    int64_t tiles = 0;
+    for (int i = 0; i < count; ++i) {
+      check_act_key(x, *dsts[i]);
+      ctx.job[i] = kern::MatMulJob{type, K, rps[i]->data.get(), 0, M, act, ab, static_cast<float*>(dsts[i]->data),
+                                   int64_t(dsts[i]->nb[1] / sizeof(float))};
+      ctx.N[i] = rps[i]->N;
+      tiles += (rps[i]->N + kern::kTileRows - 1) / kern::kTileRows;
+      ctx.end[i] = tiles;
+    }
+    ctx.tiles = tiles;
     const int execs = pool_ ? pool_->executorCount() : 1;
     if (execs <= 1 || tiles < 2) {
-      kern::matmul_tiles_repacked(job, N, 0, tiles);
-      return true;
+      ctx.run(0, tiles);
+      return;
     }
-    struct Ctx {
-      const kern::MatMulJob* job;
-      int64_t N, tiles, chunk, divisor;
-      alignas(64) std::atomic<int64_t> next{0};
-    } ctx;
-    ctx.job = &job;
-    ctx.N = N;
-    ctx.tiles = tiles;
     ctx.chunk = std::max<int64_t>(1, tiles / (8 * execs));
     // Decode: guided claims (1 / (2 * execs) of what is left, one tile at the end) so
     // the executors finish together; the wait at the end of each product is decode's
@@ -540,18 +584,58 @@ class CpuAvx512Backend final : public Backend {
     ctx.divisor = M == 1 ? 2 * execs : 0;
     pool_->parallel(
         [](void* p, int) {
-          auto* c = static_cast<Ctx*>(p);
-          int64_t b = c->next.load(std::memory_order_relaxed);
+          Ctx& c = *static_cast<Ctx*>(p);
+          int64_t b = c.next.load(std::memory_order_relaxed);
           for (;;) {
-            if (b >= c->tiles) break;
-            const int64_t n = c->divisor ? std::max<int64_t>(1, (c->tiles - b) / c->divisor) : c->chunk;
-            if (!c->next.compare_exchange_weak(b, b + n, std::memory_order_relaxed)) continue;
-            kern::matmul_tiles_repacked(*c->job, c->N, b, std::min(c->tiles, b + n));
-            b = c->next.load(std::memory_order_relaxed);
+            if (b >= c.tiles) break;
+            const int64_t n = c.divisor ? std::max<int64_t>(1, (c.tiles - b) / c.divisor) : c.chunk;
+            if (!c.next.compare_exchange_weak(b, b + n, std::memory_order_relaxed)) continue;
+            c.run(b, std::min(c.tiles, b + n));
+            b = c.next.load(std::memory_order_relaxed);
           }
         },
         &ctx);
-    return true;
+  }
+
+  static bool overlaps(const Tensor& a, const Tensor& b) {
+    const char *a0 = static_cast<const char*>(a.data), *b0 = static_cast<const char*>(b.data);
+    return a0 < end_of(b) && b0 < end_of(a);
+  }
+  static bool overlaps_bytes(const Tensor& a, const Tensor& w) {
+    const char *a0 = static_cast<const char*>(a.data), *w0 = static_cast<const char*>(w.data);
+    return a0 < w0 + w.nbytes() && w0 < end_of(a);
+  }
+
+  // How many MatMul nodes from k on (at most kMaxGroup, before `end`) can run as one
+  // mat_mul_repacked_group: the same x tensor, repacked weights of one dtype and K,
+  // evenly spaced F32 dst rows that overlap neither x, nor another dst, nor a weight
+  // of the group (so running them at once equals running them in order). rps and
+  // dsts receive the group.
+  int matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** dsts) {
+    const auto& nodes = g.nodes();
+    const int32_t xi = nodes[k].src[1];
+    if (xi < 0 || !g.tensor(xi).data) return 0;
+    const Tensor& x = g.tensor(xi);
+    int n = 0;
+    for (size_t j = k; j < end && n < kMaxGroup; ++j) {
+      const Node& nd = nodes[j];
+      if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
+      const Tensor& w = g.tensor(nd.src[0]);
+      const Tensor& d = g.tensor(nd.dst);
+      if (!w.data || !d.data || !supports(g, nd).supported) break;
+      if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
+      const Repacked* r = find_repacked(w);
+      if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
+      bool clash = false;
+      for (int i = 0; i < n && !clash; ++i)
+        clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, g.tensor(nodes[k + size_t(i)].src[0])) ||
+                overlaps_bytes(*dsts[i], w);
+      if (clash || overlaps_bytes(d, w)) break;
+      rps[n] = r;
+      dsts[n] = &d;
+      ++n;
+    }
+    return n;
   }
 
   bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst, int32_t xi = -1) {

@@ -319,6 +319,50 @@ TEST_F(Avx512, ConsecutiveMatMulsShareTheActivationSafely) {
   }
 }
 
+// Consecutive MatMuls over one x with repacked weights of one dtype and K run as one
+// dispatch (up to 4 products: q/k/v, gate/up). Each result must equal the product
+// run alone, on 1 and 2 executors; a product writing the dst of an earlier one ends
+// the group, so the later write still wins.
+TEST_F(Avx512, GroupedMatMulsEqualEachProductAlone) {
+  const int64_t K = 256;
+  const std::vector<int64_t> Ns = {40, 16, 16, 72, 24, 16};
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+    for (int64_t M : {int64_t(1), int64_t(5)}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M));
+      std::vector<std::vector<uint8_t>> ws;
+      for (size_t i = 0; i < Ns.size() + 1; ++i)
+        ws.push_back(quantize_matrix(t, randn(size_t(K * Ns[std::min(i, Ns.size() - 1)]), uint32_t(70 + i)), K,
+                                     Ns[std::min(i, Ns.size() - 1)]));
+      std::vector<float> x = randn(size_t(K * M), 69);
+      for (Backend* b : {be1.get(), be2.get()}) {
+        std::vector<Tensor> wt;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          wt.push_back(Tensor::contiguous(t, {K, Ns[std::min(i, Ns.size() - 1)]}, ws[i].data()));
+          b->prepare_weight(wt.back());
+        }
+        std::vector<Out> ys;
+        for (int64_t N : Ns) ys.emplace_back(size_t(N * M));
+        Graph g;
+        const int xi = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const size_t o = std::min(i, Ns.size() - 1);  // the last two write the same dst
+          const int wi = g.add_tensor(wt[i]);
+          const int di = g.add_tensor(Tensor::contiguous(DType::F32, {Ns[o], M}, ys[o].data()));
+          g.add_node(node(Op::MatMul, di, wi, xi));
+        }
+        run(*b, g);
+        for (size_t o = 0; o < Ns.size(); ++o) {
+          auto fresh = cpu_avx512::make_backend(pool.get());
+          const size_t wsrc = o + 1 == Ns.size() ? o + 1 : o;
+          Out r = matmul(*fresh, t, ws[wsrc], K, Ns[o], x, M, true);
+          EXPECT_EQ(std::memcmp(r.data(), ys[o].data(), sizeof(float) * r.n), 0) << "product " << o;
+          EXPECT_TRUE(ys[o].guard_ok());
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Avx512, UnsupportedIsDeclinedWithReason) {
   std::vector<float> x(8), y(8);
   std::vector<int32_t> ids(1);
