@@ -767,10 +767,17 @@ namespace {
 
 // Bytes per block of one 16-row tile: 32 bytes of scales + 16 rows of quantized bytes.
 constexpr int64_t kQ4KTileBytes = 448 + 32 * 64;  // d, dmin, scales, min pairs, qs (see repack)
+// Q6_K: d, scales, ql, qh (see tile_dot_q6k); 16 x 210 bytes, the GGUF blocks' size.
+constexpr int64_t kQ6KScales = 32, kQ6KQl = kQ6KScales + 256, kQ6KQh = kQ6KQl + 32 * 64;
+constexpr int64_t kQ6KTileBytes = kQ6KQh + 16 * 64;
+static_assert(kQ6KTileBytes == 16 * int64_t(sizeof(BlockQ6_K)));
 constexpr int64_t tile_block_bytes(DType wt) {
-  return wt == DType::Q4_0 ? 32 + 16 * 16 : wt == DType::Q8_0 ? 32 + 16 * 32 : kQ4KTileBytes;
+  return wt == DType::Q4_0   ? 32 + 16 * 16
+         : wt == DType::Q8_0 ? 32 + 16 * 32
+         : wt == DType::Q4_K ? kQ4KTileBytes
+                             : kQ6KTileBytes;
 }
-constexpr int64_t block_elems_rp(DType wt) { return wt == DType::Q4_K ? 256 : 32; }
+constexpr int64_t block_elems_rp(DType wt) { return wt == DType::Q4_K || wt == DType::Q6_K ? 256 : 32; }
 
 // Prepared activation for repacked weights: int8 values in natural order [A64(K)],
 // per block the float scale [nb] and the int32 offset correction [nb]
@@ -900,15 +907,80 @@ void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
   for (int c = 0; c < NC; ++c) _mm512_storeu_ps(res + 16 * c, acc[c]);
 }
 
+// Repacked Q6_K tile (16 rows, lane = row). Per 256-weight block: F16 d[16]; 16 x 16
+// int8 sub-block scales (vector j lane i = row i's scale j); 32 x 64 bytes of ql and
+// 16 x 64 bytes of qh, vector g lane i = row i's ql[4g..4g+3] / qh[4g..4g+3]. In half
+// h of the block, ql group g (g < 8) holds weights 128h + 4g.. (low nibbles) and
+// 128h + 64 + 4g.. (high), ql group 8 + g weights 128h + 32 + 4g.. and 128h + 96 +
+// 4g.., and qh group g their top two bits (bits 0-1, 2-3, 4-5, 6-7 in that order of
+// the four). The 6-bit values go to vpdpbusd unsigned; each 16-weight sub-block's
+// accumulator starts at -32 x the activation's sum over it, so it holds the exact
+// signed dot, then is scaled by the row's int8 scale in int32 (vpmulld): one exact
+// int32 per row and block, converted once.
+template <int NC>
+void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
+  __m512 acc[NC];
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // as tile_dot
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = tile + b * kQ6KTileBytes;
+    for (int l = 0; l < (kQ6KTileBytes + 63) / 64; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, kHint);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const uint8_t* a[NC];
+    __m512i tot[NC];
+    for (int c = 0; c < NC; ++c) a[c] = act[c] + size_t(b) * kQ8KBlockBytes, tot[c] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h)
+      for (int qd = 0; qd < 2; ++qd) {  // g in [4qd, 4qd + 4): sub-blocks 8h + qd + {0, 2, 4, 6}
+        __m512i s[NC][4];
+        for (int c = 0; c < NC; ++c) {
+          const int16_t* sums = PrepQ8K::sums(a[c]);
+          for (int k = 0; k < 4; ++k) s[c][k] = _mm512_set1_epi32(-32 * int32_t(sums[8 * h + qd + 2 * k]));
+        }
+        for (int g = 4 * qd; g < 4 * qd + 4; ++g) {
+          const __m512i la = _mm512_loadu_si512(p + kQ6KQl + 64 * (16 * h + g));
+          const __m512i lb = _mm512_loadu_si512(p + kQ6KQl + 64 * (16 * h + 8 + g));
+          const __m512i qh = _mm512_loadu_si512(p + kQ6KQh + 64 * (8 * h + g));
+          const __m512i e[4] = {
+              _mm512_or_si512(_mm512_and_si512(la, m0f), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30)),
+              _mm512_or_si512(_mm512_and_si512(lb, m0f), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30)),
+              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m0f), _mm512_and_si512(qh, m30)),
+              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m0f), _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30)),
+          };
+          for (int c = 0; c < NC; ++c)
+            for (int k = 0; k < 4; ++k) {
+              int32_t y;
+              std::memcpy(&y, a[c] + 128 * h + 32 * k + 4 * g, 4);
+              s[c][k] = _mm512_dpbusd_epi32(s[c][k], e[k], _mm512_set1_epi32(y));
+            }
+        }
+        for (int k = 0; k < 4; ++k) {
+          const __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6KScales + 16 * (8 * h + qd + 2 * k))));
+          for (int c = 0; c < NC; ++c) tot[c] = _mm512_add_epi32(tot[c], _mm512_mullo_epi32(s[c][k], sc));
+        }
+      }
+    for (int c = 0; c < NC; ++c)
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[c]), _mm512_mul_ps(d, _mm512_set1_ps(PrepQ8K::d(a[c]))), acc[c]);
+  }
+  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(res + 16 * c, acc[c]);
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*);
 template <int NC>
 TileFn pick_tile(DType wt) {
-  return wt == DType::Q4_0 ? &tile_dot<true, NC> : wt == DType::Q8_0 ? &tile_dot<false, NC> : &tile_dot_q4k<NC>;
+  return wt == DType::Q4_0   ? &tile_dot<true, NC>
+         : wt == DType::Q8_0 ? &tile_dot<false, NC>
+         : wt == DType::Q4_K ? &tile_dot_q4k<NC>
+                             : &tile_dot_q6k<NC>;
 }
 
 }  // namespace
 
-bool repack_supported(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K; }
+bool repack_supported(DType wt) {
+  return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K || wt == DType::Q6_K;
+}
 
 size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
@@ -916,6 +988,24 @@ size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
 }
 
 void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst, int64_t t0, int64_t t1) {
+  if (wt == DType::Q6_K) {
+    const int64_t nb = K / QK_K;
+    std::memset(dst + size_t(t0 * nb) * size_t(kQ6KTileBytes), 0, size_t((t1 - t0) * nb) * size_t(kQ6KTileBytes));
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = dst + size_t(t * nb + b) * size_t(kQ6KTileBytes);
+        for (int i = 0; i < kTileRows; ++i) {
+          const int64_t r = t * kTileRows + i;
+          if (r >= N) break;  // padding rows stay zero (d 0)
+          const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * wstride + b * int64_t(sizeof(BlockQ6_K)));
+          std::memcpy(o + 2 * i, &blk->d, 2);
+          for (int j = 0; j < 16; ++j) o[kQ6KScales + 16 * j + i] = uint8_t(blk->scales[j]);
+          for (int g = 0; g < 32; ++g) std::memcpy(o + kQ6KQl + 64 * g + 4 * i, blk->ql + 4 * g, 4);
+          for (int g = 0; g < 16; ++g) std::memcpy(o + kQ6KQh + 64 * g + 4 * i, blk->qh + 4 * g, 4);
+        }
+      }
+    return;
+  }
   if (wt == DType::Q4_K) {
     const int64_t nb = K / QK_K;
     std::memset(dst + size_t(t0 * nb) * size_t(kQ4KTileBytes), 0, size_t((t1 - t0) * nb) * size_t(kQ4KTileBytes));
@@ -959,11 +1049,12 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
 }
 
 size_t act_bytes_repacked(DType wt, int64_t K) {
-  if (wt == DType::Q4_K) return size_t(K / QK_K) * kQ8KBlockBytes;
+  if (wt == DType::Q4_K || wt == DType::Q6_K) return size_t(K / QK_K) * kQ8KBlockBytes;
   return rp_off_c(K) + A64(size_t(K / 32) * 4);
 }
 
 void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
+  if (wt == DType::Q6_K) return prep_q8_k_for(DType::Q6_K, x, K, dst);  // natural qs, d, 16-element sums
   if (wt == DType::Q4_K) {  // natural order; 32-element sums as int16 pairs
     prep_q8_k_for(DType::Q6_K, x, K, dst);  // natural qs, d, 16-element sums
     for (int64_t b = 0; b < K / QK_K; ++b) {
