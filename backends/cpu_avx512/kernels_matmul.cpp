@@ -987,65 +987,60 @@ size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
   return size_t(tiles) * size_t(K / block_elems_rp(wt)) * size_t(tile_block_bytes(wt));
 }
 
-void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst, int64_t t0, int64_t t1) {
-  if (wt == DType::Q6_K) {
-    const int64_t nb = K / QK_K;
-    std::memset(dst + size_t(t0 * nb) * size_t(kQ6KTileBytes), 0, size_t((t1 - t0) * nb) * size_t(kQ6KTileBytes));
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = dst + size_t(t * nb + b) * size_t(kQ6KTileBytes);
-        for (int i = 0; i < kTileRows; ++i) {
-          const int64_t r = t * kTileRows + i;
-          if (r >= N) break;  // padding rows stay zero (d 0)
-          const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * wstride + b * int64_t(sizeof(BlockQ6_K)));
-          std::memcpy(o + 2 * i, &blk->d, 2);
-          for (int j = 0; j < 16; ++j) o[kQ6KScales + 16 * j + i] = uint8_t(blk->scales[j]);
-          for (int g = 0; g < 32; ++g) std::memcpy(o + kQ6KQl + 64 * g + 4 * i, blk->ql + 4 * g, 4);
-          for (int g = 0; g < 16; ++g) std::memcpy(o + kQ6KQh + 64 * g + 4 * i, blk->qh + 4 * g, 4);
-        }
-      }
-    return;
-  }
-  if (wt == DType::Q4_K) {
-    const int64_t nb = K / QK_K;
-    std::memset(dst + size_t(t0 * nb) * size_t(kQ4KTileBytes), 0, size_t((t1 - t0) * nb) * size_t(kQ4KTileBytes));
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = dst + size_t(t * nb + b) * size_t(kQ4KTileBytes);
-        for (int i = 0; i < kTileRows; ++i) {
-          const int64_t r = t * kTileRows + i;
-          if (r >= N) break;
-          const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * wstride + b * int64_t(sizeof(BlockQ4_K)));
-          std::memcpy(o + 2 * i, &blk->d, 2);
-          std::memcpy(o + 32 + 2 * i, &blk->dmin, 2);
-          uint32_t u[4];
-          unpack_scales_k4(blk->scales, u);
-          const uint8_t* sc = reinterpret_cast<const uint8_t*>(u);
-          const uint8_t* mi = sc + 8;
-          for (int j = 0; j < 8; ++j) o[64 + 16 * j + i] = sc[j];
-          for (int pp = 0; pp < 4; ++pp) {
-            const int16_t m2[2] = {int16_t(mi[2 * pp]), int16_t(mi[2 * pp + 1])};
-            std::memcpy(o + 192 + 64 * pp + 4 * i, m2, 4);
-          }
-          for (int g = 0; g < 32; ++g) std::memcpy(o + 448 + 64 * g + 4 * i, blk->qs + 4 * g, 4);
-        }
-      }
-    return;
-  }
-  const int64_t nb = K / 32, TB = tile_block_bytes(wt);
-  const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
-  std::memset(dst + size_t(t0 * nb) * size_t(TB), 0, size_t((t1 - t0) * nb) * size_t(TB));
+namespace {
+
+// Zeroes tiles [t0, t1) of a repacked copy and calls f(o, i, blk) for row i of every
+// tile and block: o = the tile block, blk = the row's GGUF block. Padding rows past N
+// stay zero (scale 0).
+template <typename F>
+void for_each_tile_row(const uint8_t* w, int64_t wstride, int64_t K, int64_t N, int64_t block_elems,
+                       int64_t block_bytes, int64_t tile_bytes, uint8_t* dst, int64_t t0, int64_t t1, F&& f) {
+  const int64_t nb = K / block_elems;
+  std::memset(dst + size_t(t0 * nb) * size_t(tile_bytes), 0, size_t((t1 - t0) * nb) * size_t(tile_bytes));
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = dst + size_t(t * nb + b) * size_t(TB);
-      for (int i = 0; i < kTileRows; ++i) {
-        const int64_t r = t * kTileRows + i;
-        if (r >= N) break;  // padding rows stay zero (scale 0)
-        const uint8_t* blk = w + r * wstride + b * BS;
-        std::memcpy(o + 2 * i, blk, 2);
-        for (int64_t g = 0; g < QB / 4; ++g) std::memcpy(o + 32 + 64 * g + 4 * i, blk + 2 + 4 * g, 4);
-      }
+      uint8_t* o = dst + size_t(t * nb + b) * size_t(tile_bytes);
+      for (int i = 0; i < kTileRows && t * kTileRows + i < N; ++i) f(o, i, w + (t * kTileRows + i) * wstride + b * block_bytes);
     }
+}
+
+}  // namespace
+
+void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, uint8_t* dst, int64_t t0, int64_t t1) {
+  if (wt == DType::Q6_K) {
+    for_each_tile_row(w, wstride, K, N, QK_K, sizeof(BlockQ6_K), kQ6KTileBytes, dst, t0, t1,
+                      [](uint8_t* o, int i, const uint8_t* p) {
+                        const auto* blk = reinterpret_cast<const BlockQ6_K*>(p);
+                        std::memcpy(o + 2 * i, &blk->d, 2);
+                        for (int j = 0; j < 16; ++j) o[kQ6KScales + 16 * j + i] = uint8_t(blk->scales[j]);
+                        for (int g = 0; g < 32; ++g) std::memcpy(o + kQ6KQl + 64 * g + 4 * i, blk->ql + 4 * g, 4);
+                        for (int g = 0; g < 16; ++g) std::memcpy(o + kQ6KQh + 64 * g + 4 * i, blk->qh + 4 * g, 4);
+                      });
+  } else if (wt == DType::Q4_K) {
+    for_each_tile_row(w, wstride, K, N, QK_K, sizeof(BlockQ4_K), kQ4KTileBytes, dst, t0, t1,
+                      [](uint8_t* o, int i, const uint8_t* p) {
+                        const auto* blk = reinterpret_cast<const BlockQ4_K*>(p);
+                        std::memcpy(o + 2 * i, &blk->d, 2);
+                        std::memcpy(o + 32 + 2 * i, &blk->dmin, 2);
+                        uint32_t u[4];
+                        unpack_scales_k4(blk->scales, u);
+                        const uint8_t* sc = reinterpret_cast<const uint8_t*>(u);
+                        const uint8_t* mi = sc + 8;
+                        for (int j = 0; j < 8; ++j) o[64 + 16 * j + i] = sc[j];
+                        for (int pp = 0; pp < 4; ++pp) {
+                          const int16_t m2[2] = {int16_t(mi[2 * pp]), int16_t(mi[2 * pp + 1])};
+                          std::memcpy(o + 192 + 64 * pp + 4 * i, m2, 4);
+                        }
+                        for (int g = 0; g < 32; ++g) std::memcpy(o + 448 + 64 * g + 4 * i, blk->qs + 4 * g, 4);
+                      });
+  } else {
+    const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
+    for_each_tile_row(w, wstride, K, N, 32, BS, tile_block_bytes(wt), dst, t0, t1,
+                      [QB](uint8_t* o, int i, const uint8_t* blk) {
+                        std::memcpy(o + 2 * i, blk, 2);
+                        for (int64_t g = 0; g < QB / 4; ++g) std::memcpy(o + 32 + 64 * g + 4 * i, blk + 2 + 4 * g, 4);
+                      });
+  }
 }
 
 size_t act_bytes_repacked(DType wt, int64_t K) {

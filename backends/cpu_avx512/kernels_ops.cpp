@@ -204,11 +204,20 @@ namespace {
 //      equal to libm's expf);
 //   3. the F16 accumulators and sums, in order: the only pass with a dependency chain
 //      per position, now G independent chains of mul/add/F16 round trips.
+// Row j of F16 K or V rows as NCH float vectors; requests row j + 8 (the rows are
+// scattered over the cache's pages, so the hardware prefetcher does not follow them).
+template <int NCH>
+inline void load_row_ahead(const uint16_t* const* rows, int64_t j, int64_t L, __m512* out) {
+  constexpr int64_t kAhead = 8;
+  if (j + kAhead < L)
+    for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(rows[j + kAhead] + 16 * c), _MM_HINT_T0);
+  for (int c = 0; c < NCH; ++c) out[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + 16 * c)));
+}
+
 template <int NCH, int G>
 void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, const uint16_t* const* vrows,
                            int64_t L, float scale, float* const* out) {
   constexpr int64_t kBlock = 64;
-  constexpr int64_t kAhead = 8;  // positions: K/V rows are scattered over pages
   __m512 qf[G][NCH], acc[G][NCH];
   float M[G], S[G];
   alignas(64) float e[G][kBlock];     // pass 1: scores; pass 2: their exps
@@ -223,11 +232,8 @@ void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, 
   for (int64_t j0 = 0; j0 < L; j0 += kBlock) {
     const int64_t n = std::min(kBlock, L - j0);
     for (int64_t j = 0; j < n; ++j) {
-      if (j0 + j + kAhead < L)
-        for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(krows[j0 + j + kAhead] + 16 * c), _MM_HINT_T0);
       __m512 k[NCH];
-      for (int c = 0; c < NCH; ++c)
-        k[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(krows[j0 + j] + 16 * c)));
+      load_row_ahead<NCH>(krows, j0 + j, L, k);
       for (int g = 0; g < G; ++g) {
         __m512 d = _mm512_setzero_ps();
         for (int c = 0; c < NCH; ++c) d = _mm512_fmadd_ps(qf[g][c], k[c], d);
@@ -253,11 +259,8 @@ void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, 
       }
     }
     for (int64_t j = 0; j < n; ++j) {
-      if (j0 + j + kAhead < L)
-        for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(vrows[j0 + j + kAhead] + 16 * c), _MM_HINT_T0);
       __m512 v[NCH];
-      for (int c = 0; c < NCH; ++c)
-        v[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows[j0 + j] + 16 * c)));
+      load_row_ahead<NCH>(vrows, j0 + j, L, v);
       for (int g = 0; g < G; ++g) {
         float ms = 1.0f, vs = 1.0f;
         if (newmax[g][j]) {
