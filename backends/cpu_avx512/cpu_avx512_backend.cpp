@@ -170,11 +170,11 @@ class CpuAvx512Backend final : public Backend {
       const Node& n = nodes[k];
       if (n.op == Op::MatMul && k + 1 < first + count && nodes[k + 1].op == Op::MatMul) {
         const Repacked* rps[kMaxGroup];
-        const Tensor* dsts[kMaxGroup];
-        const int group = matmul_group(graph, k, first + count, rps, dsts);
+        const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
+        const int group = matmul_group(graph, k, first + count, rps, ws, dsts);
         if (group > 1) {
           try {
-            mat_mul_repacked_group(rps, dsts, group, graph.tensor(n.src[1]), n.src[1]);
+            mat_mul_repacked_group(rps, ws, dsts, group, graph.tensor(n.src[1]), n.src[1]);
           } catch (const Error& e) {
             fail(graph, k, e.what());
           }
@@ -475,7 +475,9 @@ class CpuAvx512Backend final : public Backend {
     std::unique_ptr<uint8_t[], AlignedFree> data;
   };
 
-  const Repacked* find_repacked(const Tensor& w) {
+  // The repacked copy made for w's address and shape, without checking that the
+  // bytes there are still the ones it was made from (see find_repacked).
+  const Repacked* lookup_repacked(const Tensor& w) const {
     auto it = repacked_.find(w.data);
     if (it == repacked_.end()) return nullptr;
     const Repacked& r = it->second;
@@ -483,11 +485,16 @@ class CpuAvx512Backend final : public Backend {
     if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || r.E != w.ne[2] ||
         w.ne[3] != 1 || (r.E > 1 && r.estride != w.nb[2]))
       return nullptr;
-    if (r.fp != fingerprint(w)) {
-      repacked_.erase(it);  // stale: the memory now holds another tensor
+    return &r;
+  }
+  // The repacked copy of w if its fingerprint still matches; a stale one is dropped.
+  const Repacked* find_repacked(const Tensor& w) {
+    const Repacked* r = lookup_repacked(w);
+    if (r && r->fp != fingerprint(w)) {
+      repacked_.erase(w.data);  // stale: the memory now holds another tensor
       return nullptr;
     }
-    return &r;
+    return r;
   }
 
   // The prepared (quantized) activation of the last MatMul is reused by the next
@@ -528,20 +535,18 @@ class CpuAvx512Backend final : public Backend {
     if (d0 < end_of(x) && x0 < end_of(dst)) act_key_.valid = false;
   }
 
-  bool mat_mul_repacked(const Repacked& rp, const Tensor& x, const Tensor& dst, int32_t xi) {
-    const Repacked* rps[1] = {&rp};
-    const Tensor* dsts[1] = {&dst};
-    mat_mul_repacked_group(rps, dsts, 1, x, xi);
-    return true;
-  }
-
   // Products of one x by up to kMaxGroup repacked weights of one dtype and K, as one
   // dispatch over all their tiles (claims never cross from one product into the
   // next): q/k/v and gate/up then wait for the slower executor once, not per product.
   // Every tile is computed by the same code as alone, so results do not change.
+  //
+  // The copies come from lookup_repacked: their fingerprints are checked here, by the
+  // first worker before it claims tiles (three cache misses per weight, in parallel
+  // with the caller's streaming instead of before the dispatch). A product whose
+  // weight turns out stale has its copy dropped and is computed again from the tensor.
   static constexpr int kMaxGroup = 4;
-  void mat_mul_repacked_group(const Repacked* const* rps, const Tensor* const* dsts, int count, const Tensor& x,
-                              int32_t xi) {
+  void mat_mul_repacked_group(const Repacked* const* rps, const Tensor* const* ws, const Tensor* const* dsts,
+                              int count, const Tensor& x, int32_t xi) {
     const DType type = rps[0]->type;
     const int64_t K = rps[0]->K, M = x.nrows();
     const size_t ab = kern::act_bytes_repacked(type, K);
@@ -552,7 +557,14 @@ class CpuAvx512Backend final : public Backend {
       int64_t end[kMaxGroup];  // tile index one past each product, in the group's numbering
       int count;
       int64_t tiles, chunk, divisor;
+      const Tensor* w[kMaxGroup];
+      uint64_t fp[kMaxGroup];
+      unsigned stale = 0;  // bit i: product i's weight no longer matches its copy
       alignas(64) std::atomic<int64_t> next{0};
+      void check_fingerprints() {
+        for (int i = 0; i < count; ++i)
+          if (fingerprint(*w[i]) != fp[i]) stale |= 1u << i;
+      }
       // Tiles [b, e) of the group: each product's part in its own tile numbering.
       void run(int64_t b, int64_t e) const {
         for (int i = 0; i < count && b < e; ++i) {
@@ -570,23 +582,38 @@ class CpuAvx512Backend final : public Backend {
       ctx.job[i] = kern::MatMulJob{type, K, rps[i]->data.get(), 0, M, act, ab, static_cast<float*>(dsts[i]->data),
                                    int64_t(dsts[i]->nb[1] / sizeof(float))};
       ctx.N[i] = rps[i]->N;
+      ctx.w[i] = ws[i];
+      ctx.fp[i] = rps[i]->fp;
       tiles += (rps[i]->N + kern::kTileRows - 1) / kern::kTileRows;
       ctx.end[i] = tiles;
     }
     ctx.tiles = tiles;
     const int execs = pool_ ? pool_->executorCount() : 1;
     if (execs <= 1 || tiles < 2) {
-      ctx.run(0, tiles);
-      return;
+      ctx.check_fingerprints();
+      if (!ctx.stale) ctx.run(0, tiles);
+    } else {
+      run_group_on_pool(ctx, execs, M);
     }
-    ctx.chunk = std::max<int64_t>(1, tiles / (8 * execs));
+    // Stale copies (memory reused by another tensor): drop them, compute from the tensors.
+    for (int i = 0; i < count; ++i)
+      if (ctx.stale & (1u << i)) {
+        repacked_.erase(ws[i]->data);
+        mat_mul(*ws[i], x, *dsts[i], xi);
+      }
+  }
+
+  template <typename Ctx>
+  void run_group_on_pool(Ctx& ctx, int execs, int64_t M) {
+    ctx.chunk = std::max<int64_t>(1, ctx.tiles / (8 * execs));
     // Decode: guided claims (1 / (2 * execs) of what is left, one tile at the end) so
     // the executors finish together; the wait at the end of each product is decode's
     // largest idle time. Prefill keeps fixed chunks (its products are long).
     ctx.divisor = M == 1 ? 2 * execs : 0;
     pool_->parallel(
-        [](void* p, int) {
+        [](void* p, int index) {
           Ctx& c = *static_cast<Ctx*>(p);
+          if (index == 1) c.check_fingerprints();
           int64_t b = c.next.load(std::memory_order_relaxed);
           for (;;) {
             if (b >= c.tiles) break;
@@ -613,7 +640,7 @@ class CpuAvx512Backend final : public Backend {
   // evenly spaced F32 dst rows that overlap neither x, nor another dst, nor a weight
   // of the group (so running them at once equals running them in order). rps and
   // dsts receive the group.
-  int matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** dsts) {
+  int matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** ws, const Tensor** dsts) {
     const auto& nodes = g.nodes();
     const int32_t xi = nodes[k].src[1];
     if (xi < 0 || !g.tensor(xi).data) return 0;
@@ -626,7 +653,7 @@ class CpuAvx512Backend final : public Backend {
       const Tensor& d = g.tensor(nd.dst);
       if (!w.data || !d.data || !supports(g, nd).supported) break;
       if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
-      const Repacked* r = find_repacked(w);
+      const Repacked* r = lookup_repacked(w);
       if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
       bool clash = false;
       for (int i = 0; i < n && !clash; ++i)
@@ -634,6 +661,7 @@ class CpuAvx512Backend final : public Backend {
                 overlaps_bytes(*dsts[i], w);
       if (clash || overlaps_bytes(d, w)) break;
       rps[n] = r;
+      ws[n] = &w;
       dsts[n] = &d;
       ++n;
     }
@@ -643,7 +671,12 @@ class CpuAvx512Backend final : public Backend {
   bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst, int32_t xi = -1) {
     if (!uniform_rows(dst) || dst.nb[1] % sizeof(float) != 0) return false;
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
-    if (const Repacked* rp = find_repacked(w)) return mat_mul_repacked(*rp, x, dst, xi);
+    if (const Repacked* rp = lookup_repacked(w)) {
+      const Tensor* ws[1] = {&w};
+      const Tensor* dsts[1] = {&dst};
+      mat_mul_repacked_group(&rp, ws, dsts, 1, x, xi);
+      return true;
+    }
     const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
     const size_t ab = kern::act_bytes(w.type, K);
     uint8_t* act = prepared_act(x, xi, w.type, false, K, ab);

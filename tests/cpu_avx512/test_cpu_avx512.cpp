@@ -206,23 +206,63 @@ TEST_F(Avx512, MatMulStridedAnd3DActivations) {
 // whose contents change (or whose address is reused by another tensor) is read afresh.
 TEST_F(Avx512, RepackedCopyIsNotUsedWhenTheWeightChanges) {
   const int64_t K = 256, N = 40, M = 2;
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
-    std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N), 21), K, N);
-    std::vector<float> x = randn(size_t(K * M), 22);
-    Out a = matmul(*be2, t, w, K, N, x, M, true);
-    // New contents at the same address, no prepare_weight.
-    w = quantize_matrix(t, randn(size_t(K * N), 23), K, N);
-    Out r = matmul(*ref, t, w, K, N, x, M);
-    Out b = matmul(*be2, t, w, K, N, x, M);
-    EXPECT_LE(tessera::nmse(r.data(), b.data(), r.n), 1e-6) << dtype_name(t);
-    // A view of the first rows of a repacked weight (same address, fewer rows) reads
-    // the tensor itself, and the full weight keeps its repacked copy.
-    Out full1 = matmul(*be2, t, w, K, N, x, M, true);
-    Out part = matmul(*be2, t, w, K, N / 2, x, M);
-    Out partr = matmul(*ref, t, w, K, N / 2, x, M);
-    EXPECT_LE(tessera::nmse(partr.data(), part.data(), partr.n), 1e-6) << dtype_name(t);
-    Out full2 = matmul(*be2, t, w, K, N, x, M);
-    EXPECT_EQ(std::memcmp(full1.data(), full2.data(), sizeof(float) * full1.n), 0) << dtype_name(t);
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + ", " + std::to_string(threads) + " executor(s)");
+      Backend& be = threads == 1 ? *be1 : *be2;
+      std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N), 21), K, N);
+      std::vector<float> x = randn(size_t(K * M), 22);
+      for (int64_t m : {int64_t(1), M}) {  // decode (guided claims) and prefill
+        std::vector<float> xm(x.begin(), x.begin() + K * m);
+        Out a = matmul(be, t, w, K, N, xm, m, true);
+        Out ra = matmul(*ref, t, w, K, N, xm, m);
+        EXPECT_LE(tessera::nmse(ra.data(), a.data(), ra.n), 1e-6);
+      }
+      // New contents at the same address, no prepare_weight.
+      const std::vector<uint8_t> changed = quantize_matrix(t, randn(size_t(K * N), 23), K, N);
+      std::copy(changed.begin(), changed.end(), w.begin());
+      Out r = matmul(*ref, t, w, K, N, x, M);
+      Out b = matmul(be, t, w, K, N, x, M);
+      EXPECT_LE(tessera::nmse(r.data(), b.data(), r.n), 1e-6);
+      // A view of the first rows of a repacked weight (same address, fewer rows) reads
+      // the tensor itself, and the full weight keeps its repacked copy.
+      Out full1 = matmul(be, t, w, K, N, x, M, true);
+      Out part = matmul(be, t, w, K, N / 2, x, M);
+      Out partr = matmul(*ref, t, w, K, N / 2, x, M);
+      EXPECT_LE(tessera::nmse(partr.data(), part.data(), partr.n), 1e-6);
+      Out full2 = matmul(be, t, w, K, N, x, M);
+      EXPECT_EQ(std::memcmp(full1.data(), full2.data(), sizeof(float) * full1.n), 0);
+    }
+  }
+}
+
+// The same inside a group of products over one x (q/k/v): only the product whose
+// weight changed is computed afresh, the others keep their repacked copies.
+TEST_F(Avx512, GroupedProductSeesItsWeightChange) {
+  const int64_t K = 256, N = 48;
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " executor(s)");
+    Backend& be = threads == 1 ? *be1 : *be2;
+    std::vector<uint8_t> w1 = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 81), K, N);
+    std::vector<uint8_t> w2 = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 82), K, N);
+    std::vector<float> x = randn(size_t(K), 83);
+    Tensor t1 = Tensor::contiguous(DType::Q4_0, {K, N}, w1.data()), t2 = Tensor::contiguous(DType::Q4_0, {K, N}, w2.data());
+    be.prepare_weight(t1);
+    be.prepare_weight(t2);
+    Out y1{size_t(N)}, y2{size_t(N)};
+    Graph g;
+    const int xi = g.add_tensor(Tensor::contiguous(DType::F32, {K, 1}, x.data()));
+    g.add_node(node(Op::MatMul, g.add_tensor(Tensor::contiguous(DType::F32, {N, 1}, y1.data())), g.add_tensor(t1), xi));
+    g.add_node(node(Op::MatMul, g.add_tensor(Tensor::contiguous(DType::F32, {N, 1}, y2.data())), g.add_tensor(t2), xi));
+    run(be, g);
+    const std::vector<uint8_t> changed = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 84), K, N);
+    std::copy(changed.begin(), changed.end(), w2.begin());  // new bytes at the same address
+    run(be, g);
+    Out r1 = matmul(*ref, DType::Q4_0, w1, K, N, x, 1), r2 = matmul(*ref, DType::Q4_0, w2, K, N, x, 1);
+    EXPECT_EQ(std::memcmp(r1.data(), y1.data(), sizeof(float) * r1.n), 0);  // repacked Q4_0: the reference's rounding
+    EXPECT_LE(tessera::nmse(r2.data(), y2.data(), r2.n), 1e-6);
+    EXPECT_TRUE(y1.guard_ok());
+    EXPECT_TRUE(y2.guard_ok());
   }
 }
 
