@@ -638,8 +638,9 @@ class CpuAvx512Backend final : public Backend {
   // How many MatMul nodes from k on (at most kMaxGroup, before `end`) can run as one
   // mat_mul_repacked_group: the same x tensor, repacked weights of one dtype and K,
   // evenly spaced F32 dst rows that overlap neither x, nor another dst, nor a weight
-  // of the group (so running them at once equals running them in order). rps and
-  // dsts receive the group.
+  // of the group (so running them at once equals running them in order). rps, ws
+  // and dsts receive the group's copies (unchecked: see mat_mul_repacked_group),
+  // weights and outputs.
   int matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** ws, const Tensor** dsts) {
     const auto& nodes = g.nodes();
     const int32_t xi = nodes[k].src[1];
