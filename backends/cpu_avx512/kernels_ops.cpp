@@ -1,9 +1,9 @@
 // AVX-512 kernels of the small ops (compiled with AVX-512 flags). Same arithmetic as
 // cpu_scalar up to float rounding: RMS sums in double, softmax sum in double, exp
 // equal to libm's expf like the reference's (exp16, kernels_exp.h; so the next
-// activation quantization sees identical values), attention with F16-rounded q, F16 K/V converted in registers, an online
-// softmax in F32 and the V weighted sum kept in F16 between steps (llama.cpp's CPU
-// flash attention; see cpu_scalar).
+// activation quantization sees identical values), attention with F16-rounded q, F16
+// K/V converted in registers, an online softmax in F32 and the V weighted sum kept
+// in F16 between steps (llama.cpp's CPU flash attention; see cpu_scalar).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -194,6 +194,17 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
 
 namespace {
 
+// Row j of F16 K or V rows as NCH float vectors; requests row j + 8. One head's rows
+// are a whole KV row apart and each page of positions lies anywhere; the request made
+// BM_Attention 1.1x (head 64) to 1.6x (head 128) faster at 2048 positions.
+template <int NCH>
+inline void load_row_ahead(const uint16_t* const* rows, int64_t j, int64_t L, __m512* out) {
+  constexpr int64_t kAhead = 8;
+  if (j + kAhead < L)
+    for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(rows[j + kAhead] + 16 * c), _MM_HINT_T0);
+  for (int c = 0; c < NCH; ++c) out[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + 16 * c)));
+}
+
 // G query heads of one KV head, head size 16 * NCH, in registers. Per position each
 // head's running max, sum and F16 accumulator advance exactly as in attention_item
 // (same operations in the same order), in three passes over blocks of positions:
@@ -204,16 +215,6 @@ namespace {
 //      equal to libm's expf);
 //   3. the F16 accumulators and sums, in order: the only pass with a dependency chain
 //      per position, now G independent chains of mul/add/F16 round trips.
-// Row j of F16 K or V rows as NCH float vectors; requests row j + 8 (the rows are
-// scattered over the cache's pages, so the hardware prefetcher does not follow them).
-template <int NCH>
-inline void load_row_ahead(const uint16_t* const* rows, int64_t j, int64_t L, __m512* out) {
-  constexpr int64_t kAhead = 8;
-  if (j + kAhead < L)
-    for (int c = 0; c < NCH; c += 2) _mm_prefetch(reinterpret_cast<const char*>(rows[j + kAhead] + 16 * c), _MM_HINT_T0);
-  for (int c = 0; c < NCH; ++c) out[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + 16 * c)));
-}
-
 template <int NCH, int G>
 void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, const uint16_t* const* vrows,
                            int64_t L, float scale, float* const* out) {
