@@ -19,5 +19,6 @@ inline int bench_threads() {
 void register_pool_benchmarks();
 void register_matmul_benchmarks();
 void register_membw_benchmarks();
+void register_peak_benchmarks();
 
 }  // namespace tessera::bench

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   try {
     tessera::bench::register_pool_benchmarks();
     tessera::bench::register_membw_benchmarks();
+    tessera::bench::register_peak_benchmarks();
     tessera::bench::register_matmul_benchmarks();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera_bench_kernels: %s\n", e.what());

@@ -381,7 +381,7 @@ void bm_attention(benchmark::State& state, const std::string& backend, AttnShape
   Backend& be = *globals().backends.at(backend);
   constexpr int kLayers = 22;
   const int64_t page = 16;
-  KvCacheConfig cfg{kLayers, int(sh.kv_heads), int(sh.hd), int(page), int((L + 1 + page - 1) / page)};
+  KvCacheConfig cfg{kLayers, int(sh.kv_heads), int(sh.hd), int(page), int((L + 1 + page - 1) / page), {}};
   KvCache kv(cfg);
   const KvCache::SeqId seq = kv.create_sequence();
   if (!kv.reserve(seq, L + 1)) {
