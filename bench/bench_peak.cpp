@@ -24,132 +24,38 @@ namespace {
 
 constexpr int kAcc = 24;
 
-// Operations per executor per call: iters x kAcc instructions x ops per instruction.
-// The loop is one asm block so the 24 accumulators stay in zmm8-zmm31 (as arrays the
-// compiler kept them on the stack, and the loads and stores limited the rate).
-__attribute__((target("avx512f,avx512vnni"))) double vnni_ops(long iters) {
-  long n = iters;
-  asm volatile(
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-      "vpternlogd $0xff, %%zmm1, %%zmm1, %%zmm1\n\t"
-"vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-      "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-      "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-      "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-      "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-      "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-      "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-      "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-      "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-      "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-      "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-      "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-      "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-      "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-      "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-      "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-      "vpxord %%zmm24, %%zmm24, %%zmm24\n\t"
-      "vpxord %%zmm25, %%zmm25, %%zmm25\n\t"
-      "vpxord %%zmm26, %%zmm26, %%zmm26\n\t"
-      "vpxord %%zmm27, %%zmm27, %%zmm27\n\t"
-      "vpxord %%zmm28, %%zmm28, %%zmm28\n\t"
-      "vpxord %%zmm29, %%zmm29, %%zmm29\n\t"
-      "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
-      "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
-      "1:\n\t"
-      "vpdpbusd %%zmm1, %%zmm0, %%zmm8\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm9\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm10\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm11\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm12\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm13\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm14\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm15\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm16\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm17\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm18\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm19\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm20\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm21\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm22\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm23\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm24\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm25\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm26\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm27\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm28\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm29\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm30\n\t"
-        "vpdpbusd %%zmm1, %%zmm0, %%zmm31\n\t"
-        "dec %0\n\t"
-      "jnz 1b\n\t"
-      : "+r"(n)
-      :
-      : "xmm0", "xmm1", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc");
-  return double(iters) * kAcc * 64 * 2;
-}
+// One asm loop per instruction, so the 24 accumulators stay in zmm8-zmm31 (as C++
+// arrays the compiler kept them on the stack, and the loads and stores limited the
+// rate); every register starts at zero. Returns the operations one executor did:
+// iters x 24 instructions x operations per instruction.
+#define TESSERA_PEAK_ZERO \
+  "vpxord %%zmm0, %%zmm0, %%zmm0\n\t" "vpxord %%zmm1, %%zmm1, %%zmm1\n\t" "vpxord %%zmm8, %%zmm8, %%zmm8\n\t" "vpxord %%zmm9, %%zmm9, %%zmm9\n\t" \
+  "vpxord %%zmm10, %%zmm10, %%zmm10\n\t" "vpxord %%zmm11, %%zmm11, %%zmm11\n\t" "vpxord %%zmm12, %%zmm12, %%zmm12\n\t" "vpxord %%zmm13, %%zmm13, %%zmm13\n\t" \
+  "vpxord %%zmm14, %%zmm14, %%zmm14\n\t" "vpxord %%zmm15, %%zmm15, %%zmm15\n\t" "vpxord %%zmm16, %%zmm16, %%zmm16\n\t" "vpxord %%zmm17, %%zmm17, %%zmm17\n\t" \
+  "vpxord %%zmm18, %%zmm18, %%zmm18\n\t" "vpxord %%zmm19, %%zmm19, %%zmm19\n\t" "vpxord %%zmm20, %%zmm20, %%zmm20\n\t" "vpxord %%zmm21, %%zmm21, %%zmm21\n\t" \
+  "vpxord %%zmm22, %%zmm22, %%zmm22\n\t" "vpxord %%zmm23, %%zmm23, %%zmm23\n\t" "vpxord %%zmm24, %%zmm24, %%zmm24\n\t" "vpxord %%zmm25, %%zmm25, %%zmm25\n\t" \
+  "vpxord %%zmm26, %%zmm26, %%zmm26\n\t" "vpxord %%zmm27, %%zmm27, %%zmm27\n\t" "vpxord %%zmm28, %%zmm28, %%zmm28\n\t" "vpxord %%zmm29, %%zmm29, %%zmm29\n\t" \
+  "vpxord %%zmm30, %%zmm30, %%zmm30\n\t" "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
+#define TESSERA_PEAK_24(I) \
+  I " %%zmm1, %%zmm0, %%zmm8\n\t" I " %%zmm1, %%zmm0, %%zmm9\n\t" I " %%zmm1, %%zmm0, %%zmm10\n\t" I " %%zmm1, %%zmm0, %%zmm11\n\t" \
+  I " %%zmm1, %%zmm0, %%zmm12\n\t" I " %%zmm1, %%zmm0, %%zmm13\n\t" I " %%zmm1, %%zmm0, %%zmm14\n\t" I " %%zmm1, %%zmm0, %%zmm15\n\t" \
+  I " %%zmm1, %%zmm0, %%zmm16\n\t" I " %%zmm1, %%zmm0, %%zmm17\n\t" I " %%zmm1, %%zmm0, %%zmm18\n\t" I " %%zmm1, %%zmm0, %%zmm19\n\t" \
+  I " %%zmm1, %%zmm0, %%zmm20\n\t" I " %%zmm1, %%zmm0, %%zmm21\n\t" I " %%zmm1, %%zmm0, %%zmm22\n\t" I " %%zmm1, %%zmm0, %%zmm23\n\t" \
+  I " %%zmm1, %%zmm0, %%zmm24\n\t" I " %%zmm1, %%zmm0, %%zmm25\n\t" I " %%zmm1, %%zmm0, %%zmm26\n\t" I " %%zmm1, %%zmm0, %%zmm27\n\t" \
+  I " %%zmm1, %%zmm0, %%zmm28\n\t" I " %%zmm1, %%zmm0, %%zmm29\n\t" I " %%zmm1, %%zmm0, %%zmm30\n\t" I " %%zmm1, %%zmm0, %%zmm31\n\t"
+#define TESSERA_PEAK_KERNEL(NAME, TARGET, INSN, OPS_PER_INSN)                                            \
+  __attribute__((target(TARGET))) double NAME(long iters) {                                               \
+    long n = iters;                                                                                        \
+    asm volatile(TESSERA_PEAK_ZERO "1:\n\t" TESSERA_PEAK_24(INSN) "dec %0\n\tjnz 1b\n\t"                  \
+                 : "+r"(n)                                                                                 \
+                 :                                                                                         \
+                 : "xmm0", "xmm1", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", \
+                   "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc"); \
+    return double(iters) * kAcc * (OPS_PER_INSN);                                                          \
+  }
 
-__attribute__((target("avx512f,fma"))) double fma_ops(long iters) {
-  long n = iters;
-  asm volatile(
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-      "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-"vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-      "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-      "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-      "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-      "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-      "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-      "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-      "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-      "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-      "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-      "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-      "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-      "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-      "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-      "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-      "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-      "vpxord %%zmm24, %%zmm24, %%zmm24\n\t"
-      "vpxord %%zmm25, %%zmm25, %%zmm25\n\t"
-      "vpxord %%zmm26, %%zmm26, %%zmm26\n\t"
-      "vpxord %%zmm27, %%zmm27, %%zmm27\n\t"
-      "vpxord %%zmm28, %%zmm28, %%zmm28\n\t"
-      "vpxord %%zmm29, %%zmm29, %%zmm29\n\t"
-      "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
-      "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
-      "1:\n\t"
-      "vfmadd231ps %%zmm1, %%zmm0, %%zmm8\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm9\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm10\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm11\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm12\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm13\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm14\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm15\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm16\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm17\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm18\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm19\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm20\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm21\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm22\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm23\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm24\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm25\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm26\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm27\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm28\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm29\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm30\n\t"
-        "vfmadd231ps %%zmm1, %%zmm0, %%zmm31\n\t"
-        "dec %0\n\t"
-      "jnz 1b\n\t"
-      : "+r"(n)
-      :
-      : "xmm0", "xmm1", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc");
-  return double(iters) * kAcc * 16 * 2;
-}
+TESSERA_PEAK_KERNEL(vnni_ops, "avx512f,avx512vnni", "vpdpbusd", 64 * 2)
+TESSERA_PEAK_KERNEL(fma_ops, "avx512f,fma", "vfmadd231ps", 16 * 2)
 
 void bm_peak(benchmark::State& state, double (*kernel)(long), int threads) {
   FastPool pool(threads);
