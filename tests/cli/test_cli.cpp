@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/compute_peak.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -130,6 +132,34 @@ TEST(Cli, BenchReportsBothDecodeRooflines) {
   EXPECT_GT(d.at("roofline_tok_s").get<double>(), 0.0);
   EXPECT_NEAR(d.at("fraction_of_roofline_in_place").get<double>(),
               d.at("tok_s_median").get<double>() / d.at("roofline_in_place_tok_s").get<double>(), 1e-9);
+}
+
+// Prefill beside the arithmetic peak: an F16 model on a CPU backend is bounded by
+// f32 FMA; where that instruction is not usable the bench says nothing about a peak.
+TEST(Cli, BenchReportsPrefillAgainstTheArithmeticPeak) {
+  Result r = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
+                 " -p 4 -n 0 -r 2 --peak-runs 1 --threads 2 --backend cpu_scalar --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& p = j.at("prefill");
+  if (!tessera::peak_kernel_usable(tessera::PeakKernel::FmaF32)) {
+    EXPECT_FALSE(j.contains("compute_peak"));
+    EXPECT_FALSE(p.contains("fraction_of_peak"));
+    return;
+  }
+  const auto& k = j.at("compute_peak");
+  EXPECT_EQ(k.at("kernel").get<std::string>(), "f32 vfmadd231ps zmm");
+  EXPECT_EQ(k.at("probes").get<int>(), 2);  // one after each timed prefill
+  EXPECT_EQ(k.at("threads").get<int>(), 2);
+  EXPECT_GT(k.at("gops_median").get<double>(), 1.0);
+  EXPECT_LE(k.at("gops_min").get<double>(), k.at("gops_median").get<double>());
+  EXPECT_NEAR(p.at("fraction_of_peak").get<double>(),
+              p.at("gflops_median").get<double>() / k.at("gops_median").get<double>(), 1e-9);
+  // --peak-runs 0 skips the probe.
+  Result off = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
+                   " -p 4 -n 0 -r 1 --peak-runs 0 --threads 2 --backend cpu_scalar --json");
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_FALSE(nlohmann::json::parse(off.out).contains("compute_peak"));
 }
 
 TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {

@@ -11,7 +11,9 @@
 // bandwidth is probed twice: over a fresh buffer, and over the bytes the backend
 // streams for the model's weights where they lie (decision 23). Prefill:
 // FLOPs per token = 2 x active parameters of the matrices (attention score and
-// delta-net recurrence FLOPs not included).
+// delta-net recurrence FLOPs not included), against the arithmetic peak probed after
+// each prefill run on a CPU backend (tessera/compute_peak.h: int8 vpdpbusd when most
+// matrix parameters are quantized, else f32 FMA).
 // --json prints everything as one JSON object on stdout instead of the text report.
 #include <algorithm>
 #include <chrono>
@@ -26,6 +28,8 @@
 
 #include "cli_common.h"
 #include "tessera/backend.h"
+#include "tessera/compute_peak.h"
+#include "tessera/dtype.h"
 #include "tessera/engine.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
@@ -53,6 +57,7 @@ Stats stats(std::vector<double> v) {
 struct WeightCost {
   double bytes_per_token = 0;  // weights read per decoded token (active experts only)
   double matrix_params = 0;    // parameters of the matrices multiplied per token
+  double quantized_params = 0;  // of those, in a quantized dtype
   double total_bytes = 0;      // every distinct weight tensor
 };
 
@@ -78,6 +83,7 @@ WeightCost weight_cost(const Model& model) {
       if (embd_uses > 1) {  // tied: read in full as the output matrix
         c.bytes_per_token += nbytes;
         c.matrix_params += double(t->nelements());
+        if (dtype_traits(t->type).quantized) c.quantized_params += double(t->nelements());
       } else {  // embedding lookup: one row per token
         c.bytes_per_token += double(t->row_size());
       }
@@ -85,7 +91,10 @@ WeightCost weight_cost(const Model& model) {
     }
     c.total_bytes += nbytes;
     c.bytes_per_token += nbytes * active;
-    if (matrix) c.matrix_params += double(t->nelements()) * active;
+    if (matrix) {
+      c.matrix_params += double(t->nelements()) * active;
+      if (dtype_traits(t->type).quantized) c.quantized_params += double(t->nelements()) * active;
+    }
   }
   return c;
 }
@@ -102,6 +111,22 @@ std::vector<std::span<const std::byte>> streamed_weight_spans(const Engine& engi
     if (!sp.empty()) out.push_back(sp);
   }
   return out;
+}
+
+// The arithmetic peak from probes taken after each prefill run, combined the same way.
+PeakResult combine(const std::vector<PeakResult>& probes) {
+  PeakResult pk;
+  if (probes.empty()) return pk;
+  pk = probes.front();
+  std::vector<double> med;
+  for (const PeakResult& p : probes) {
+    med.push_back(p.median_gops);
+    pk.min_gops = std::min(pk.min_gops, p.min_gops);
+    pk.max_gops = std::max(pk.max_gops, p.max_gops);
+  }
+  pk.median_gops = stats(med).median;
+  pk.reps = int(med.size());
+  return pk;
 }
 
 // One bandwidth from probes taken after each decode run: the median of their
@@ -132,7 +157,7 @@ std::string loadavg() {
 
 int cmd_bench(int argc, char** argv) {
   CommonOptions o;
-  int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 512;
+  int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 512, peak_runs = 3;
   bool json = false;
   po::options_description desc("options");
   desc.add_options()
@@ -142,6 +167,9 @@ int cmd_bench(int argc, char** argv) {
     ("membw-mib", po::value(&bw_mib)->default_value(512),
      "fresh buffer of the read-bandwidth probe behind the decode roofline, MiB; it and a read of the model's "
      "weights where they lie run after each timed decode (0 = skip both)")
+    ("peak-runs", po::value(&peak_runs)->default_value(3),
+     "runs (20 ms each) of the arithmetic-peak probe behind prefill's fraction, after each timed prefill on a CPU "
+     "backend with AVX-512 (0 = skip)")
     ("json", po::bool_switch(&json), "print the results as one JSON object");
   add_common_options(desc, o, true);
   po::variables_map vm;
@@ -152,6 +180,7 @@ int cmd_bench(int argc, char** argv) {
   if (n_prompt < 0 || n_gen < 0 || reps < 1) throw Error("-p and -n must be >= 0 and -r >= 1");
   if (n_prompt + n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
   if (bw_mib < 0) throw Error("--membw-mib must be >= 0");
+  if (peak_runs < 0) throw Error("--peak-runs must be >= 0");
   if (o.ctx == 0) o.ctx = n_prompt + n_gen + 1;
 
   auto reg = make_registry(o);
@@ -202,6 +231,18 @@ int cmd_bench(int argc, char** argv) {
       weight_probes.push_back(measure_read_bandwidth_spans(*probe_pool, weight_spans, kProbePasses));
   };
 
+  // The arithmetic peak behind prefill's fraction, probed right after each timed
+  // prefill for the same reason, on CPU backends only (a GPU's peak is not the
+  // host's): the instruction of the products that dominate, int8 dot products when
+  // most matrix parameters are quantized, else f32 FMA.
+  const WeightCost wc = weight_cost(engine->model());
+  const PeakKernel peak_kernel = wc.quantized_params * 2 >= wc.matrix_params ? PeakKernel::VnniInt8 : PeakKernel::FmaF32;
+  const std::string first_backend = engine->scheduler().backends().front()->name();
+  std::unique_ptr<FastPool> peak_pool;
+  std::vector<PeakResult> peaks;
+  if (peak_runs > 0 && n_prompt > 0 && first_backend.rfind("cpu", 0) == 0 && peak_kernel_usable(peak_kernel))
+    peak_pool = std::make_unique<FastPool>(engine->threads());
+
   std::vector<double> pp, tg;
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
@@ -210,6 +251,10 @@ int cmd_bench(int argc, char** argv) {
     if (n_prompt > 0) engine->eval(prompt, false);
     else engine->eval(std::span<const int32_t>(prompt.data(), 1), false);
     double dt_p = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (peak_pool && r > 0) {  // outside the timed decode below
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
+      peaks.push_back(measure_compute_peak(*peak_pool, peak_kernel, peak_runs));
+    }
     auto t1 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_gen; ++i) {
       int32_t t = pick(rng);
@@ -224,8 +269,8 @@ int cmd_bench(int argc, char** argv) {
 
   // Physical bounds: the bandwidth is the median of the probes' medians (one probe
   // per timed decode run), with the extremes of every pass.
-  const WeightCost wc = weight_cost(engine->model());
   const BandwidthResult bw = combine(probes), wbw = combine(weight_probes);
+  const PeakResult peak = combine(peaks);
   // KV cache (F16 K and V) read per position attended, and the mean number of
   // positions a decoded token attends over (the first decoded token sits at
   // position max(n_prompt, 1) and attends to itself and everything before it).
@@ -268,16 +313,27 @@ int cmd_bench(int argc, char** argv) {
     j["membw_weights_in_place"] = {{"read_gbs_median", wbw.median_gbs}, {"read_gbs_min", wbw.min_gbs},
                                    {"read_gbs_max", wbw.max_gbs}, {"bytes", wbw.bytes}, {"probes", wbw.reps},
                                    {"passes_per_probe", kProbePasses}};
+  if (peak.median_gops > 0)
+    j["compute_peak"] = {{"gops_median", peak.median_gops}, {"gops_min", peak.min_gops}, {"gops_max", peak.max_gops},
+                         {"kernel", std::string(peak_kernel_name(peak.kernel))}, {"probes", peak.reps},
+                         {"runs_per_probe", peak_runs}, {"threads", peak.threads}};
   if (!pp.empty()) {
     Stats s = stats(pp);
+    const double gflops = flops_per_token * s.median / 1e9;
     j["prefill"] = {{"tokens", n_prompt},       {"tok_s_median", s.median},
                     {"tok_s_min", s.min},       {"tok_s_max", s.max},
                     {"flops_per_token", flops_per_token},
-                    {"gflops_median", flops_per_token * s.median / 1e9}};
+                    {"gflops_median", gflops}};
+    if (peak.median_gops > 0) j["prefill"]["fraction_of_peak"] = gflops / peak.median_gops;
     if (!json) {
       std::printf("prefill  %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_prompt, s.median, s.min, s.max);
       std::printf("         %.3f GFLOP per token (2 x %.0f matrix parameters) -> %.2f GFLOP/s achieved\n",
-                  flops_per_token / 1e9, wc.matrix_params, flops_per_token * s.median / 1e9);
+                  flops_per_token / 1e9, wc.matrix_params, gflops);
+      if (peak.median_gops > 0)
+        std::printf("         arithmetic peak %.1f GOP/s (%s, %d threads, median of %d probes, one after each prefill "
+                    "run, %.1f-%.1f) -> prefill at %.1f%% of it\n",
+                    peak.median_gops, std::string(peak_kernel_name(peak.kernel)).c_str(), peak.threads, peak.reps,
+                    peak.min_gops, peak.max_gops, 100.0 * gflops / peak.median_gops);
     }
   }
   if (!tg.empty()) {
