@@ -116,13 +116,19 @@ TEST(Cli, RunGeneratesWithTheBundledModel) {
   EXPECT_EQ(run("run -p abc -n 6 --temp 0").out, run("run -p abc -n 6 --temp 0 --seed 99").out);
 }
 
+// `tessera bench ARGS --json` on the F16 fixture model with cpu_scalar and 2 threads.
+nlohmann::json bench_json(const std::string& args) {
+  Result r = run("bench -m " + fixture("models/qwen35moe-f16.gguf") + " " + args +
+                 " --threads 2 --backend cpu_scalar --json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  return r.status == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
 // bench reports both decode rooflines: over a fresh buffer, and over the model's own
 // weights read where they lie (the bytes the backend streams for them).
 TEST(Cli, BenchReportsBothDecodeRooflines) {
-  Result r = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
-                 " -p 4 -n 4 -r 1 --membw-mib 8 --threads 2 --backend cpu_scalar --json");
-  ASSERT_EQ(r.status, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = bench_json("-p 4 -n 4 -r 1 --membw-mib 8");
+  ASSERT_TRUE(j.contains("decode"));
   const auto& w = j.at("membw_weights_in_place");
   EXPECT_GT(w.at("bytes").get<double>(), 8e6);  // every distinct weight tensor: ~17 MB of F16
   EXPECT_LE(w.at("bytes").get<double>(), j.at("model").at("weight_bytes").get<double>());
@@ -137,10 +143,8 @@ TEST(Cli, BenchReportsBothDecodeRooflines) {
 // Prefill beside the arithmetic peak: an F16 model on a CPU backend is bounded by
 // f32 FMA; where that instruction is not usable the bench says nothing about a peak.
 TEST(Cli, BenchReportsPrefillAgainstTheArithmeticPeak) {
-  Result r = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
-                 " -p 4 -n 0 -r 2 --peak-runs 1 --threads 2 --backend cpu_scalar --json");
-  ASSERT_EQ(r.status, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = bench_json("-p 4 -n 0 -r 2 --peak-runs 1");
+  ASSERT_TRUE(j.contains("prefill"));
   const auto& p = j.at("prefill");
   if (!tessera::peak_kernel_usable(tessera::PeakKernel::FmaF32)) {
     EXPECT_FALSE(j.contains("compute_peak"));
@@ -155,11 +159,7 @@ TEST(Cli, BenchReportsPrefillAgainstTheArithmeticPeak) {
   EXPECT_LE(k.at("gops_min").get<double>(), k.at("gops_median").get<double>());
   EXPECT_NEAR(p.at("fraction_of_peak").get<double>(),
               p.at("gflops_median").get<double>() / k.at("gops_median").get<double>(), 1e-9);
-  // --peak-runs 0 skips the probe.
-  Result off = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
-                   " -p 4 -n 0 -r 1 --peak-runs 0 --threads 2 --backend cpu_scalar --json");
-  ASSERT_EQ(off.status, 0) << off.err;
-  EXPECT_FALSE(nlohmann::json::parse(off.out).contains("compute_peak"));
+  EXPECT_FALSE(bench_json("-p 4 -n 0 -r 1 --peak-runs 0").contains("compute_peak"));  // skipped
 }
 
 TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {

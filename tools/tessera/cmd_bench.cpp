@@ -113,37 +113,29 @@ std::vector<std::span<const std::byte>> streamed_weight_spans(const Engine& engi
   return out;
 }
 
-// The arithmetic peak from probes taken after each prefill run, combined the same way.
-PeakResult combine(const std::vector<PeakResult>& probes) {
-  PeakResult pk;
-  if (probes.empty()) return pk;
-  pk = probes.front();
+// One result from probes taken after each timed run (bandwidth after decode, the
+// arithmetic peak after prefill): the median of their medians, the extremes of all
+// their passes, the number of probes.
+template <typename R>
+R combine(const std::vector<R>& probes, double R::*median, double R::*min, double R::*max) {
+  R out;
+  if (probes.empty()) return out;
+  out = probes.front();
   std::vector<double> med;
-  for (const PeakResult& p : probes) {
-    med.push_back(p.median_gops);
-    pk.min_gops = std::min(pk.min_gops, p.min_gops);
-    pk.max_gops = std::max(pk.max_gops, p.max_gops);
+  for (const R& p : probes) {
+    med.push_back(p.*median);
+    out.*min = std::min(out.*min, p.*min);
+    out.*max = std::max(out.*max, p.*max);
   }
-  pk.median_gops = stats(med).median;
-  pk.reps = int(med.size());
-  return pk;
+  out.*median = stats(med).median;
+  out.reps = int(med.size());
+  return out;
 }
-
-// One bandwidth from probes taken after each decode run: the median of their
-// medians, the extremes of all their passes.
 BandwidthResult combine(const std::vector<BandwidthResult>& probes) {
-  BandwidthResult bw;
-  if (probes.empty()) return bw;
-  bw = probes.front();
-  std::vector<double> med;
-  for (const BandwidthResult& b : probes) {
-    med.push_back(b.median_gbs);
-    bw.min_gbs = std::min(bw.min_gbs, b.min_gbs);
-    bw.max_gbs = std::max(bw.max_gbs, b.max_gbs);
-  }
-  bw.median_gbs = stats(med).median;
-  bw.reps = int(med.size());
-  return bw;
+  return combine(probes, &BandwidthResult::median_gbs, &BandwidthResult::min_gbs, &BandwidthResult::max_gbs);
+}
+PeakResult combine(const std::vector<PeakResult>& probes) {
+  return combine(probes, &PeakResult::median_gops, &PeakResult::min_gops, &PeakResult::max_gops);
 }
 
 std::string loadavg() {
