@@ -737,7 +737,9 @@ class CpuAvx512Backend final : public Backend {
       }
     }
     for (int64_t e = 0; e < E; ++e) moe_start_[size_t(e) + 1] += moe_start_[size_t(e)];
-    const Repacked* rp = find_repacked(w);
+    // The copy's fingerprint (nine cold rows for an expert tensor) is checked during the
+    // dispatch, as in mat_mul_repacked_group.
+    const Repacked* rp = lookup_repacked(w);
     const size_t ab = rp ? kern::act_bytes_repacked(w.type, K) : kern::act_bytes(w.type, K);
     const int64_t rows = b * n;  // activation rows, each prepared once
     uint8_t* act = act_buffer(ab * size_t(rows));
@@ -784,14 +786,20 @@ class CpuAvx512Backend final : public Backend {
       const CpuAvx512Backend* self;
       bool repacked;
       int64_t N, count;
+      const Tensor* w;
+      uint64_t fp;
+      bool stale = false;
       alignas(64) std::atomic<int64_t> next{0};
     } ctx;
     ctx.self = this;
     ctx.repacked = rp != nullptr;
     ctx.N = N;
     ctx.count = int64_t(moe_items_.size());
-    auto worker = [](void* p, int) {
+    ctx.w = &w;
+    ctx.fp = rp ? rp->fp : 0;
+    auto worker = [](void* p, int index) {
       auto* c = static_cast<Ctx*>(p);
+      if (c->repacked && index == 1) c->stale = fingerprint(*c->w) != c->fp;
       for (;;) {
         const int64_t i = c->next.fetch_add(1, std::memory_order_relaxed);
         if (i >= c->count) break;
@@ -803,10 +811,16 @@ class CpuAvx512Backend final : public Backend {
           kern::matmul_rows(job, it.t0 * kern::kTileRows, std::min(c->N, it.t1 * kern::kTileRows));
       }
     };
-    if (execs <= 1 || ctx.count < 2)
-      worker(&ctx, 0);
-    else
+    if (execs <= 1 || ctx.count < 2) {
+      ctx.stale = rp && fingerprint(w) != rp->fp;
+      if (!ctx.stale) worker(&ctx, 0);
+    } else {
       pool_->parallel(worker, &ctx);
+    }
+    if (ctx.stale) {  // the memory now holds another tensor: drop the copy, compute from it
+      repacked_.erase(w.data);
+      return mat_mul_id(w, x, ids, dst);
+    }
     return true;
   }
 

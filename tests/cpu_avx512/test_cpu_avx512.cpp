@@ -823,29 +823,35 @@ INSTANTIATE_TEST_SUITE_P(
 // same address are read afresh, a 2-D view of expert 0 (same address) reads the
 // tensor itself, and an out-of-range expert id is an error, not a wild read.
 TEST_F(Avx512, MatMulIdRepackedCopyIsNotUsedWhenTheWeightChanges) {
-  const int64_t K = 256, N = 24, E = 6, k = 2, n = 5;
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
-    SCOPED_TRACE(dtype_name(t));
-    std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N * E), 31), K, N * E);
-    std::vector<float> x = randn(size_t(K * n), 32);
-    std::vector<int32_t> ids = expert_ids(E, k, n, 33);
-    Out a = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n, true);
-    Out ar = matmul_id(*ref, t, w, K, N, E, x, 1, ids, k, n);
-    EXPECT_LE(tessera::nmse(ar.data(), a.data(), a.n), 1e-6);
-    const std::vector<uint8_t> w2 = quantize_matrix(t, randn(size_t(K * N * E), 34), K, N * E);
-    std::memcpy(w.data(), w2.data(), w.size());  // new contents at the same address, no prepare_weight
-    Out r = matmul_id(*ref, t, w, K, N, E, x, 1, ids, k, n);
-    Out b = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n);
-    EXPECT_LE(tessera::nmse(r.data(), b.data(), r.n), 1e-6);
-    Out full1 = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n, true);
-    Out dense = matmul(*be2, t, w, K, N, x, 1);  // expert 0 as a 2-D weight at the same address
-    Out denser = matmul(*ref, t, w, K, N, x, 1);
-    EXPECT_LE(tessera::nmse(denser.data(), dense.data(), dense.n), 1e-6);
-    Out full2 = matmul_id(*be2, t, w, K, N, E, x, 1, ids, k, n);
-    EXPECT_EQ(std::memcmp(full1.data(), full2.data(), sizeof(float) * full1.n), 0);
-    std::vector<int32_t> bad = ids;
-    bad[3] = int32_t(E);
-    EXPECT_THROW(matmul_id(*be2, t, w, K, N, E, x, 1, bad, k, n), Error);
+  const int64_t K = 256, N = 24, E = 6, k = 2;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    for (int64_t n : {int64_t(1), int64_t(5)}) {  // decode and prefill
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " n=" + std::to_string(n) + ", " + std::to_string(threads) +
+                     " executor(s)");
+        Backend& be = threads == 1 ? *be1 : *be2;
+        std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N * E), 31), K, N * E);
+        std::vector<float> x = randn(size_t(K * n), 32);
+        std::vector<int32_t> ids = expert_ids(E, k, n, 33);
+        Out a = matmul_id(be, t, w, K, N, E, x, 1, ids, k, n, true);
+        Out ar = matmul_id(*ref, t, w, K, N, E, x, 1, ids, k, n);
+        EXPECT_LE(tessera::nmse(ar.data(), a.data(), a.n), 1e-6);
+        const std::vector<uint8_t> w2 = quantize_matrix(t, randn(size_t(K * N * E), 34), K, N * E);
+        std::memcpy(w.data(), w2.data(), w.size());  // new contents at the same address, no prepare_weight
+        Out r = matmul_id(*ref, t, w, K, N, E, x, 1, ids, k, n);
+        Out b = matmul_id(be, t, w, K, N, E, x, 1, ids, k, n);
+        EXPECT_LE(tessera::nmse(r.data(), b.data(), r.n), 1e-6);
+        Out full1 = matmul_id(be, t, w, K, N, E, x, 1, ids, k, n, true);
+        Out dense = matmul(be, t, w, K, N, x, 1);  // expert 0 as a 2-D weight at the same address
+        Out denser = matmul(*ref, t, w, K, N, x, 1);
+        EXPECT_LE(tessera::nmse(denser.data(), dense.data(), dense.n), 1e-6);
+        Out full2 = matmul_id(be, t, w, K, N, E, x, 1, ids, k, n);
+        EXPECT_EQ(std::memcmp(full1.data(), full2.data(), sizeof(float) * full1.n), 0);
+        std::vector<int32_t> bad = ids;
+        bad[size_t(k * n - 1)] = int32_t(E);
+        EXPECT_THROW(matmul_id(be, t, w, K, N, E, x, 1, bad, k, n), Error);
+      }
+    }
   }
 }
 
