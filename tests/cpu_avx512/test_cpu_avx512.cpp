@@ -595,7 +595,7 @@ TEST_F(Avx512, KvWriteMatchesReferenceBitForBit) {
     const float specials[] = {65504.0f, 65520.0f, -70000.0f, 1e-7f, -3e-8f, 6.1e-5f, 0.0f, -0.0f,
                               INFINITY, -INFINITY, std::nanf(""), -std::nanf("0x123")};
     for (size_t i = 0; i < std::size(specials); ++i) k[i * 5] = specials[i], v[v.size() - 1 - i] = specials[i];
-    KvCacheConfig cfg{2, int(n_kv), int(hd), 16, 256};
+    KvCacheConfig cfg{2, int(n_kv), int(hd), 16, 256, {}};
     KvCache kr(cfg), ka(cfg);
     const KvCache::SeqId sr = kr.create_sequence(), sa = ka.create_sequence();
     ASSERT_TRUE(kr.reserve(sr, 3 + T));
@@ -657,7 +657,7 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
   struct C { int64_t hd, n_head, n_kv, page, prefill; };
   for (const C& c : {C{64, 4, 2, 16, 33}, C{128, 8, 8, 4, 7}, C{40, 6, 2, 16, 17}}) {
     SCOPED_TRACE("hd=" + std::to_string(c.hd) + " heads=" + std::to_string(c.n_head) + "/" + std::to_string(c.n_kv));
-    KvCacheConfig cfg{2, int(c.n_kv), int(c.hd), c.page == 4 ? 4 : 16, 64};
+    KvCacheConfig cfg{2, int(c.n_kv), int(c.hd), c.page == 4 ? 4 : 16, 64, {}};
     KvRun r(cfg), a1(cfg), a2(cfg);
     const float scale = 1.0f / std::sqrt(float(c.hd));
     uint32_t seed = 300;
@@ -789,8 +789,9 @@ TEST_P(Avx512MatMulId, AgreesWithScalarAndThreadCountIndependent) {
       Out c = matmul_id(*be2_fresh, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n, prepare);
       const double e = tessera::nmse(r.data(), a.data(), cnt);
       EXPECT_LE(e, 1e-6) << "nmse " << e;
-      if (prepare && (wt == DType::Q4_0 || wt == DType::Q8_0))
+      if (prepare && (wt == DType::Q4_0 || wt == DType::Q8_0)) {
         EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * cnt), 0) << "repacked not bit-identical";
+      }
       EXPECT_EQ(std::memcmp(a.data(), c.data(), sizeof(float) * cnt), 0) << "1 vs 2 threads differ";
       EXPECT_TRUE(a.guard_ok());
       EXPECT_TRUE(c.guard_ok());
