@@ -392,8 +392,9 @@ void bm_attention(benchmark::State& state, const std::string& backend, AttnShape
   std::vector<float> kvf(size_t(sh.hd * sh.kv_heads));
   for (int l = 0; l < kLayers; ++l)
     for (int64_t j = 0; j <= L; ++j) {
-      for (uint16_t* row : {kv.k_row(l, seq, j), kv.v_row(l, seq, j)}) {
-        fill_random(kvf.data(), int64_t(kvf.size()), uint64_t(l * 100003 + j * 2 + (row == kv.v_row(l, seq, j))));
+      for (int v = 0; v < 2; ++v) {  // K, then V
+        uint16_t* row = v ? kv.v_row(l, seq, j) : kv.k_row(l, seq, j);
+        fill_random(kvf.data(), int64_t(kvf.size()), uint64_t(l * 100003 + j * 2 + v));
         for (size_t i = 0; i < kvf.size(); ++i) row[i] = quant::fp32_to_fp16(kvf[i] * 2.0f);
       }
     }

@@ -658,8 +658,7 @@ class CpuAvx512Backend final : public Backend {
       if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
       bool clash = false;
       for (int i = 0; i < n && !clash; ++i)
-        clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, g.tensor(nodes[k + size_t(i)].src[0])) ||
-                overlaps_bytes(*dsts[i], w);
+        clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
       if (clash || overlaps_bytes(d, w)) break;
       rps[n] = r;
       ws[n] = &w;

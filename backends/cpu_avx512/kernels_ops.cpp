@@ -61,24 +61,22 @@ void softmax_row(const float* x, float* y, int64_t K) {
 // libm's expf bit for bit): a polynomial exp off by an ulp would move values across
 // the rounding boundaries of the next MatMul's activation quantization, which shows
 // up as ~1e-6 NMSE in model logits.
+// v / (1 + exp(-v)), the reference's operations.
+inline __m512 silu16(__m512 v) {
+  return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_xor_ps(v, _mm512_set1_ps(-0.0f)))));
+}
+
 void silu_row(const float* x, float* y, int64_t K) {
-  const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
-    const __m512 e = exp16(_mm512_xor_ps(v, _mm512_set1_ps(-0.0f)));
-    _mm512_mask_storeu_ps(y + k, m, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+    _mm512_mask_storeu_ps(y + k, m, silu16(_mm512_maskz_loadu_ps(m, x + k)));
   }
 }
 
 void swiglu_row(const float* g, const float* u, float* y, int64_t K) {
-  const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
-    const __m512 v = _mm512_maskz_loadu_ps(m, g + k);
-    const __m512 e = exp16(_mm512_xor_ps(v, _mm512_set1_ps(-0.0f)));
-    const __m512 s = _mm512_div_ps(v, _mm512_add_ps(one, e));
-    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + k)));
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(silu16(_mm512_maskz_loadu_ps(m, g + k)), _mm512_maskz_loadu_ps(m, u + k)));
   }
 }
 

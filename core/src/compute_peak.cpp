@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "probe_stats.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/hwprobe.h"
@@ -121,11 +122,11 @@ PeakResult measure_compute_peak(FastPool& pool, PeakKernel kernel, int reps, dou
     auto [ops, s] = timed();
     rates.push_back(ops / s / 1e9);
   }
-  std::sort(rates.begin(), rates.end());
+  const detail::Spread sp = detail::spread(rates);
   PeakResult res;
-  res.median_gops = rates.size() % 2 ? rates[rates.size() / 2] : 0.5 * (rates[rates.size() / 2 - 1] + rates[rates.size() / 2]);
-  res.min_gops = rates.front();
-  res.max_gops = rates.back();
+  res.median_gops = sp.median;
+  res.min_gops = sp.min;
+  res.max_gops = sp.max;
   res.reps = reps;
   res.threads = pool.executorCount();
   res.kernel = kernel;

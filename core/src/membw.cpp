@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "probe_stats.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/hwprobe.h"
@@ -168,12 +169,11 @@ BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), void* ctx
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     gbs.push_back(double(bytes) / dt / 1e9);
   }
-  std::sort(gbs.begin(), gbs.end());
-  size_t n = gbs.size();
+  const detail::Spread sp = detail::spread(gbs);
   BandwidthResult res;
-  res.median_gbs = n % 2 ? gbs[n / 2] : 0.5 * (gbs[n / 2 - 1] + gbs[n / 2]);
-  res.min_gbs = gbs.front();
-  res.max_gbs = gbs.back();
+  res.median_gbs = sp.median;
+  res.min_gbs = sp.min;
+  res.max_gbs = sp.max;
   res.bytes = bytes;
   res.reps = reps;
   res.threads = pool.executorCount();

@@ -207,33 +207,36 @@ int cmd_bench(int argc, char** argv) {
   // reads for them where they lie (decision 23): on a VM, pages can read 10-25%
   // slower or faster than the fresh buffer of the first probe, depending on where
   // the host placed them.
+  //
+  // The arithmetic peak behind prefill's fraction is probed right after each timed
+  // prefill for the same reason, on CPU backends only (a GPU's peak is not the
+  // host's): the instruction of the products that dominate, int8 dot products when
+  // most matrix parameters are quantized, else f32 FMA. Both probes share one pool.
   constexpr int kProbePasses = 3;
+  const WeightCost wc = weight_cost(engine->model());
+  const PeakKernel peak_kernel = wc.quantized_params * 2 >= wc.matrix_params ? PeakKernel::VnniInt8 : PeakKernel::FmaF32;
+  const std::string first_backend = engine->scheduler().backends().front()->name();
+  const bool probe_bandwidth = bw_mib > 0 && n_gen > 0;
+  const bool probe_peak =
+      peak_runs > 0 && n_prompt > 0 && first_backend.rfind("cpu", 0) == 0 && peak_kernel_usable(peak_kernel);
   std::unique_ptr<FastPool> probe_pool;
+  if (probe_bandwidth || probe_peak) probe_pool = std::make_unique<FastPool>(engine->threads());
   std::vector<BandwidthResult> probes, weight_probes;
+  std::vector<PeakResult> peaks;
   std::vector<std::span<const std::byte>> weight_spans;
-  if (bw_mib > 0 && n_gen > 0) {
-    probe_pool = std::make_unique<FastPool>(engine->threads());
+  if (probe_bandwidth) {
     weight_spans = streamed_weight_spans(*engine);
     if (spans_read_bytes(weight_spans) < (size_t(1) << 20)) weight_spans.clear();  // too little to time
   }
-  auto probe = [&] {
+  auto let_engine_sleep = [] {
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
+  };
+  auto probe = [&] {
+    let_engine_sleep();
     probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, kProbePasses));
     if (!weight_spans.empty())
       weight_probes.push_back(measure_read_bandwidth_spans(*probe_pool, weight_spans, kProbePasses));
   };
-
-  // The arithmetic peak behind prefill's fraction, probed right after each timed
-  // prefill for the same reason, on CPU backends only (a GPU's peak is not the
-  // host's): the instruction of the products that dominate, int8 dot products when
-  // most matrix parameters are quantized, else f32 FMA.
-  const WeightCost wc = weight_cost(engine->model());
-  const PeakKernel peak_kernel = wc.quantized_params * 2 >= wc.matrix_params ? PeakKernel::VnniInt8 : PeakKernel::FmaF32;
-  const std::string first_backend = engine->scheduler().backends().front()->name();
-  std::unique_ptr<FastPool> peak_pool;
-  std::vector<PeakResult> peaks;
-  if (peak_runs > 0 && n_prompt > 0 && first_backend.rfind("cpu", 0) == 0 && peak_kernel_usable(peak_kernel))
-    peak_pool = std::make_unique<FastPool>(engine->threads());
 
   std::vector<double> pp, tg;
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
@@ -243,9 +246,9 @@ int cmd_bench(int argc, char** argv) {
     if (n_prompt > 0) engine->eval(prompt, false);
     else engine->eval(std::span<const int32_t>(prompt.data(), 1), false);
     double dt_p = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (peak_pool && r > 0) {  // outside the timed decode below
-      std::this_thread::sleep_for(std::chrono::milliseconds(2 * FastPool::kIdleSleepMicros / 1000 + 1));
-      peaks.push_back(measure_compute_peak(*peak_pool, peak_kernel, peak_runs));
+    if (probe_peak && r > 0) {  // outside the timed decode below
+      let_engine_sleep();
+      peaks.push_back(measure_compute_peak(*probe_pool, peak_kernel, peak_runs));
     }
     auto t1 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_gen; ++i) {
@@ -256,7 +259,7 @@ int cmd_bench(int argc, char** argv) {
     if (r == 0) continue;
     if (n_prompt > 0) pp.push_back(n_prompt / dt_p);
     if (n_gen > 0) tg.push_back(n_gen / dt_g);
-    if (probe_pool) probe();
+    if (probe_bandwidth) probe();
   }
 
   // Physical bounds: the bandwidth is the median of the probes' medians (one probe
