@@ -22,6 +22,7 @@
 #include "tessera/kv_cache.h"
 #include "tessera/membw.h"
 #include "tessera/quant.h"
+#include "tessera/work_split.h"
 
 namespace tessera::cpu_avx512 {
 
@@ -556,11 +557,11 @@ class CpuAvx512Backend final : public Backend {
       int64_t N[kMaxGroup];
       int64_t end[kMaxGroup];  // tile index one past each product, in the group's numbering
       int count;
-      int64_t tiles, chunk, divisor;
+      int64_t tiles;
       const Tensor* w[kMaxGroup];
       uint64_t fp[kMaxGroup];
       unsigned stale = 0;  // bit i: product i's weight no longer matches its copy
-      alignas(64) std::atomic<int64_t> next{0};
+      WorkSplit* split = nullptr;
       void check_fingerprints() {
         for (int i = 0; i < count; ++i)
           if (fingerprint(*w[i]) != fp[i]) stale |= 1u << i;
@@ -593,7 +594,7 @@ class CpuAvx512Backend final : public Backend {
       ctx.check_fingerprints();
       if (!ctx.stale) ctx.run(0, tiles);
     } else {
-      run_group_on_pool(ctx, execs, M);
+      run_group_on_pool(ctx, execs);
     }
     // Stale copies (memory reused by another tensor): drop them, compute from the tensors.
     for (int i = 0; i < count; ++i)
@@ -603,25 +604,20 @@ class CpuAvx512Backend final : public Backend {
       }
   }
 
+  // Tiles handed out by split_ (tessera/work_split.h): each executor streams its own
+  // contiguous share one tile per claim and takes half of the other's remainder when
+  // it runs dry, so claims cost no cross-core transfer and the executors still finish
+  // together (decode's largest idle time is the wait at the end of a product).
   template <typename Ctx>
-  void run_group_on_pool(Ctx& ctx, int execs, int64_t M) {
-    ctx.chunk = std::max<int64_t>(1, ctx.tiles / (8 * execs));
-    // Decode: guided claims (1 / (2 * execs) of what is left, one tile at the end) so
-    // the executors finish together; the wait at the end of each product is decode's
-    // largest idle time. Prefill keeps fixed chunks (its products are long).
-    ctx.divisor = M == 1 ? 2 * execs : 0;
+  void run_group_on_pool(Ctx& ctx, int execs) {
+    split_.reset(ctx.tiles, execs, 1);
+    ctx.split = &split_;
     pool_->parallel(
         [](void* p, int index) {
           Ctx& c = *static_cast<Ctx*>(p);
           if (index == 1) c.check_fingerprints();
-          int64_t b = c.next.load(std::memory_order_relaxed);
-          for (;;) {
-            if (b >= c.tiles) break;
-            const int64_t n = c.divisor ? std::max<int64_t>(1, (c.tiles - b) / c.divisor) : c.chunk;
-            if (!c.next.compare_exchange_weak(b, b + n, std::memory_order_relaxed)) continue;
-            c.run(b, std::min(c.tiles, b + n));
-            b = c.next.load(std::memory_order_relaxed);
-          }
+          int64_t b, e;
+          while (c.split->next(index, b, e)) c.run(b, e);
         },
         &ctx);
   }
@@ -683,9 +679,10 @@ class CpuAvx512Backend final : public Backend {
     check_act_key(x, dst);
     kern::MatMulJob job{w.type, K, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), M, act, ab,
                         static_cast<float*>(dst.data), int64_t(dst.nb[1] / sizeof(float))};
-    // Rows in chunks claimed from a shared counter, so an executor that is slowed
-    // down (a shared core) does not hold the others back. Each row is computed by the
-    // same code whichever executor takes it: results do not depend on the split.
+    // Rows in groups of 16 handed out by split_ (see run_group_on_pool), so an
+    // executor that is slowed down (a shared core) does not hold the others back. Each
+    // row is computed by the same code whichever executor takes it: results do not
+    // depend on the split.
     const int execs = pool_ ? pool_->executorCount() : 1;
     if (execs <= 1 || N < 2) {
       kern::matmul_rows(job, 0, N);
@@ -693,21 +690,15 @@ class CpuAvx512Backend final : public Backend {
     }
     struct Ctx {
       const kern::MatMulJob* job;
-      int64_t n, chunk;
-      alignas(64) std::atomic<int64_t> next{0};
-    } ctx;
-    ctx.job = &job;
-    ctx.n = N;
-    // About 8 chunks per executor, each a multiple of 16 rows, at least 16.
-    ctx.chunk = std::max<int64_t>(16, (N / (8 * execs) + 15) / 16 * 16);
+      int64_t n;
+      WorkSplit* split;
+    } ctx{&job, N, &split_};
+    split_.reset((N + 15) / 16, execs, 1);
     pool_->parallel(
-        [](void* p, int) {
+        [](void* p, int index) {
           auto* c = static_cast<Ctx*>(p);
-          for (;;) {
-            const int64_t b = c->next.fetch_add(c->chunk, std::memory_order_relaxed);
-            if (b >= c->n) break;
-            kern::matmul_rows(*c->job, b, std::min(c->n, b + c->chunk));
-          }
+          int64_t b, e;
+          while (c->split->next(index, b, e)) kern::matmul_rows(*c->job, b * 16, std::min(c->n, e * 16));
         },
         &ctx);
     return true;
@@ -776,41 +767,45 @@ class CpuAvx512Backend final : public Backend {
       job.out_ptr = moe_out_.data() + s0;
       moe_jobs_.push_back(job);
     }
-    const int64_t total = tiles * int64_t(moe_jobs_.size());
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tiles, total / (8 * execs)));
-    moe_items_.clear();
-    for (size_t jb = 0; jb < moe_jobs_.size(); ++jb)
-      for (int64_t t0 = 0; t0 < tiles; t0 += chunk) moe_items_.push_back({jb, t0, std::min(tiles, t0 + chunk)});
+    // Items are the chosen experts' tiles in expert order, handed out by split_.
     struct Ctx {
       const CpuAvx512Backend* self;
       bool repacked;
-      int64_t N, count;
+      int64_t N, tiles, count;
       const Tensor* w;
       uint64_t fp;
       bool stale = false;
-      alignas(64) std::atomic<int64_t> next{0};
+      WorkSplit* split;
+      // Items [b, e): each expert's part as one call.
+      void run(int64_t b, int64_t e) const {
+        while (b < e) {
+          const int64_t jb = b / tiles, t0 = b % tiles, t1 = std::min(tiles, t0 + (e - b));
+          const kern::MatMulJob& job = self->moe_jobs_[size_t(jb)];
+          if (repacked)
+            kern::matmul_tiles_repacked(job, N, t0, t1);
+          else
+            kern::matmul_rows(job, t0 * kern::kTileRows, std::min(N, t1 * kern::kTileRows));
+          b += t1 - t0;
+        }
+      }
     } ctx;
     ctx.self = this;
     ctx.repacked = rp != nullptr;
     ctx.N = N;
-    ctx.count = int64_t(moe_items_.size());
+    ctx.tiles = tiles;
+    ctx.count = tiles * int64_t(moe_jobs_.size());
     ctx.w = &w;
     ctx.fp = rp ? rp->fp : 0;
+    ctx.split = &split_;
     auto worker = [](void* p, int index) {
       auto* c = static_cast<Ctx*>(p);
       if (c->repacked && index == 1) c->stale = fingerprint(*c->w) != c->fp;
-      for (;;) {
-        const int64_t i = c->next.fetch_add(1, std::memory_order_relaxed);
-        if (i >= c->count) break;
-        const MoeItem& it = c->self->moe_items_[size_t(i)];
-        const kern::MatMulJob& job = c->self->moe_jobs_[it.job];
-        if (c->repacked)
-          kern::matmul_tiles_repacked(job, c->N, it.t0, it.t1);
-        else
-          kern::matmul_rows(job, it.t0 * kern::kTileRows, std::min(c->N, it.t1 * kern::kTileRows));
-      }
+      int64_t b, e;
+      while (c->split->next(index, b, e)) c->run(b, e);
     };
-    if (execs <= 1 || ctx.count < 2) {
+    const bool alone = execs <= 1 || ctx.count < 2;
+    split_.reset(ctx.count, alone ? 1 : execs, 1);
+    if (alone) {
       ctx.stale = rp && fingerprint(w) != rp->fp;
       if (!ctx.stale) worker(&ctx, 0);
     } else {
@@ -913,15 +908,11 @@ class CpuAvx512Backend final : public Backend {
   std::vector<float> rope_cs_;      // Rope: (cos, sin) per pair per token
   std::vector<uint16_t*> kv_rows_;  // KvWrite: K and V rows per token
   // MatMulId scratch (reused between calls).
-  struct MoeItem {
-    size_t job;
-    int64_t t0, t1;  // 16-row tiles
-  };
   std::vector<int64_t> moe_start_, moe_fill_;
   std::vector<const uint8_t*> moe_act_;
   std::vector<float*> moe_out_;
   std::vector<kern::MatMulJob> moe_jobs_;
-  std::vector<MoeItem> moe_items_;
+  WorkSplit split_;  // the items of the current product dispatch
   bool repack_ = true;
   std::unordered_map<const void*, Repacked> repacked_;
 };
