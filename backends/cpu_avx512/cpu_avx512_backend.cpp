@@ -105,6 +105,10 @@ uint64_t fingerprint(const Tensor& w) {
 class CpuAvx512Backend final : public Backend {
  public:
   CpuAvx512Backend(FastPool* pool, bool repack) : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack) {}
+  // The pool outlives its backends; its workers may still read a repacked copy.
+  ~CpuAvx512Backend() override {
+    if (pool_) pool_->cancelIdlePrefetch();
+  }
 
   // Q4_0 / Q8_0 / Q4_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
   // expert tensor [K, N, E] (MatMulId) gets one per expert, back to back. The tensor
@@ -140,6 +144,7 @@ class CpuAvx512Backend final : public Backend {
       }
     });
     r.fp = fingerprint(w);
+    if (repacked_.count(w.data)) drop_repacked(w.data);
     repacked_[w.data] = std::move(r);
   }
 
@@ -167,15 +172,18 @@ class CpuAvx512Backend final : public Backend {
       throw Error("cpu_avx512: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
                   ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
     act_key_.valid = false;  // x may have been written since the last call
-    for (size_t k = first; k < first + count; ++k) {
+    next_.node = SIZE_MAX;    // found in another graph or call
+    const size_t end = first + count;
+    for (size_t k = first; k < end; ++k) {
       const Node& n = nodes[k];
-      if (n.op == Op::MatMul && k + 1 < first + count && nodes[k + 1].op == Op::MatMul) {
-        const Repacked* rps[kMaxGroup];
-        const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
-        const int group = matmul_group(graph, k, first + count, rps, ws, dsts);
-        if (group > 1) {
+      if (n.op == Op::MatMul && k + 1 < end && nodes[k + 1].op == Op::MatMul) {
+        ProductGroup grp = next_.node == k ? next_ : ProductGroup{};
+        if (next_.node != k) grp.n = matmul_group(graph, k, end, grp.rps, grp.ws, grp.dsts);
+        hint_next_product(graph, k + size_t(std::max(grp.n, 1)), first, end);
+        if (grp.n > 1) {
+          const int group = grp.n;
           try {
-            mat_mul_repacked_group(rps, ws, dsts, group, graph.tensor(n.src[1]), n.src[1]);
+            mat_mul_repacked_group(grp.rps, grp.ws, grp.dsts, group, graph.tensor(n.src[1]), n.src[1]);
           } catch (const Error& e) {
             fail(graph, k, e.what());
           }
@@ -184,6 +192,7 @@ class CpuAvx512Backend final : public Backend {
         }
       }
       if (n.op != Op::MatMul) act_key_.valid = false;
+      else if (k + 1 >= end || nodes[k + 1].op != Op::MatMul) hint_next_product(graph, k + 1, first, end);
       OpSupport s = supports(graph, n);
       if (!s.supported) fail(graph, k, s.reason);
       for (int i = 0; i < 4; ++i)
@@ -488,11 +497,16 @@ class CpuAvx512Backend final : public Backend {
       return nullptr;
     return &r;
   }
+  // Frees a repacked copy, after the workers stopped reading it (idle prefetch).
+  void drop_repacked(const void* key) {
+    if (pool_) pool_->cancelIdlePrefetch();
+    repacked_.erase(key);
+  }
   // The repacked copy of w if its fingerprint still matches; a stale one is dropped.
   const Repacked* find_repacked(const Tensor& w) {
     const Repacked* r = lookup_repacked(w);
     if (r && r->fp != fingerprint(w)) {
-      repacked_.erase(w.data);  // stale: the memory now holds another tensor
+      drop_repacked(w.data);  // stale: the memory now holds another tensor
       return nullptr;
     }
     return r;
@@ -599,7 +613,7 @@ class CpuAvx512Backend final : public Backend {
     // Stale copies (memory reused by another tensor): drop them, compute from the tensors.
     for (int i = 0; i < count; ++i)
       if (ctx.stale & (1u << i)) {
-        repacked_.erase(ws[i]->data);
+        drop_repacked(ws[i]->data);
         mat_mul(*ws[i], x, *dsts[i], xi);
       }
   }
@@ -620,6 +634,53 @@ class CpuAvx512Backend final : public Backend {
           while (c.split->next(index, b, e)) c.run(b, e);
         },
         &ctx);
+  }
+
+  // Products that run as one dispatch (matmul_group's result), from graph node `node`.
+  struct ProductGroup {
+    size_t node = SIZE_MAX;
+    int n = 0;
+    const Repacked* rps[kMaxGroup];
+    const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
+  };
+
+  // Each worker's idle prefetch (FastPool::setIdlePrefetch): the first bytes of its
+  // share (WorkSplit's initial split) of the next repacked product from node `from`
+  // on, read into its cache while the caller runs the ops before that product. After
+  // the last product of [first, end) it is the first one (the next token's graph is
+  // most likely the same). The group found is kept in next_ for execute().
+  static constexpr size_t kIdlePrefetchBytes = 256 << 10;
+  void hint_next_product(const Graph& g, size_t from, size_t first, size_t end) {
+    const int execs = pool_ ? pool_->executorCount() : 1;
+    if (execs < 2) return;
+    const auto& nodes = g.nodes();
+    size_t j = from;
+    while (j < end && nodes[j].op != Op::MatMul) ++j;
+    if (j == end)
+      for (j = first; j < from && nodes[j].op != Op::MatMul;) ++j;
+    next_ = ProductGroup{};
+    if (j < end && nodes[j].op == Op::MatMul) {
+      next_.n = matmul_group(g, j, end, next_.rps, next_.ws, next_.dsts);
+      if (j >= from) next_.node = j;  // a product of this call still to come
+    }
+    int64_t tiles = 0;
+    for (int i = 0; i < next_.n; ++i) tiles += (next_.rps[i]->N + kern::kTileRows - 1) / kern::kTileRows;
+    for (int w = 1; w < execs; ++w) {
+      FastPool::PrefetchHint h;
+      int64_t t = tiles * w / execs;  // where worker w's share starts
+      for (int i = 0; i < next_.n; ++i) {
+        const Repacked& r = *next_.rps[i];
+        const int64_t ti = (r.N + kern::kTileRows - 1) / kern::kTileRows;
+        if (t < ti) {
+          const size_t tb = kern::repacked_bytes(r.type, r.K, kern::kTileRows);
+          h.p = r.data.get() + size_t(t) * tb;
+          h.bytes = std::min(kIdlePrefetchBytes, size_t(ti - t) * tb);
+          break;
+        }
+        t -= ti;
+      }
+      pool_->setIdlePrefetch(w, h);
+    }
   }
 
   static bool overlaps(const Tensor& a, const Tensor& b) {
@@ -812,7 +873,7 @@ class CpuAvx512Backend final : public Backend {
       pool_->parallel(worker, &ctx);
     }
     if (ctx.stale) {  // the memory now holds another tensor: drop the copy, compute from it
-      repacked_.erase(w.data);
+      drop_repacked(w.data);
       return mat_mul_id(w, x, ids, dst);
     }
     return true;
@@ -912,7 +973,8 @@ class CpuAvx512Backend final : public Backend {
   std::vector<const uint8_t*> moe_act_;
   std::vector<float*> moe_out_;
   std::vector<kern::MatMulJob> moe_jobs_;
-  WorkSplit split_;  // the items of the current product dispatch
+  WorkSplit split_;     // the items of the current product dispatch
+  ProductGroup next_;  // the next product's group, found for its idle prefetch
   bool repack_ = true;
   std::unordered_map<const void*, Repacked> repacked_;
 };

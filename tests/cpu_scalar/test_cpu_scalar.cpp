@@ -317,7 +317,7 @@ namespace {
 
 struct AttnFixture {
   static constexpr int64_t hd = 8, n_head = 4, n_kv = 2;
-  KvCacheConfig cfg{2, int(n_kv), int(hd), 4, 16};
+  KvCacheConfig cfg{2, int(n_kv), int(hd), 4, 16, {}};
   KvCache kv{cfg};
   std::unique_ptr<Backend> be;
 

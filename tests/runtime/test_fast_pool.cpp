@@ -11,6 +11,9 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 using tessera::FastPool;
 
 namespace {
@@ -177,5 +180,73 @@ TEST(FastPool, NestedDispatchThrows) {
                  c->pool->parallel([](void*, int) {}, nullptr);
                }, &ctx),
                tessera::Error);
+  run_counting(pool, 2, 10);
+}
+
+namespace {
+
+// An anonymous mapping whose pages are not touched yet (mincore says so).
+struct FreshPages {
+  size_t bytes;
+  char* p;
+  explicit FreshPages(size_t n) : bytes(n) {
+    p = static_cast<char*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) p = nullptr;
+    if (p) madvise(p, n, MADV_NOHUGEPAGE);  // count 4 KiB pages
+  }
+  ~FreshPages() {
+    if (p) munmap(p, bytes);
+  }
+  size_t resident() const {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> v((bytes + page - 1) / page);
+    if (mincore(p, bytes, v.data()) != 0) return 0;
+    size_t n = 0;
+    for (unsigned char c : v) n += c & 1;
+    return n;
+  }
+};
+
+}  // namespace
+
+// After its task a worker reads the hinted range (the pages become present); the
+// caller's range stays untouched, since hints are for workers only.
+TEST(FastPool, AnIdleWorkerReadsItsPrefetchHint) {
+  FastPool pool(2);
+  FreshPages mem(256 << 10);
+  ASSERT_NE(mem.p, nullptr);
+  ASSERT_EQ(mem.resident(), 0u) << "the fresh mapping is already present; cannot observe the worker's reads";
+  pool.setIdlePrefetch(1, {mem.p, mem.bytes});
+  pool.parallel([](void*, int) {}, nullptr);
+  const size_t pages = mem.bytes / size_t(sysconf(_SC_PAGESIZE));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (mem.resident() < pages && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(mem.resident(), pages);
+  pool.cancelIdlePrefetch();
+}
+
+TEST(FastPool, IdlePrefetchIsForWorkersOnly) {
+  FastPool pool(3);
+  char b[64];
+  EXPECT_THROW(pool.setIdlePrefetch(0, {b, sizeof b}), tessera::Error);
+  EXPECT_THROW(pool.setIdlePrefetch(3, {b, sizeof b}), tessera::Error);
+  EXPECT_NO_THROW(pool.setIdlePrefetch(2, {b, sizeof b}));
+  pool.cancelIdlePrefetch();
+}
+
+// cancelIdlePrefetch returns only once no worker reads a hinted range: the range is
+// unmapped right after it, so a worker still reading it would crash the test. 16 MiB
+// takes the worker far longer to read than the caller needs to get to the munmap.
+TEST(FastPool, AHintedRangeCanBeFreedAfterCancel) {
+  FastPool pool(2);
+  for (int round = 0; round < 50; ++round) {
+    FreshPages mem(16 << 20);
+    ASSERT_NE(mem.p, nullptr);
+    pool.setIdlePrefetch(1, {mem.p, mem.bytes});
+    pool.parallel([](void*, int) {}, nullptr);
+    if (round % 2) std::this_thread::sleep_for(std::chrono::microseconds(50));  // some rounds mid-read
+    pool.cancelIdlePrefetch();
+  }  // munmap
   run_counting(pool, 2, 10);
 }

@@ -35,6 +35,27 @@ TEST(WorkSplit, AnExecutorClaimsItsOwnShareFirstThenHalvesOfTheOthers) {
   EXPECT_FALSE(s.next(1, b, e));
 }
 
+TEST(WorkSplit, AClaimTakesAQuarterOfTheShareLeftButAtLeastTheGrain) {
+  WorkSplit s;
+  s.reset(64, 2, 1);  // shares [0, 32) and [32, 64)
+  std::vector<int64_t> sizes;
+  int64_t b, e, at = 0;
+  while (at < 32 && s.next(0, b, e)) {
+    EXPECT_EQ(b, at);
+    sizes.push_back(e - b);
+    at = e;
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{8, 6, 4, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1}));
+  s.reset(64, 2, 5);
+  ASSERT_TRUE(s.next(1, b, e));
+  EXPECT_EQ(b, 32);
+  EXPECT_EQ(e, 40);  // a quarter of 32
+  ASSERT_TRUE(s.next(1, b, e));
+  EXPECT_EQ(e - b, 6);  // 24 / 4
+  ASSERT_TRUE(s.next(1, b, e));
+  EXPECT_EQ(e - b, 5);  // 18 / 4 = 4, but the grain is 5
+}
+
 TEST(WorkSplit, ASingleExecutorGetsEverythingInOrder) {
   WorkSplit s;
   s.reset(7, 1, 2);

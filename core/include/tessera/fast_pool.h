@@ -66,6 +66,21 @@ class FastPool {
   // Convenience: run fn(ctx, i) for i in [0, executorCount()) on all executors.
   void parallel(void (*fn)(void* ctx, int index), void* ctx);
 
+  // Idle prefetch: what a worker reads into its cache after its task, while it waits
+  // for the next dispatch (the part of the next matrix product it will stream first,
+  // so memory stays busy while the caller runs the serial ops between products). The
+  // worker stops at the next dispatch or cancelIdlePrefetch().
+  struct PrefetchHint {
+    const void* p = nullptr;
+    size_t bytes = 0;
+  };
+  // Sets worker `executor`'s hint (1 <= executor < executorCount()) for the dispatches
+  // that follow, until it is set again. Call only from the dispatching thread.
+  void setIdlePrefetch(int executor, PrefetchHint hint);
+  // Clears every hint and returns once no worker reads a hinted range any more. Call it
+  // (from the dispatching thread) before freeing memory a hint may point into.
+  void cancelIdlePrefetch();
+
   // Workers currently blocked in the sleep stage (diagnostics and tests).
   int sleepingWorkers() const;
 
@@ -85,14 +100,20 @@ class FastPool {
     std::atomic<uint64_t> generation{0};  // bumped by the dispatcher to start work
     std::atomic<uint64_t> done{0};        // set to generation by the worker when finished
     Task task;
+    PrefetchHint hint;                   // copied from hints_ at each dispatch
+    uint64_t hint_epoch = 0;             // prefetch_epoch_ when hint was copied
+    std::atomic<uint32_t> touching{0};   // 1 while the worker reads a hinted range
     std::atomic<uint32_t> sleeping{0};  // 1 while the worker is (about to be) blocked
     std::exception_ptr error;           // set by the worker when its task threw
   };
   void worker_main(int index);
+  void touch_until_dispatch(Slot& s, PrefetchHint hint, uint64_t hint_epoch, uint64_t seen);
   void shutdown();  // stop, wake and join every started worker
 
   int workers_ = 0;
   std::unique_ptr<Slot[]> slots_;
+  PrefetchHint hints_[kMaxWorkers];
+  alignas(64) std::atomic<uint64_t> prefetch_epoch_{0};  // bumped by cancelIdlePrefetch
   std::vector<std::thread> threads_;
   alignas(64) std::atomic<bool> stop_{false};
   uint64_t generation_ = 0;

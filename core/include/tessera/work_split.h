@@ -1,7 +1,9 @@
 // WorkSplit: hands out the items [0, n) of one FastPool dispatch to its executors.
 //
 // Each executor owns a contiguous share (executor i starts with the i-th of
-// `executors` equal parts) and claims `grain` items at a time from the front of it.
+// `executors` equal parts) and claims from the front of it a quarter of what is
+// left, at least `grain` items (a claim is a locked instruction, which waits for the
+// executor's outstanding loads: one per 16-row tile cost decode 1.3% of its time).
 // An executor whose share is empty takes the back half of the fullest other share
 // and goes on claiming from that. So while every executor has work of its own, a
 // claim is an atomic on a cache line no other core touches (a shared counter costs a
@@ -24,6 +26,7 @@ namespace tessera {
 class WorkSplit {
  public:
   static constexpr int kMaxExecutors = FastPool::kMaxWorkers + 1;
+  static constexpr int64_t kDivisor = 4;  // a claim takes 1 / kDivisor of the share's rest
 
   void reset(int64_t n, int executors, int64_t grain) {
     if (n < 0 || n > int64_t(UINT32_MAX) || executors < 1 || executors > kMaxExecutors || grain < 1)
@@ -40,7 +43,7 @@ class WorkSplit {
     for (;;) {
       uint64_t r = own.load(std::memory_order_relaxed);
       while (begin(r) < end(r)) {
-        const int64_t take = std::min<int64_t>(grain_, end(r) - begin(r));
+        const int64_t left = end(r) - begin(r), take = std::min(left, std::max(grain_, left / kDivisor));
         if (own.compare_exchange_weak(r, pack(begin(r) + take, end(r)), std::memory_order_relaxed)) {
           b = begin(r);
           e = b + take;
