@@ -179,7 +179,7 @@ class CpuAvx512Backend final : public Backend {
       if (n.op == Op::MatMul && k + 1 < end && nodes[k + 1].op == Op::MatMul) {
         ProductGroup grp = next_.node == k ? next_ : ProductGroup{};
         if (next_.node != k) grp.n = matmul_group(graph, k, end, grp.rps, grp.ws, grp.dsts);
-        hint_next_product(graph, k + size_t(std::max(grp.n, 1)), first, end);
+        prepare_next_product(graph, k + size_t(std::max(grp.n, 1)), first, end);
         if (grp.n > 1) {
           const int group = grp.n;
           try {
@@ -192,7 +192,7 @@ class CpuAvx512Backend final : public Backend {
         }
       }
       if (n.op != Op::MatMul) act_key_.valid = false;
-      else if (k + 1 >= end || nodes[k + 1].op != Op::MatMul) hint_next_product(graph, k + 1, first, end);
+      else if (k + 1 >= end || nodes[k + 1].op != Op::MatMul) prepare_next_product(graph, k + 1, first, end);
       OpSupport s = supports(graph, n);
       if (!s.supported) fail(graph, k, s.reason);
       for (int i = 0; i < 4; ++i)
@@ -644,18 +644,28 @@ class CpuAvx512Backend final : public Backend {
     const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
   };
 
-  // Each worker's idle prefetch (FastPool::setIdlePrefetch): the first bytes of its
+  // Sets each worker's idle prefetch (FastPool::setIdlePrefetch): the first bytes of its
   // share (WorkSplit's initial split) of the next repacked product from node `from`
   // on, read into its cache while the caller runs the ops before that product. After
   // the last product of [first, end) it is the first one (the next token's graph is
   // most likely the same). The group found is kept in next_ for execute().
   static constexpr size_t kIdlePrefetchBytes = 256 << 10;
-  void hint_next_product(const Graph& g, size_t from, size_t first, size_t end) {
+  //
+  // Also requests the RmsNorm weights of the ops up to that product into the caller's
+  // cache (they are cold each token: 2048 floats took rms_norm 2.4 us instead of 1.3).
+  // Called before each product's dispatch, so both complete while it streams.
+  void prepare_next_product(const Graph& g, size_t from, size_t first, size_t end) {
     const int execs = pool_ ? pool_->executorCount() : 1;
-    if (execs < 2) return;
     const auto& nodes = g.nodes();
     size_t j = from;
     while (j < end && nodes[j].op != Op::MatMul) ++j;
+    for (size_t i = from; i < j; ++i)
+      if (nodes[i].op == Op::RmsNorm && nodes[i].src[1] >= 0) {
+        const Tensor& w = g.tensor(nodes[i].src[1]);
+        const char* p = static_cast<const char*>(w.data);
+        for (size_t o = 0; p && o < std::min<size_t>(w.nbytes(), 64 << 10); o += 64) __builtin_prefetch(p + o, 0, 2);
+      }
+    if (execs < 2) return;
     if (j == end)
       for (j = first; j < from && nodes[j].op != Op::MatMul;) ++j;
     next_ = ProductGroup{};

@@ -1092,8 +1092,11 @@ void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1
       const uint8_t* a[4];
       for (int c = 0; c < nc; ++c) a[c] = j.col_act(m0 + c);
       (nc == 4 ? f4 : nc == 3 ? f3 : nc == 2 ? f2 : f1)(tile, nb, a, j.K, res);
-      for (int c = 0; c < nc; ++c)
-        std::memcpy(j.col_out(m0 + c) + t * kTileRows, res + 16 * c, sizeof(float) * size_t(rows));
+      for (int c = 0; c < nc; ++c)  // a full tile's copy of constant size is one store, not a libc call
+        if (rows == kTileRows)
+          std::memcpy(j.col_out(m0 + c) + t * kTileRows, res + 16 * c, sizeof(float) * kTileRows);
+        else
+          std::memcpy(j.col_out(m0 + c) + t * kTileRows, res + 16 * c, sizeof(float) * size_t(rows));
     }
   }
 }
