@@ -54,14 +54,15 @@ void f32_to_f16_row(const float* x, uint16_t* y, int64_t K);  // == quant::fp32_
 void exp_row(const float* x, float* y, int64_t K);
 
 // One attention item: q (hd floats), causal over L cached positions whose K/V rows
-// (already offset to the KV head) are krows[j] / vrows[j]; out: hd floats.
+// for this KV head are krows[j] + off / vrows[j] + off (off: the head's first
+// element in a cache row); out: hd floats.
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
-                    int64_t L, float scale, float* out);
+                    int64_t off, int64_t L, float scale, float* out);
 // n query heads that read the same KV head over the same L positions: each head's
 // result equals attention_item's bit for bit; head sizes 64 and 128 interleave the
 // heads in registers, other sizes run attention_item per head.
 void attention_heads(const float* const* q, int n, int64_t hd, const uint16_t* const* krows,
-                     const uint16_t* const* vrows, int64_t L, float scale, float* const* out);
+                     const uint16_t* const* vrows, int64_t off, int64_t L, float scale, float* const* out);
 
 }  // namespace tessera::cpu_avx512::kern
 

@@ -252,6 +252,21 @@ TESSERA_KV_ROW(k_row, 0)
 TESSERA_KV_ROW(v_row, 1)
 #undef TESSERA_KV_ROW
 
+void KvCache::rows(int layer, SeqId seq, int kv, int64_t first, int64_t count, const uint16_t** out) const {
+  const Sequence& s = seq_ref(seq);
+  if (kv != 0 && kv != 1) throw Error("KvCache::rows: kv must be 0 (K) or 1 (V), got " + std::to_string(kv));
+  if (layer < 0 || layer >= cfg_.n_layers) bad_row("rows", layer, cfg_.n_layers, seq, first, s.reserved);
+  if (count < 0) throw Error("KvCache::rows: negative count " + std::to_string(count));
+  if (first < 0 || first + count > s.reserved)
+    bad_row("rows", layer, cfg_.n_layers, seq, first < 0 ? first : first + count - 1, s.reserved);
+  const int64_t pt = cfg_.page_tokens, stride = int64_t(row_elems());
+  for (int64_t pos = first, end = first + count; pos < end;) {
+    const uint16_t* base = plane(s.table[size_t(pos / pt)], layer, kv);
+    const int64_t page_end = std::min(end, (pos / pt + 1) * pt);
+    for (; pos < page_end; ++pos) *out++ = base + (pos % pt) * stride;
+  }
+}
+
 const std::vector<int32_t>& KvCache::block_table(SeqId seq) const { return seq_ref(seq).table; }
 
 int KvCache::page_refcount(int32_t page) const {

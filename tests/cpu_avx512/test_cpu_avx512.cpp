@@ -686,21 +686,22 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
 TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
   for (auto [hd, n] : {std::pair<int64_t, int>{64, 1}, {64, 4}, {64, 7}, {128, 2}, {128, 3}, {80, 2}}) {
     SCOPED_TRACE("hd=" + std::to_string(hd) + " heads=" + std::to_string(n));
-    const int64_t L = 53;
-    std::vector<uint16_t> k(size_t(L * hd)), v(size_t(L * hd));
+    // Cache rows of two KV heads; the kernels read the second (off = hd).
+    const int64_t L = 53, off = hd;
+    std::vector<uint16_t> k(size_t(L * 2 * hd)), v(size_t(L * 2 * hd));
     std::vector<float> kf = randn(k.size(), 11, 1.5f), vf = randn(v.size(), 12);
     for (size_t i = 0; i < k.size(); ++i) k[i] = quant::fp32_to_fp16(kf[i]), v[i] = quant::fp32_to_fp16(vf[i]);
     std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
-    for (int64_t j = 0; j < L; ++j) krows[size_t(j)] = k.data() + j * hd, vrows[size_t(j)] = v.data() + j * hd;
+    for (int64_t j = 0; j < L; ++j) krows[size_t(j)] = k.data() + j * 2 * hd, vrows[size_t(j)] = v.data() + j * 2 * hd;
     std::vector<float> q = randn(size_t(hd * n), 13, 2.0f), grouped(size_t(hd * n)), single(size_t(hd * n));
     std::vector<const float*> qs;
     std::vector<float*> outs;
     for (int h = 0; h < n; ++h) qs.push_back(q.data() + h * hd), outs.push_back(grouped.data() + h * hd);
     const float scale = 1.0f / std::sqrt(float(hd));
     for (int64_t len : {int64_t(1), L}) {
-      cpu_avx512::kern::attention_heads(qs.data(), n, hd, krows.data(), vrows.data(), len, scale, outs.data());
+      cpu_avx512::kern::attention_heads(qs.data(), n, hd, krows.data(), vrows.data(), off, len, scale, outs.data());
       for (int h = 0; h < n; ++h)
-        cpu_avx512::kern::attention_item(qs[size_t(h)], hd, krows.data(), vrows.data(), len, scale,
+        cpu_avx512::kern::attention_item(qs[size_t(h)], hd, krows.data(), vrows.data(), off, len, scale,
                                          single.data() + h * hd);
       EXPECT_EQ(std::memcmp(grouped.data(), single.data(), sizeof(float) * grouped.size()), 0) << "L=" << len;
     }

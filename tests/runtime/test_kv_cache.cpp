@@ -348,3 +348,33 @@ TEST(KvCache, RecurrentStateFollowsTheSequence) {
   EXPECT_NO_THROW(plain.fork_sequence(p, 3));
   EXPECT_NO_THROW(plain.truncate(p, 2));
 }
+
+// rows() gives, page by page, exactly the pointers k_row / v_row give one at a time.
+TEST(KvCache, RowsEqualsTheRowByRowPointers) {
+  KvCache kv(small_config());
+  auto a = kv.create_sequence();
+  auto b = kv.create_sequence();
+  ASSERT_TRUE(kv.reserve(b, 3));   // interleave the pages of a and b
+  ASSERT_TRUE(kv.reserve(a, 6));
+  ASSERT_TRUE(kv.reserve(b, 9));
+  ASSERT_TRUE(kv.reserve(a, 13));
+  const int64_t reserved = 13;
+  for (int layer = 0; layer < kv.config().n_layers; ++layer)
+    for (int which = 0; which < 2; ++which)
+      for (int64_t first = 0; first <= reserved; ++first)
+        for (int64_t count = 0; first + count <= reserved; ++count) {
+          std::vector<const uint16_t*> got(size_t(count) + 1, nullptr);
+          kv.rows(layer, a, which, first, count, got.data());
+          for (int64_t j = 0; j < count; ++j)
+            ASSERT_EQ(got[size_t(j)], which ? kv.v_row(layer, a, first + j) : kv.k_row(layer, a, first + j))
+                << "layer " << layer << " kv " << which << " first " << first << " position " << first + j;
+          EXPECT_EQ(got[size_t(count)], nullptr) << "wrote past count";
+        }
+  const uint16_t* out[16];
+  EXPECT_THROW(kv.rows(0, a, 0, 0, reserved + 1, out), tessera::Error);
+  EXPECT_THROW(kv.rows(0, a, 0, -1, 2, out), tessera::Error);
+  EXPECT_THROW(kv.rows(0, a, 0, 0, -1, out), tessera::Error);
+  EXPECT_THROW(kv.rows(0, a, 2, 0, 1, out), tessera::Error);
+  EXPECT_THROW(kv.rows(kv.config().n_layers, a, 0, 0, 1, out), tessera::Error);
+  EXPECT_THROW(kv.rows(0, 99, 0, 0, 1, out), tessera::Error);
+}

@@ -68,6 +68,11 @@ class KvCache {
   const uint16_t* k_row(int layer, SeqId seq, int64_t pos) const;
   const uint16_t* v_row(int layer, SeqId seq, int64_t pos) const;
 
+  // The rows of positions [first, first + count) of K (kv = 0) or V (kv = 1), one
+  // pointer per position into out: what an attention kernel walks, for one
+  // block-table lookup per page instead of a checked call per position.
+  void rows(int layer, SeqId seq, int kv, int64_t first, int64_t count, const uint16_t** out) const;
+
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int page_refcount(int32_t page) const;
   int free_pages() const;
