@@ -606,7 +606,8 @@ class CpuAvx512Backend final : public Backend {
     const int execs = pool_ ? pool_->executorCount() : 1;
     if (execs <= 1 || tiles < 2) {
       ctx.check_fingerprints();
-      if (!ctx.stale) ctx.run(0, tiles);
+      for (int i = 0; i < count; ++i)  // the products whose copies are still valid
+        if (!(ctx.stale & (1u << i))) kern::matmul_tiles_repacked(ctx.job[i], ctx.N[i], 0, ctx.end[i] - (i ? ctx.end[i - 1] : 0));
     } else {
       run_group_on_pool(ctx, execs);
     }
