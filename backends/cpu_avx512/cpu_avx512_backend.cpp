@@ -177,17 +177,17 @@ class CpuAvx512Backend final : public Backend {
     for (size_t k = first; k < end; ++k) {
       const Node& n = nodes[k];
       if (n.op == Op::MatMul && k + 1 < end && nodes[k + 1].op == Op::MatMul) {
-        ProductGroup grp = next_.node == k ? next_ : ProductGroup{};
-        if (next_.node != k) grp.n = matmul_group(graph, k, end, grp.rps, grp.ws, grp.dsts);
-        prepare_next_product(graph, k + size_t(std::max(grp.n, 1)), first, end);
+        const ProductGroup grp = next_.node == k ? next_ : find_group(graph, k, end);
+        const size_t after = k + size_t(std::max(grp.n, 1)) + (grp.swiglu ? 1 : 0);
+        prepare_next_product(graph, after, first, end);
         if (grp.n > 1) {
-          const int group = grp.n;
           try {
-            mat_mul_repacked_group(grp.rps, grp.ws, grp.dsts, group, graph.tensor(n.src[1]), n.src[1]);
+            mat_mul_repacked_group(grp.rps, grp.ws, grp.dsts, grp.n, graph.tensor(n.src[1]), n.src[1], grp.swiglu);
           } catch (const Error& e) {
             fail(graph, k, e.what());
           }
-          k += size_t(group) - 1;
+          if (grp.swiglu) act_key_.valid = false;
+          k = after - 1;
           continue;
         }
       }
@@ -560,8 +560,13 @@ class CpuAvx512Backend final : public Backend {
   // with the caller's streaming instead of before the dispatch). A product whose
   // weight turns out stale has its copy dropped and is computed again from the tensor.
   static constexpr int kMaxGroup = 4;
+  //
+  // With `swiglu` (see fused_swiglu: count is 2, gate then up, of equal N) the items
+  // are row tiles of both products, and whoever computes a tile of gate and up also
+  // writes silu(gate) * up for its rows into *swiglu: the SwiGlu node needs no
+  // dispatch of its own, and no executor reads the other's outputs for it.
   void mat_mul_repacked_group(const Repacked* const* rps, const Tensor* const* ws, const Tensor* const* dsts,
-                              int count, const Tensor& x, int32_t xi) {
+                              int count, const Tensor& x, int32_t xi, const Tensor* swiglu = nullptr) {
     const DType type = rps[0]->type;
     const int64_t K = rps[0]->K, M = x.nrows();
     const size_t ab = kern::act_bytes_repacked(type, K);
@@ -576,12 +581,25 @@ class CpuAvx512Backend final : public Backend {
       uint64_t fp[kMaxGroup];
       unsigned stale = 0;  // bit i: product i's weight no longer matches its copy
       WorkSplit* split = nullptr;
+      float* y = nullptr;  // fused SwiGlu output (rows of y_stride floats)
+      int64_t y_stride = 0;
       void check_fingerprints() {
         for (int i = 0; i < count; ++i)
           if (fingerprint(*w[i]) != fp[i]) stale |= 1u << i;
       }
-      // Tiles [b, e) of the group: each product's part in its own tile numbering.
+      void swiglu(int64_t r0, int64_t r1) const {
+        for (int64_t m = 0; m < job[0].M; ++m)
+          kern::swiglu_row(job[0].col_out(m) + r0, job[1].col_out(m) + r0, y + m * y_stride + r0, r1 - r0);
+      }
+      // Tiles [b, e) of the group: each product's part in its own tile numbering
+      // (fused SwiGlu: tiles [b, e) of gate and of up, then their SwiGlu rows).
       void run(int64_t b, int64_t e) const {
+        if (y) {
+          kern::matmul_tiles_repacked(job[0], N[0], b, e);
+          kern::matmul_tiles_repacked(job[1], N[1], b, e);
+          swiglu(b * kern::kTileRows, std::min(N[0], e * kern::kTileRows));
+          return;
+        }
         for (int i = 0; i < count && b < e; ++i) {
           if (b >= end[i]) continue;
           const int64_t start = i ? end[i - 1] : 0, stop = std::min(e, end[i]);
@@ -603,20 +621,31 @@ class CpuAvx512Backend final : public Backend {
       ctx.end[i] = tiles;
     }
     ctx.tiles = tiles;
+    if (swiglu) {
+      ctx.y = static_cast<float*>(swiglu->data);
+      ctx.y_stride = swiglu->ne[0];
+      ctx.tiles = ctx.end[0];  // items: row tiles of gate and up together
+    }
     const int execs = pool_ ? pool_->executorCount() : 1;
-    if (execs <= 1 || tiles < 2) {
+    if (execs <= 1 || ctx.tiles < 2) {
       ctx.check_fingerprints();
-      for (int i = 0; i < count; ++i)  // the products whose copies are still valid
-        if (!(ctx.stale & (1u << i))) kern::matmul_tiles_repacked(ctx.job[i], ctx.N[i], 0, ctx.end[i] - (i ? ctx.end[i - 1] : 0));
+      if (!ctx.stale)
+        ctx.run(0, ctx.tiles);
+      else
+        for (int i = 0; i < count; ++i)  // the products whose copies are still valid
+          if (!(ctx.stale & (1u << i)))
+            kern::matmul_tiles_repacked(ctx.job[i], ctx.N[i], 0, ctx.end[i] - (i ? ctx.end[i - 1] : 0));
     } else {
       run_group_on_pool(ctx, execs);
     }
-    // Stale copies (memory reused by another tensor): drop them, compute from the tensors.
+    // Stale copies (memory reused by another tensor): drop them, compute from the
+    // tensors (and the fused SwiGlu again from the products).
     for (int i = 0; i < count; ++i)
       if (ctx.stale & (1u << i)) {
         drop_repacked(ws[i]->data);
         mat_mul(*ws[i], x, *dsts[i], xi);
       }
+    if (swiglu && ctx.stale) ctx.swiglu(0, ctx.N[0]);
   }
 
   // Tiles handed out by split_ (tessera/work_split.h): each executor streams its own
@@ -637,13 +666,39 @@ class CpuAvx512Backend final : public Backend {
         &ctx);
   }
 
-  // Products that run as one dispatch (matmul_group's result), from graph node `node`.
+  // Products that run as one dispatch (matmul_group's result), from graph node `node`,
+  // and the SwiGlu fused into them (fused_swiglu), if any.
   struct ProductGroup {
     size_t node = SIZE_MAX;
     int n = 0;
     const Repacked* rps[kMaxGroup];
     const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
+    const Tensor* swiglu = nullptr;
   };
+  ProductGroup find_group(const Graph& g, size_t k, size_t end) {
+    ProductGroup grp;
+    grp.n = matmul_group(g, k, end, grp.rps, grp.ws, grp.dsts);
+    grp.swiglu = fused_swiglu(g, k, end, grp);
+    return grp;
+  }
+  // The output of a SwiGlu node right after a group of two products (from node k) that
+  // reads exactly their outputs, gate then up, all flat F32 of one shape and the
+  // output overlapping none of the group's tensors: computed inside the products'
+  // dispatch (see mat_mul_repacked_group). nullptr when it cannot be fused.
+  const Tensor* fused_swiglu(const Graph& g, size_t k, size_t end, const ProductGroup& grp) {
+    const size_t j = k + size_t(grp.n);
+    if (grp.n != 2 || j >= end || grp.rps[0]->N != grp.rps[1]->N) return nullptr;
+    const Node& sn = g.nodes()[j];
+    if (sn.op != Op::SwiGlu || sn.dst < 0 || sn.src[0] < 0 || sn.src[1] < 0) return nullptr;
+    if (&g.tensor(sn.src[0]) != grp.dsts[0] || &g.tensor(sn.src[1]) != grp.dsts[1]) return nullptr;
+    const Tensor &y = g.tensor(sn.dst), &gate = *grp.dsts[0], &up = *grp.dsts[1], &x = g.tensor(g.nodes()[k].src[1]);
+    if (!y.data || y.type != DType::F32 || gate.type != DType::F32 || up.type != DType::F32) return nullptr;
+    if (!flat(y) || !flat(gate) || !flat(up) || !same_shape(y, gate) || !same_shape(y, up)) return nullptr;
+    if (overlaps(y, gate) || overlaps(y, up) || overlaps(y, x) || overlaps_bytes(y, *grp.ws[0]) ||
+        overlaps_bytes(y, *grp.ws[1]) || !supports(g, sn).supported)
+      return nullptr;
+    return &y;
+  }
 
   // Sets each worker's idle prefetch (FastPool::setIdlePrefetch): the first bytes of its
   // share (WorkSplit's initial split) of the next repacked product from node `from`
@@ -671,15 +726,16 @@ class CpuAvx512Backend final : public Backend {
       for (j = first; j < from && nodes[j].op != Op::MatMul;) ++j;
     next_ = ProductGroup{};
     if (j < end && nodes[j].op == Op::MatMul) {
-      next_.n = matmul_group(g, j, end, next_.rps, next_.ws, next_.dsts);
+      next_ = find_group(g, j, end);
       if (j >= from) next_.node = j;  // a product of this call still to come
     }
+    const int parts = next_.swiglu ? 1 : next_.n;  // fused: the share starts in gate and in up alike
     int64_t tiles = 0;
-    for (int i = 0; i < next_.n; ++i) tiles += (next_.rps[i]->N + kern::kTileRows - 1) / kern::kTileRows;
+    for (int i = 0; i < parts; ++i) tiles += (next_.rps[i]->N + kern::kTileRows - 1) / kern::kTileRows;
     for (int w = 1; w < execs; ++w) {
       FastPool::PrefetchHint h;
       int64_t t = tiles * w / execs;  // where worker w's share starts
-      for (int i = 0; i < next_.n; ++i) {
+      for (int i = 0; i < parts; ++i) {
         const Repacked& r = *next_.rps[i];
         const int64_t ti = (r.N + kern::kTileRows - 1) / kern::kTileRows;
         if (t < ti) {
