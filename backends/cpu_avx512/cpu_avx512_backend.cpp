@@ -649,7 +649,7 @@ class CpuAvx512Backend final : public Backend {
   }
 
   // Tiles handed out by split_ (tessera/work_split.h): each executor streams its own
-  // contiguous share one tile per claim and takes half of the other's remainder when
+  // contiguous share in shrinking claims and takes half of the other's remainder when
   // it runs dry, so claims cost no cross-core transfer and the executors still finish
   // together (decode's largest idle time is the wait at the end of a product).
   template <typename Ctx>
