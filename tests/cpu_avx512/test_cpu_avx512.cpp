@@ -141,7 +141,8 @@ TEST_P(Avx512MatMul, AgreesWithScalarAndThreadCountIndependent) {
   const MatMulCase& c = GetParam();
   uint32_t seed = 1;
   for (int64_t K : c.Ks) {
-    // N = 120: 8 tiles, the last one partial, inside a group of 4 decode tiles; 257: 17 tiles.
+    // Repacked decode takes 4 tiles of 16 rows per call while 4 are left, then one: N = 120
+    // ends in a partial tile inside a call of 4; 257 is 4 calls of 4 and one of 1.
     for (int64_t N : {1, 7, 33, 120, 257}) {
       std::vector<float> wf = randn(size_t(K * N), seed++, 0.5f);
       std::vector<uint8_t> w = c.wt == DType::F32 ? std::vector<uint8_t>(reinterpret_cast<uint8_t*>(wf.data()),
