@@ -272,54 +272,59 @@ TEST_F(Avx512, GroupedProductSeesItsWeightChange) {
 
 // gate and up products followed by the SwiGlu of their outputs run as one dispatch
 // (the SwiGlu rows computed with each tile pair): every output equals the reference,
-// on 1 and 2 executors, with a partial last tile, several tokens, and again after the
-// gate weight changed in place (its stale copy dropped, the SwiGlu redone).
+// on 1 and 2 executors, with a partial last tile, several tokens, either product
+// first in the graph, and again after the gate weight changed in place (its stale
+// copy dropped, the SwiGlu redone).
 TEST_F(Avx512, GateUpProductsWithTheirSwiGluEqualTheReference) {
   const int64_t K = 256;
   for (int threads : {1, 2})
     for (int64_t N : {48, 40})
-      for (int64_t M : {1, 3}) {
-        SCOPED_TRACE(std::to_string(threads) + " executor(s), N=" + std::to_string(N) + " M=" + std::to_string(M));
-        Backend& be = threads == 1 ? *be1 : *be2;
-        std::vector<uint8_t> wg = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 91), K, N);
-        std::vector<uint8_t> wu = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 92), K, N);
-        std::vector<float> x = randn(size_t(K * M), 93);
-        Tensor tg = Tensor::contiguous(DType::Q4_0, {K, N}, wg.data()), tu = Tensor::contiguous(DType::Q4_0, {K, N}, wu.data());
-        be.prepare_weight(tg);
-        be.prepare_weight(tu);
-        auto build = [&](Graph& g, Out& og, Out& ou, Out& oy) {
-          const int xi = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
-          const int gi = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, og.data()));
-          const int ui = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, ou.data()));
-          g.add_node(node(Op::MatMul, gi, g.add_tensor(tg), xi));
-          g.add_node(node(Op::MatMul, ui, g.add_tensor(tu), xi));
-          g.add_node(node(Op::SwiGlu, g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, oy.data())), gi, ui));
-        };
-        Out g_out{size_t(N * M)}, u_out{size_t(N * M)}, y_out{size_t(N * M)};
-        Graph g;
-        build(g, g_out, u_out, y_out);
-        for (int round = 0; round < 2; ++round) {
-          if (round == 1) {  // new gate bytes at the same address
-            const std::vector<uint8_t> changed = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 94), K, N);
-            std::copy(changed.begin(), changed.end(), wg.begin());
+      for (int64_t M : {1, 3})
+        for (bool up_first : {false, true}) {
+          SCOPED_TRACE(std::to_string(threads) + " executor(s), N=" + std::to_string(N) + " M=" + std::to_string(M) +
+                       (up_first ? ", up's product first" : ""));
+          Backend& be = threads == 1 ? *be1 : *be2;
+          std::vector<uint8_t> wg = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 91), K, N);
+          std::vector<uint8_t> wu = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 92), K, N);
+          std::vector<float> x = randn(size_t(K * M), 93);
+          Tensor tg = Tensor::contiguous(DType::Q4_0, {K, N}, wg.data()), tu = Tensor::contiguous(DType::Q4_0, {K, N}, wu.data());
+          be.prepare_weight(tg);
+          be.prepare_weight(tu);
+          auto build = [&](Graph& g, Out& og, Out& ou, Out& oy) {
+            const int xi = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
+            const int gi = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, og.data()));
+            const int ui = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, ou.data()));
+            const Node gate_product = node(Op::MatMul, gi, g.add_tensor(tg), xi);
+            const Node up_product = node(Op::MatMul, ui, g.add_tensor(tu), xi);
+            g.add_node(up_first ? up_product : gate_product);
+            g.add_node(up_first ? gate_product : up_product);
+            g.add_node(node(Op::SwiGlu, g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, oy.data())), gi, ui));
+          };
+          Out g_out{size_t(N * M)}, u_out{size_t(N * M)}, y_out{size_t(N * M)};
+          Graph g;
+          build(g, g_out, u_out, y_out);
+          for (int round = 0; round < 2; ++round) {
+            if (round == 1) {  // new gate bytes at the same address
+              const std::vector<uint8_t> changed = quantize_matrix(DType::Q4_0, randn(size_t(K * N), 94), K, N);
+              std::copy(changed.begin(), changed.end(), wg.begin());
+            }
+            for (Out* o : {&g_out, &u_out, &y_out}) std::fill(o->data(), o->data() + o->n, NAN);
+            run(be, g);
+            Out rg{size_t(N * M)}, ru{size_t(N * M)}, ry{size_t(N * M)};
+            Graph rgraph;
+            build(rgraph, rg, ru, ry);
+            run(*ref, rgraph);
+            if (round == 0) {  // repacked Q4_0 and the vector SwiGlu: the reference's rounding
+              EXPECT_EQ(std::memcmp(rg.data(), g_out.data(), sizeof(float) * rg.n), 0);
+              EXPECT_EQ(std::memcmp(ry.data(), y_out.data(), sizeof(float) * ry.n), 0);
+            } else {  // the gate from the tensor's rows: float rounding only
+              EXPECT_LE(tessera::nmse(rg.data(), g_out.data(), rg.n), 1e-6);
+              EXPECT_LE(tessera::nmse(ry.data(), y_out.data(), ry.n), 1e-6);
+            }
+            EXPECT_EQ(std::memcmp(ru.data(), u_out.data(), sizeof(float) * ru.n), 0) << "round " << round;
+            EXPECT_TRUE(g_out.guard_ok() && u_out.guard_ok() && y_out.guard_ok());
           }
-          for (Out* o : {&g_out, &u_out, &y_out}) std::fill(o->data(), o->data() + o->n, NAN);
-          run(be, g);
-          Out rg{size_t(N * M)}, ru{size_t(N * M)}, ry{size_t(N * M)};
-          Graph rgraph;
-          build(rgraph, rg, ru, ry);
-          run(*ref, rgraph);
-          if (round == 0) {  // repacked Q4_0 and the vector SwiGlu: the reference's rounding
-            EXPECT_EQ(std::memcmp(rg.data(), g_out.data(), sizeof(float) * rg.n), 0);
-            EXPECT_EQ(std::memcmp(ry.data(), y_out.data(), sizeof(float) * ry.n), 0);
-          } else {  // the gate from the tensor's rows: float rounding only
-            EXPECT_LE(tessera::nmse(rg.data(), g_out.data(), rg.n), 1e-6);
-            EXPECT_LE(tessera::nmse(ry.data(), y_out.data(), ry.n), 1e-6);
-          }
-          EXPECT_EQ(std::memcmp(ru.data(), u_out.data(), sizeof(float) * ru.n), 0) << "round " << round;
-          EXPECT_TRUE(g_out.guard_ok() && u_out.guard_ok() && y_out.guard_ok());
         }
-      }
 }
 
 // weight_bytes() names what a product streams: the repacked copy while it is valid,
