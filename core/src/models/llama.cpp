@@ -87,7 +87,11 @@ class LlamaModel final : public Model {
       const LlamaLayer& L = layers_[size_t(l)];
       x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, kRopeNormal));
       int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
-      int32_t ff = g.swiglu(g.matmul(g.input(L.w_gate), h), g.matmul(g.input(L.w_up), h));
+      // gate's product first, then up's: one statement per node keeps the graph's order
+      // independent of the compiler's argument evaluation order (GCC built up first).
+      const int32_t gate = g.matmul(g.input(L.w_gate), h);
+      const int32_t up = g.matmul(g.input(L.w_up), h);
+      int32_t ff = g.swiglu(gate, up);
       x = g.add(x, g.matmul(g.input(L.w_down), ff));
     }
     return output_logits(g, embd_, info_, x, b.all_logits);

@@ -230,7 +230,9 @@ class Qwen35MoeModel final : public Model {
 
   // SwiGLU shared expert scaled by sigmoid(w . h), one gate value per token.
   int32_t shared_expert(GraphBuilder& g, const SharedExpertWeights& s, int32_t h) const {
-    int32_t y = g.matmul(g.input(s.down), g.swiglu(g.matmul(g.input(s.gate), h), g.matmul(g.input(s.up), h)));
+    const int32_t gate = g.matmul(g.input(s.gate), h);  // in this order, whatever the compiler's
+    const int32_t up = g.matmul(g.input(s.up), h);      // argument evaluation order
+    int32_t y = g.matmul(g.input(s.down), g.swiglu(gate, up));
     return g.mul(y, g.sigmoid(g.matmul(g.input(s.gate_inp), h)));  // [n_embd, n] * [1, n]
   }
 
