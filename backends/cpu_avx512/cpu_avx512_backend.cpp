@@ -72,18 +72,6 @@ struct AlignedFree {
 // address can never pick up a stale repack.
 // It runs before every product, so it mixes 8-byte words (a byte-wise FNV over the
 // 192 bytes was 0.65% of a TinyLlama decode profile).
-// Calls f(p, n) for the bytes the fingerprint samples, in order.
-template <typename F>
-void for_each_fingerprint_sample(const Tensor& w, F&& f) {
-  const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2];
-  const size_t n = std::min<size_t>(64, row_bytes(w.type, K));
-  for (int64_t e : {int64_t(0), E / 2, E - 1}) {
-    const char* base = static_cast<const char*>(w.data) + e * int64_t(w.nb[2]);
-    for (int64_t r : {int64_t(0), N / 2, N - 1}) f(base + r * int64_t(w.nb[1]), n);
-    if (E == 1) break;
-  }
-}
-
 uint64_t fingerprint(const Tensor& w) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
@@ -105,17 +93,13 @@ uint64_t fingerprint(const Tensor& w) {
     mix(&E, sizeof E);
     mix(&w.nb[2], sizeof w.nb[2]);
   }
-  for_each_fingerprint_sample(w, mix);
+  const size_t n = std::min<size_t>(64, row_bytes(w.type, K));
+  for (int64_t e : {int64_t(0), E / 2, E - 1}) {
+    const char* base = static_cast<const char*>(w.data) + e * int64_t(w.nb[2]);
+    for (int64_t r : {int64_t(0), N / 2, N - 1}) mix(base + r * int64_t(w.nb[1]), n);
+    if (E == 1) break;
+  }
   return h;
-}
-
-// Requests the sampled lines: they are cold every token (the original weight is not
-// what a repacked product reads), ~3 misses per product on the worker that checks.
-void prefetch_fingerprint(const Tensor& w) {
-  for_each_fingerprint_sample(w, [](const char* p, size_t n) {
-    __builtin_prefetch(p, 0, 3);
-    __builtin_prefetch(p + n - 1, 0, 3);
-  });
 }
 
 class CpuAvx512Backend final : public Backend {
@@ -571,12 +555,10 @@ class CpuAvx512Backend final : public Backend {
   // next): q/k/v and gate/up then wait for the slower executor once, not per product.
   // Every tile is computed by the same code as alone, so results do not change.
   //
-  // The copies come from lookup_repacked: their fingerprints are checked here, during
-  // the dispatch, by the caller before it claims tiles: prepare_next_product requested
-  // the sampled lines into its caches a product earlier (checked by the worker, they
-  // were three cache misses per weight, 0.8% of a TinyLlama decode profile). A
-  // product whose weight turns out stale has its copy dropped and is computed again
-  // from the tensor.
+  // The copies come from lookup_repacked: their fingerprints are checked here, by the
+  // first worker before it claims tiles (three cache misses per weight, in parallel
+  // with the caller's streaming instead of before the dispatch). A product whose
+  // weight turns out stale has its copy dropped and is computed again from the tensor.
   static constexpr int kMaxGroup = 4;
   //
   // With `swiglu` (see fused_swiglu: count is 2, gate then up, of equal N) the items
@@ -677,7 +659,7 @@ class CpuAvx512Backend final : public Backend {
     pool_->parallel(
         [](void* p, int index) {
           Ctx& c = *static_cast<Ctx*>(p);
-          if (index == 0) c.check_fingerprints();
+          if (index == 1) c.check_fingerprints();
           int64_t b, e;
           while (c.split->next(index, b, e)) c.run(b, e);
         },
@@ -757,7 +739,6 @@ class CpuAvx512Backend final : public Backend {
     if (j < end && nodes[j].op == Op::MatMul) {
       next_ = find_group(g, j, end);
       if (j >= from) next_.node = j;  // a product of this call still to come
-      for (int i = 0; i < next_.n; ++i) prefetch_fingerprint(*next_.ws[i]);
     }
     const int parts = next_.swiglu ? 1 : next_.n;  // fused: the share starts in gate and in up alike
     int64_t tiles = 0;
