@@ -1,5 +1,6 @@
-// Streaming read bandwidth per kernel (scalar uint64 sums vs AVX2 vs AVX-512 loads)
-// and per executor count: shows whether the plain kernel already saturates memory,
+// Streaming read bandwidth per kernel (scalar uint64 sums vs AVX2 vs AVX-512 loads vs
+// AVX2 with a non-temporal prefetch ahead)
+// and per executor count: shows which kernel reads fastest (Auto should be it),
 // and what `tessera bench` divides by for its decode roofline.
 //   BM_ReadBandwidth/avx2/threads:2  -> counter GB/s = median of 5 passes over 512 MiB
 #include <benchmark/benchmark.h>
@@ -16,7 +17,7 @@ namespace tessera::bench {
 
 void register_membw_benchmarks() {
   std::set<int> counts{1, bench_threads()};
-  for (ReadKernel k : {ReadKernel::Scalar, ReadKernel::Avx2, ReadKernel::Avx512}) {
+  for (ReadKernel k : {ReadKernel::Scalar, ReadKernel::Avx2, ReadKernel::Avx512, ReadKernel::Avx2Nta}) {
     if (!read_kernel_usable(k)) continue;
     for (int n : counts) {
       std::string name = "BM_ReadBandwidth/" + std::string(read_kernel_name(k)) + "/threads:" + std::to_string(n);

@@ -57,6 +57,29 @@ __attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n_wo
   return out[0] + out[1] + out[2] + out[3];
 }
 
+// The AVX2 loop with a non-temporal software prefetch 2 KiB ahead, the request the
+// decode kernels make: on the Zen 5 VM two executors read 3-33% faster with it than
+// without (5 runs of 9 alternations; 46-68 against 43-51 GB/s), and cpu_avx512's
+// Q6_K output product streamed 14% faster than the plain loop's figure. A roofline
+// from the plain loop would overstate how close decode comes to the bound.
+__attribute__((target("avx2"))) uint64_t sum_avx2_nta(const uint64_t* p, size_t n_words) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  const __m256i* v = reinterpret_cast<const __m256i*>(p);
+  constexpr size_t kAhead = 2048 / sizeof(__m256i);  // prefetches never fault past the end
+  for (size_t i = 0; i + 4 <= n_words / 4; i += 4) {  // 128 bytes per step
+    _mm_prefetch(reinterpret_cast<const char*>(v + i + kAhead), _MM_HINT_NTA);
+    _mm_prefetch(reinterpret_cast<const char*>(v + i + kAhead + 2), _MM_HINT_NTA);
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(v + i));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(v + i + 1));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(v + i + 2));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(v + i + 3));
+  }
+  __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
+  return out[0] + out[1] + out[2] + out[3];
+}
+
 __attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* p, size_t n_words) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   const __m512i* v = reinterpret_cast<const __m512i*>(p);
@@ -78,6 +101,7 @@ SumFn kernel_fn(ReadKernel k) {
   switch (k) {
 #if defined(__x86_64__)
     case ReadKernel::Avx2: return sum_avx2;
+    case ReadKernel::Avx2Nta: return sum_avx2_nta;
     case ReadKernel::Avx512: return sum_avx512;
 #endif
     default: return sum_scalar;
@@ -113,7 +137,7 @@ void read_task(void* p, int i) {
 // Auto -> the kernel used; throws if the one asked for cannot run here.
 ReadKernel usable_kernel(ReadKernel kernel) {
   if (kernel == ReadKernel::Auto)
-    kernel = read_kernel_usable(ReadKernel::Avx2) ? ReadKernel::Avx2 : ReadKernel::Scalar;
+    kernel = read_kernel_usable(ReadKernel::Avx2Nta) ? ReadKernel::Avx2Nta : ReadKernel::Scalar;
   if (!read_kernel_usable(kernel))
     throw Error("measure_read_bandwidth: kernel '" + std::string(read_kernel_name(kernel)) +
                 "' is not supported by this CPU/OS");
@@ -187,6 +211,7 @@ std::string_view read_kernel_name(ReadKernel k) {
     case ReadKernel::Auto: return "auto";
     case ReadKernel::Scalar: return "scalar";
     case ReadKernel::Avx2: return "avx2";
+    case ReadKernel::Avx2Nta: return "avx2+nta";
     case ReadKernel::Avx512: return "avx512";
   }
   return "?";
@@ -198,7 +223,8 @@ bool read_kernel_usable(ReadKernel k) {
     case ReadKernel::Auto:
     case ReadKernel::Scalar: return true;
 #if defined(__x86_64__)
-    case ReadKernel::Avx2: return f.avx2 && f.os_avx;
+    case ReadKernel::Avx2:
+    case ReadKernel::Avx2Nta: return f.avx2 && f.os_avx;
     case ReadKernel::Avx512: return f.avx512f && f.os_avx512;
 #endif
     default: return false;

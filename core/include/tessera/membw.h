@@ -1,7 +1,8 @@
 // Memory bandwidth measurement: the physical bound of decode. A decode step reads
 // every weight once per token, so tokens/s can never exceed (measured read GB/s) /
 // (weight bytes per token). `tessera bench` divides by this number to print the
-// roofline; bench/ compares the read kernels to show the plain one saturates.
+// roofline; bench/ compares the read kernels (on the Zen 5 VM the prefetching one is the
+// fastest, so it is the default).
 //
 // The measurement: a buffer larger than the last-level cache (default 512 MiB) is
 // allocated and first touched by the executors that will read it (so pages exist and
@@ -18,10 +19,11 @@ namespace tessera {
 class FastPool;
 
 enum class ReadKernel {
-  Auto,    // the widest usable of the ones below
+  Auto,    // Avx2Nta where usable, else Scalar
   Scalar,  // plain uint64 sums (the compiler auto-vectorizes them to SSE2)
   Avx2,    // 256-bit loads (compiled with a target attribute, used after a runtime check)
   Avx512,  // 512-bit loads (same)
+  Avx2Nta, // 256-bit loads with a non-temporal prefetch 2 KiB ahead (Auto's choice)
 };
 std::string_view read_kernel_name(ReadKernel k);
 // True if this CPU and OS can run kernel k (Auto and Scalar always can).
