@@ -17,7 +17,7 @@ namespace tessera::bench {
 
 void register_membw_benchmarks() {
   std::set<int> counts{1, bench_threads()};
-  for (ReadKernel k : {ReadKernel::Scalar, ReadKernel::Avx2, ReadKernel::Avx512, ReadKernel::Avx2Nta}) {
+  for (ReadKernel k : {ReadKernel::Scalar, ReadKernel::Avx2, ReadKernel::Avx512, ReadKernel::Avx2Nta, ReadKernel::Avx2Nta4}) {
     if (!read_kernel_usable(k)) continue;
     for (int n : counts) {
       std::string name = "BM_ReadBandwidth/" + std::string(read_kernel_name(k)) + "/threads:" + std::to_string(n);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -12,6 +14,35 @@
 
 namespace tessera {
 namespace {
+
+// Each read kernel reads every word of its whole steps exactly once (a kernel that
+// skipped or re-read lines would report a bandwidth it did not achieve); the 4-stream
+// kernel also over lengths that leave a tail after its 4 x 128-byte rounds.
+TEST(ReadBandwidth, EveryKernelSumsEveryWordOnce) {
+  const size_t max_words = 70000;
+  std::vector<uint64_t, std::allocator<uint64_t>> storage(max_words + 8);
+  uint64_t* p = storage.data();
+  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  for (size_t i = 0; i < max_words; ++i) p[i] = i * 0x9E3779B97F4A7C15ull + 12345;
+  auto sum = [&](size_t n) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; ++i) s += p[i];
+    return s;
+  };
+  for (ReadKernel k : {ReadKernel::Scalar, ReadKernel::Avx2, ReadKernel::Avx512, ReadKernel::Avx2Nta,
+                       ReadKernel::Avx2Nta4, ReadKernel::Auto}) {
+    if (!read_kernel_usable(k)) continue;
+    SCOPED_TRACE(std::string(read_kernel_name(k)));
+    for (size_t n : {size_t(0), size_t(64), size_t(128), size_t(4096), size_t(65536)})  // whole 512-byte rounds
+      EXPECT_EQ(read_kernel_sum(k, p, n), sum(n)) << n << " words";
+  }
+  for (ReadKernel k : {ReadKernel::Avx2, ReadKernel::Avx2Nta, ReadKernel::Avx2Nta4}) {
+    if (!read_kernel_usable(k)) continue;
+    SCOPED_TRACE(std::string(read_kernel_name(k)));
+    for (size_t n : {size_t(16), size_t(48), size_t(80), size_t(1000), size_t(69999)})
+      EXPECT_EQ(read_kernel_sum(k, p, n), sum(n / 16 * 16)) << n << " words";
+  }
+}
 
 TEST(ReadBandwidth, SpansAreReadWholeLinesOnly) {
   FastPool pool(2);

@@ -1,8 +1,8 @@
 // Memory bandwidth measurement: the physical bound of decode. A decode step reads
 // every weight once per token, so tokens/s can never exceed (measured read GB/s) /
 // (weight bytes per token). `tessera bench` divides by this number to print the
-// roofline; bench/ compares the read kernels (on the Zen 5 VM the prefetching one is the
-// fastest, so it is the default).
+// roofline; bench/ compares the read kernels (on the Zen 5 VM the 4-stream prefetching
+// one read fastest, so it is the default: decision 33).
 //
 // The measurement: a buffer larger than the last-level cache (default 512 MiB) is
 // allocated and first touched by the executors that will read it (so pages exist and
@@ -19,11 +19,12 @@ namespace tessera {
 class FastPool;
 
 enum class ReadKernel {
-  Auto,    // Avx2Nta where usable, else Scalar
+  Auto,    // Avx2Nta4 where usable, else Scalar
   Scalar,  // plain uint64 sums (the compiler auto-vectorizes them to SSE2)
   Avx2,    // 256-bit loads (compiled with a target attribute, used after a runtime check)
   Avx512,  // 512-bit loads (same)
-  Avx2Nta, // 256-bit loads with a non-temporal prefetch 2 KiB ahead (Auto's choice)
+  Avx2Nta, // 256-bit loads with a non-temporal prefetch 2 KiB ahead
+  Avx2Nta4,  // the same over 4 streams (the quarters of each executor's range) in turn: Auto's
 };
 std::string_view read_kernel_name(ReadKernel k);
 // True if this CPU and OS can run kernel k (Auto and Scalar always can).
@@ -58,6 +59,12 @@ BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std
 
 // The bytes measure_read_bandwidth_spans reads: every span's whole 64-byte lines.
 size_t spans_read_bytes(std::span<const std::span<const std::byte>> spans);
+
+// What read kernel k computes over n_words 64-bit words at p (64-byte aligned): their
+// sum, leaving out the words after the kernel's last whole step (64 bytes for Scalar,
+// 128 for the AVX2 kernels, 256 for Avx512), so that tests can check each kernel reads
+// every word once. Throws if k is not usable here.
+uint64_t read_kernel_sum(ReadKernel k, const uint64_t* p, size_t n_words);
 
 // Just the median GB/s of measure_read_bandwidth_ex.
 double measure_read_bandwidth(FastPool& pool, size_t bytes = size_t(512) << 20, int reps = 5);
