@@ -42,33 +42,19 @@ uint64_t sum_scalar(const uint64_t* p, size_t n_words) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n_words) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  const __m256i* v = reinterpret_cast<const __m256i*>(p);
-  for (size_t i = 0; i + 4 <= n_words / 4; i += 4) {  // 128 bytes per step
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(v + i));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(v + i + 1));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(v + i + 2));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(v + i + 3));
-  }
-  __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-  alignas(32) uint64_t out[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
-  return out[0] + out[1] + out[2] + out[3];
-}
-
-// The AVX2 loop with a non-temporal software prefetch 2 KiB ahead, the request the
-// decode kernels make: on the Zen 5 VM two executors read 3-33% faster with it than
-// without (5 runs of 9 alternations; 46-68 against 43-51 GB/s), and cpu_avx512's
-// Q6_K output product streamed 14% faster than the plain loop's figure. A roofline
-// from the plain loop would overstate how close decode comes to the bound.
-__attribute__((target("avx2"))) uint64_t sum_avx2_nta(const uint64_t* p, size_t n_words) {
+// 256-bit loads, 128 bytes per step. kRequest: also a non-temporal software prefetch
+// 2 KiB ahead, the request the decode kernels make (two executors read 3-33% faster
+// with it than without in 5 runs of 9 alternations; decision 33).
+template <bool kRequest>
+__attribute__((target("avx2"))) uint64_t sum_avx2_loop(const uint64_t* p, size_t n_words) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   const __m256i* v = reinterpret_cast<const __m256i*>(p);
   constexpr size_t kAhead = 2048 / sizeof(__m256i);  // prefetches never fault past the end
-  for (size_t i = 0; i + 4 <= n_words / 4; i += 4) {  // 128 bytes per step
-    _mm_prefetch(reinterpret_cast<const char*>(v + i + kAhead), _MM_HINT_NTA);
-    _mm_prefetch(reinterpret_cast<const char*>(v + i + kAhead + 2), _MM_HINT_NTA);
+  for (size_t i = 0; i + 4 <= n_words / 4; i += 4) {
+    if constexpr (kRequest) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + i + kAhead), _MM_HINT_NTA);
+      _mm_prefetch(reinterpret_cast<const char*>(v + i + kAhead + 2), _MM_HINT_NTA);
+    }
     a0 = _mm256_add_epi64(a0, _mm256_load_si256(v + i));
     a1 = _mm256_add_epi64(a1, _mm256_load_si256(v + i + 1));
     a2 = _mm256_add_epi64(a2, _mm256_load_si256(v + i + 2));
@@ -79,6 +65,8 @@ __attribute__((target("avx2"))) uint64_t sum_avx2_nta(const uint64_t* p, size_t 
   _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
   return out[0] + out[1] + out[2] + out[3];
 }
+uint64_t sum_avx2(const uint64_t* p, size_t n_words) { return sum_avx2_loop<false>(p, n_words); }
+uint64_t sum_avx2_nta(const uint64_t* p, size_t n_words) { return sum_avx2_loop<true>(p, n_words); }
 
 // The same as four streams, one per quarter of the range, a 128-byte step of each in
 // turn (as cpu_avx512's decode kernel reads 4 tiles side by side).
