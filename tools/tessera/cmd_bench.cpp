@@ -13,7 +13,9 @@
 // FLOPs per token = 2 x active parameters of the matrices (attention score and
 // delta-net recurrence FLOPs not included), against the arithmetic peak probed after
 // each prefill run on a CPU backend (tessera/compute_peak.h: int8 vpdpbusd when most
-// matrix parameters are quantized, else f32 FMA).
+// matrix parameters are quantized, else f32 FMA). With several threads, the cost of an
+// empty FastPool dispatch is probed beside the bandwidth (tessera/dispatch_probe.h):
+// on a VM it says which placement of the executors the run got.
 // --json prints everything as one JSON object on stdout instead of the text report.
 #include <algorithm>
 #include <chrono>
@@ -29,6 +31,7 @@
 #include "cli_common.h"
 #include "tessera/backend.h"
 #include "tessera/compute_peak.h"
+#include "tessera/dispatch_probe.h"
 #include "tessera/dtype.h"
 #include "tessera/engine.h"
 #include "tessera/error.h"
@@ -137,6 +140,9 @@ BandwidthResult combine(const std::vector<BandwidthResult>& probes) {
 PeakResult combine(const std::vector<PeakResult>& probes) {
   return combine(probes, &PeakResult::median_gops, &PeakResult::min_gops, &PeakResult::max_gops);
 }
+DispatchResult combine(const std::vector<DispatchResult>& probes) {
+  return combine(probes, &DispatchResult::median_ns, &DispatchResult::min_ns, &DispatchResult::max_ns);
+}
 
 std::string loadavg() {
   std::ifstream f("/proc/loadavg");
@@ -158,7 +164,8 @@ int cmd_bench(int argc, char** argv) {
     ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)")
     ("membw-mib", po::value(&bw_mib)->default_value(512),
      "fresh buffer of the read-bandwidth probe behind the decode roofline, MiB; it and a read of the model's "
-     "weights where they lie run after each timed decode (0 = skip both)")
+     "weights where they lie run after each timed decode, with (several threads) a probe of the pool's empty "
+     "dispatch (0 = skip all three)")
     ("peak-runs", po::value(&peak_runs)->default_value(3),
      "runs (20 ms each) of the arithmetic-peak probe behind prefill's fraction, after each timed prefill on a CPU "
      "backend with AVX-512 (0 = skip)")
@@ -223,6 +230,7 @@ int cmd_bench(int argc, char** argv) {
   if (probe_bandwidth || probe_peak) probe_pool = std::make_unique<FastPool>(engine->threads());
   std::vector<BandwidthResult> probes, weight_probes;
   std::vector<PeakResult> peaks;
+  std::vector<DispatchResult> dispatches;
   std::vector<std::span<const std::byte>> weight_spans;
   if (probe_bandwidth) {
     weight_spans = streamed_weight_spans(*engine);
@@ -236,6 +244,7 @@ int cmd_bench(int argc, char** argv) {
     probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, kProbePasses));
     if (!weight_spans.empty())
       weight_probes.push_back(measure_read_bandwidth_spans(*probe_pool, weight_spans, kProbePasses));
+    if (probe_pool->executorCount() > 1) dispatches.push_back(measure_dispatch(*probe_pool));
   };
 
   std::vector<double> pp, tg;
@@ -266,6 +275,7 @@ int cmd_bench(int argc, char** argv) {
   // per timed decode run), with the extremes of every pass.
   const BandwidthResult bw = combine(probes), wbw = combine(weight_probes);
   const PeakResult peak = combine(peaks);
+  const DispatchResult barrier = combine(dispatches);
   // KV cache (F16 K and V) read per position attended, and the mean number of
   // positions a decoded token attends over (the first decoded token sits at
   // position max(n_prompt, 1) and attends to itself and everything before it).
@@ -308,6 +318,9 @@ int cmd_bench(int argc, char** argv) {
     j["membw_weights_in_place"] = {{"read_gbs_median", wbw.median_gbs}, {"read_gbs_min", wbw.min_gbs},
                                    {"read_gbs_max", wbw.max_gbs}, {"bytes", wbw.bytes}, {"probes", wbw.reps},
                                    {"passes_per_probe", kProbePasses}};
+  if (barrier.median_ns > 0)
+    j["pool_dispatch"] = {{"ns_median", barrier.median_ns}, {"ns_min", barrier.min_ns}, {"ns_max", barrier.max_ns},
+                          {"probes", barrier.reps}, {"executors", barrier.executors}};
   if (peak.median_gops > 0)
     j["compute_peak"] = {{"gops_median", peak.median_gops}, {"gops_min", peak.min_gops}, {"gops_max", peak.max_gops},
                          {"kernel", std::string(peak_kernel_name(peak.kernel))}, {"probes", peak.reps},
@@ -369,6 +382,10 @@ int cmd_bench(int argc, char** argv) {
                     "roofline %.2f tok/s; achieved %.1f%%\n",
                     double(wbw.bytes) / 1e6, wbw.reps, wbw.median_gbs, wbw.min_gbs, wbw.max_gbs, roofline_in_place,
                     100.0 * s.median / roofline_in_place);
+      if (barrier.median_ns > 0)
+        std::printf("         pool dispatch (empty tasks, %d executors, one probe after each decode run): %.0f ns "
+                    "median (%.0f-%.0f)\n",
+                    barrier.executors, barrier.median_ns, barrier.min_ns, barrier.max_ns);
     }
   }
   if (json) std::printf("%s\n", j.dump(2).c_str());
