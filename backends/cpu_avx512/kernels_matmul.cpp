@@ -768,7 +768,14 @@ namespace tessera::cpu_avx512::kern {
 namespace {
 
 // Bytes per block of one 16-row tile: 32 bytes of scales + 16 rows of quantized bytes.
-constexpr int64_t kQ4KTileBytes = 448 + 32 * 64;  // d, dmin, scales, min pairs, qs (see repack)
+// Q4_K: d, dmin, the 6-bit scales and mins split into 4-bit and 2-bit fields, qs (see
+// tile_dot_q4k); 16 x 144 bytes, the GGUF blocks' size, as decode reads every byte.
+constexpr int64_t kQ4KSl = 64, kQ4KMl = kQ4KSl + 64, kQ4KHi = kQ4KMl + 64, kQ4KQs = kQ4KHi + 64;
+constexpr int64_t kQ4KTileBytes = kQ4KQs + 32 * 64;
+static_assert(kQ4KTileBytes == 16 * int64_t(sizeof(BlockQ4_K)));
+// Bit position, in a row's kQ4KHi dword, of the top 2 bits of its scale j (the mins'
+// take bits 4-11 and 20-27: see tile_dot_q4k).
+constexpr int kQ4KScaleHiBit[8] = {0, 2, 12, 14, 16, 18, 28, 30};
 // Q6_K: d, scales, ql, qh (see tile_dot_q6k); 16 x 210 bytes, the GGUF blocks' size.
 constexpr int64_t kQ6KScales = 32, kQ6KQl = kQ6KScales + 256, kQ6KQh = kQ6KQl + 32 * 64;
 constexpr int64_t kQ6KTileBytes = kQ6KQh + 16 * 64;
@@ -893,37 +900,56 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(res + 16 * (g * NC + c), acc[g][c]);
 }
 
-// Repacked Q4_K tile (16 rows, lane = row). Per 256-weight block: F16 d[16],
-// dmin[16]; 8 x 16 six-bit scales (u8); 4 x 16 lanes of (min_2p, min_2p+1) int16
-// pairs; then 32 x 64 bytes of quantized bytes, vector g lane i = row i's qs[4g..4g+3].
-// Per sub-block the integer dot is exact (vpdpbusd), scaled by the row's 6-bit scale
-// in int32 (vpmulld); mins against the activation's 32-element sums with vpdpwssd.
+// Repacked Q4_K tile (16 rows, lane = row). Per 256-weight block: F16 d[16] and
+// dmin[16]; three vectors of one dword per row holding its 6-bit scales s0..s7 and
+// mins m0..m7 as 4-bit and 2-bit fields; then 32 x 64 bytes of quantized bytes,
+// vector g lane i = row i's qs[4g..4g+3]. The fields sit where one shift and one mask
+// bring them, in place, to where they are used (a row's dwords, bit 0 first):
+//   at kQ4KSl: s0..s7 bits 0-3, 4 bits each   -> scale j = (>> 4j) & 0xF
+//   at kQ4KMl: m0 m2 m4 m6 m1 m3 m5 m7 bits 0-3 -> int16 pair k = (m2k, m2k+1) bits 0-3
+//   at kQ4KHi: m2k bits 4-5 at 4 + 2k, m2k+1 at 20 + 2k (16 x the value after >> 2k in
+//              each int16), s_j bits 4-5 at kQ4KScaleHiBit[j]
+// (the GGUF block's own 12-byte packing needs a dozen operations per pair). Per sub-block
+// the integer dot is exact (vpdpbusd), scaled by the row's scale in int32 (vpmulld);
+// mins against the activation's 32-element sums with vpdpwssd.
 template <int NC>
 void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  const __m512i lowmask = _mm512_set1_epi8(0x0F);
+  const __m512i lowmask = _mm512_set1_epi8(0x0F), m4 = _mm512_set1_epi32(0x0F), m30 = _mm512_set1_epi32(0x30);
+  const __m512i p4 = _mm512_set1_epi32(0x000F000F), p30 = _mm512_set1_epi32(0x00300030);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * kQ4KTileBytes;
     for (int l = 0; l < kQ4KTileBytes / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    const __m512i sl = _mm512_loadu_si512(p + kQ4KSl), ml = _mm512_loadu_si512(p + kQ4KMl), hb = _mm512_loadu_si512(p + kQ4KHi);
     const uint8_t* a[NC];
     for (int c = 0; c < NC; ++c) a[c] = act[c] + size_t(b) * kQ8KBlockBytes;
     __m512i tot[NC], mn[NC];
-    for (int c = 0; c < NC; ++c) {
-      tot[c] = _mm512_setzero_si512();
-      mn[c] = _mm512_setzero_si512();
-      const int32_t* ys = reinterpret_cast<const int32_t*>(a[c] + 272);  // (sum_2p, sum_2p+1) int16 pairs
-      for (int pp = 0; pp < 4; ++pp)
-        mn[c] = _mm512_dpwssd_epi32(mn[c], _mm512_loadu_si512(p + 192 + 64 * pp), _mm512_set1_epi32(ys[pp]));
-    }
-    const uint8_t* q = p + 448;
-    for (int ch = 0; ch < 4; ++ch) {
+    for (int c = 0; c < NC; ++c) tot[c] = mn[c] = _mm512_setzero_si512();
+    static_for<4>([&](auto k) {  // mins: int16 pairs (m2k, m2k+1), low and high fields
+      const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(ml, 4 * k), p4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(hb, 2 * k), p30);
+      const __m512i m = _mm512_or_si512(lo, hi);
+      for (int c = 0; c < NC; ++c) {
+        int32_t ys;  // the activation's (sum_2k, sum_2k+1) int16 pair
+        std::memcpy(&ys, a[c] + 272 + 4 * k, 4);
+        mn[c] = _mm512_dpwssd_epi32(mn[c], m, _mm512_set1_epi32(ys));
+      }
+    });
+    // Scale j as int32 lanes: (sl >> 4j) & 0x0F | (hb rotated to put its bits at 4-5)
+    // & 0x30, ternary logic A&C | B&~C over B = the masked high bits.
+    auto scale = [&](int j) {
+      const __m512i h = _mm512_rorv_epi32(hb, _mm512_set1_epi32((kQ4KScaleHiBit[j] - 4) & 31));
+      return _mm512_ternarylogic_epi32(_mm512_srl_epi32(sl, _mm_cvtsi32_si128(4 * j)), _mm512_and_si512(h, m30), m4, 0xE4);
+    };
+    auto chunk = [&](int ch) {  // weights 64ch..64ch+63: sub-blocks 2ch (low nibbles), 2ch+1
       __m512i alo[NC], ahi[NC];
       for (int c = 0; c < NC; ++c) alo[c] = ahi[c] = _mm512_setzero_si512();
+      const uint8_t* q = p + kQ4KQs + 512 * ch;
       for (int g = 0; g < 8; ++g) {
-        const __m512i z = _mm512_loadu_si512(q + 64 * (8 * ch + g));
+        const __m512i z = _mm512_loadu_si512(q + 64 * g);
         const __m512i lo = _mm512_and_si512(z, lowmask), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lowmask);
         for (int c = 0; c < NC; ++c) {
           int32_t y0, y1;
@@ -933,11 +959,16 @@ void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
           ahi[c] = _mm512_dpbusd_epi32(ahi[c], hi, _mm512_set1_epi32(y1));
         }
       }
-      const __m512i slo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 64 + 16 * (2 * ch))));
-      const __m512i shi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 64 + 16 * (2 * ch + 1))));
+      const __m512i slo = scale(2 * ch), shi = scale(2 * ch + 1);
       for (int c = 0; c < NC; ++c)
         tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[c], slo), _mm512_mullo_epi32(ahi[c], shi)));
-    }
+    };
+    // One column unrolls the chunks (shift counts become immediates); several keep a
+    // loop, as unrolled their accumulators spill.
+    if constexpr (NC == 1) static_for<4>([&](auto ch) { chunk(ch); });
+    else
+#pragma GCC unroll 1
+      for (int ch = 0; ch < 4; ++ch) chunk(ch);
     for (int c = 0; c < NC; ++c) {
       const __m512 vdy = _mm512_set1_ps(PrepQ8K::d(a[c]));
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[c]), _mm512_mul_ps(d, vdy), acc[c]);
@@ -1072,12 +1103,19 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
                         unpack_scales_k4(blk->scales, u);
                         const uint8_t* sc = reinterpret_cast<const uint8_t*>(u);
                         const uint8_t* mi = sc + 8;
-                        for (int j = 0; j < 8; ++j) o[64 + 16 * j + i] = sc[j];
-                        for (int pp = 0; pp < 4; ++pp) {
-                          const int16_t m2[2] = {int16_t(mi[2 * pp]), int16_t(mi[2 * pp + 1])};
-                          std::memcpy(o + 192 + 64 * pp + 4 * i, m2, 4);
+                        uint32_t sl = 0, ml = 0, hb = 0;  // see tile_dot_q4k
+                        for (int j = 0; j < 8; ++j) {
+                          sl |= uint32_t(sc[j] & 0xF) << (4 * j);
+                          hb |= uint32_t(sc[j] >> 4) << kQ4KScaleHiBit[j];
                         }
-                        for (int g = 0; g < 32; ++g) std::memcpy(o + 448 + 64 * g + 4 * i, blk->qs + 4 * g, 4);
+                        for (int k = 0; k < 4; ++k) {
+                          ml |= uint32_t(mi[2 * k] & 0xF) << (4 * k) | uint32_t(mi[2 * k + 1] & 0xF) << (16 + 4 * k);
+                          hb |= uint32_t(mi[2 * k] >> 4) << (4 + 2 * k) | uint32_t(mi[2 * k + 1] >> 4) << (20 + 2 * k);
+                        }
+                        std::memcpy(o + kQ4KSl + 4 * i, &sl, 4);
+                        std::memcpy(o + kQ4KMl + 4 * i, &ml, 4);
+                        std::memcpy(o + kQ4KHi + 4 * i, &hb, 4);
+                        for (int g = 0; g < 32; ++g) std::memcpy(o + kQ4KQs + 64 * g + 4 * i, blk->qs + 4 * g, 4);
                       });
   } else {
     const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
