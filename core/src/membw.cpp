@@ -146,14 +146,20 @@ void read_task(void* p, int i) {
   c->sink[i][0] += c->fn(reinterpret_cast<const uint64_t*>(c->base + b), (e - b) / 8);
 }
 
-// Auto -> the kernel used; throws if the one asked for cannot run here.
-ReadKernel usable_kernel(ReadKernel kernel) {
-  if (kernel == ReadKernel::Auto)
-    kernel = read_kernel_usable(ReadKernel::Avx2Nta4) ? ReadKernel::Avx2Nta4 : ReadKernel::Scalar;
+// The kernels to time: Auto -> every usable streaming pattern (the fastest is kept);
+// otherwise the one asked for. Throws if that one cannot run here.
+std::vector<ReadKernel> kernels_to_time(ReadKernel kernel) {
+  if (kernel == ReadKernel::Auto) {
+    std::vector<ReadKernel> ks;
+    for (ReadKernel k : {ReadKernel::Avx2, ReadKernel::Avx2Nta, ReadKernel::Avx2Nta4})
+      if (read_kernel_usable(k)) ks.push_back(k);
+    if (ks.empty()) ks.push_back(ReadKernel::Scalar);
+    return ks;
+  }
   if (!read_kernel_usable(kernel))
     throw Error("measure_read_bandwidth: kernel '" + std::string(read_kernel_name(kernel)) +
                 "' is not supported by this CPU/OS");
-  return kernel;
+  return {kernel};
 }
 
 // The first and past-the-last address of a span's whole 64-byte lines (the kernels
@@ -196,20 +202,30 @@ void keep_sums(const uint64_t (*sink)[8], int parts) {
   (void)keep;
 }
 
-// `reps` timed passes of `task` over `bytes`; median, min and max GB/s.
-BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), void* ctx, size_t bytes, int reps) {
-  std::vector<double> gbs;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    pool.parallel(task, ctx);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    gbs.push_back(double(bytes) / dt / 1e9);
-  }
-  const detail::Spread sp = detail::spread(gbs);
+// `reps` timed passes of `task` over `bytes` with each of `kernels` (set in ctx.fn), in
+// turn pass by pass so that they share the machine's drift; the kernel with the
+// highest median, with its median, min and max GB/s.
+template <typename Ctx>
+BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), Ctx& ctx, size_t bytes, int reps,
+                             const std::vector<ReadKernel>& kernels) {
+  std::vector<std::vector<double>> gbs(kernels.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      ctx.fn = kernel_fn(kernels[k]);
+      auto t0 = std::chrono::steady_clock::now();
+      pool.parallel(task, &ctx);
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      gbs[k].push_back(double(bytes) / dt / 1e9);
+    }
   BandwidthResult res;
-  res.median_gbs = sp.median;
-  res.min_gbs = sp.min;
-  res.max_gbs = sp.max;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const detail::Spread sp = detail::spread(gbs[k]);
+    if (k > 0 && sp.median <= res.median_gbs) continue;
+    res.median_gbs = sp.median;
+    res.min_gbs = sp.min;
+    res.max_gbs = sp.max;
+    res.kernel = kernels[k];
+  }
   res.bytes = bytes;
   res.reps = reps;
   res.threads = pool.executorCount();
@@ -219,7 +235,7 @@ BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), void* ctx
 }  // namespace
 
 uint64_t read_kernel_sum(ReadKernel k, const uint64_t* p, size_t n_words) {
-  return kernel_fn(usable_kernel(k))(p, n_words);
+  return kernel_fn(kernels_to_time(k).back())(p, n_words);
 }
 
 std::string_view read_kernel_name(ReadKernel k) {
@@ -261,7 +277,7 @@ void* alloc_streamed(size_t bytes) {
 BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps, ReadKernel kernel) {
   if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
   if (bytes < (size_t(1) << 20)) throw Error("measure_read_bandwidth: buffer must be at least 1 MiB");
-  kernel = usable_kernel(kernel);
+  const std::vector<ReadKernel> kernels = kernels_to_time(kernel);
 
   bytes = (bytes + kAlign - 1) / kAlign * kAlign;
   // The same pages as the weights (alloc_streamed): the bound must be the best
@@ -274,14 +290,13 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps
   ctx->base = buf.get();
   ctx->pages = bytes / kChunkAlign;
   ctx->parts = pool.executorCount();
-  ctx->fn = kernel_fn(kernel);
+  ctx->fn = kernel_fn(kernels.back());
   ctx->touch = true;
   pool.parallel(read_task, ctx.get());
   ctx->touch = false;
   pool.parallel(read_task, ctx.get());  // warm-up pass (TLB, frequency)
 
-  BandwidthResult res = timed_passes(pool, read_task, ctx.get(), bytes, reps);
-  res.kernel = kernel;
+  BandwidthResult res = timed_passes(pool, read_task, *ctx, bytes, reps, kernels);
   keep_sums(ctx->sink, ctx->parts);
   return res;
 }
@@ -289,7 +304,7 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps
 BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std::span<const std::byte>> spans,
                                              int reps, ReadKernel kernel) {
   if (reps < 1) throw Error("measure_read_bandwidth: reps must be >= 1");
-  kernel = usable_kernel(kernel);
+  const std::vector<ReadKernel> kernels = kernels_to_time(kernel);
   auto ctx = std::make_unique<SpanCtx>();
   for (const auto& sp : spans) {
     const auto [b, e] = whole_lines(sp);
@@ -301,10 +316,9 @@ BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std
   if (ctx->total < (size_t(1) << 20)) throw Error("measure_read_bandwidth: less than 1 MiB to read");
   ctx->offset.push_back(ctx->total);
   ctx->parts = pool.executorCount();
-  ctx->fn = kernel_fn(kernel);
+  ctx->fn = kernel_fn(kernels.back());
   pool.parallel(span_task, ctx.get());  // untimed pass (TLB, frequency)
-  BandwidthResult res = timed_passes(pool, span_task, ctx.get(), ctx->total, reps);
-  res.kernel = kernel;
+  BandwidthResult res = timed_passes(pool, span_task, *ctx, ctx->total, reps, kernels);
   keep_sums(ctx->sink, ctx->parts);
   return res;
 }

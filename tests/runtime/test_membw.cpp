@@ -79,6 +79,28 @@ TEST(ReadBandwidth, SpansOfLessThanOneMiBAreRefused) {
   EXPECT_THROW(measure_read_bandwidth_spans(pool, ok, 0), Error);
 }
 
+// Auto times every streaming pattern and reports the one it kept (the fastest), with
+// that pattern's own spread; a kernel asked for is the one used.
+TEST(ReadBandwidth, AutoKeepsOneOfThePatternsItTimed) {
+  FastPool pool(2);
+  const BandwidthResult a = measure_read_bandwidth_ex(pool, size_t(8) << 20, 3, ReadKernel::Auto);
+  if (read_kernel_usable(ReadKernel::Avx2))
+    EXPECT_TRUE(a.kernel == ReadKernel::Avx2 || a.kernel == ReadKernel::Avx2Nta || a.kernel == ReadKernel::Avx2Nta4)
+        << read_kernel_name(a.kernel);
+  else
+    EXPECT_EQ(a.kernel, ReadKernel::Scalar);
+  EXPECT_EQ(a.reps, 3);
+  EXPECT_GT(a.median_gbs, 0.0);
+  EXPECT_LE(a.min_gbs, a.median_gbs);
+  EXPECT_GE(a.max_gbs, a.median_gbs);
+  const BandwidthResult s = measure_read_bandwidth_ex(pool, size_t(8) << 20, 2, ReadKernel::Scalar);
+  EXPECT_EQ(s.kernel, ReadKernel::Scalar);
+  std::vector<std::byte> buf(size_t(4) << 20);
+  const std::span<const std::byte> spans[] = {std::span<const std::byte>(buf)};
+  const BandwidthResult w = measure_read_bandwidth_spans(pool, spans, 2, ReadKernel::Auto);
+  EXPECT_NE(w.kernel, ReadKernel::Auto);
+}
+
 // More executors than lines to share: every executor gets a valid (maybe empty) range.
 TEST(ReadBandwidth, ManySmallSpansOnManyExecutors) {
   FastPool pool(4);

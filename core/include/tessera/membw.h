@@ -1,14 +1,17 @@
 // Memory bandwidth measurement: the physical bound of decode. A decode step reads
 // every weight once per token, so tokens/s can never exceed (measured read GB/s) /
 // (weight bytes per token). `tessera bench` divides by this number to print the
-// roofline; bench/ compares the read kernels (on the Zen 5 VM the 4-stream prefetching
-// one read fastest, so it is the default: decision 33).
+// roofline; bench/ compares the read kernels. Which access pattern reads fastest
+// depends on the machine (4 prefetched streams per executor on a Zen 5 VM, one plain
+// stream on a Zen 4 VM), so by default every pattern is timed and the fastest counts
+// (decision 33): a bound below what the products themselves stream would overstate
+// how close decode comes to it.
 //
 // The measurement: a buffer larger than the last-level cache (default 512 MiB) is
 // allocated and first touched by the executors that will read it (so pages exist and
 // sit near their reader), then every executor of the FastPool streams through its
 // contiguous chunk summing 64-bit words; the median GB/s (1e9 bytes/s) over `reps`
-// passes is returned. About 0.3 s for the defaults on a 10 GB/s machine.
+// passes is returned. About 1 s for the defaults on a 10 GB/s machine (3 patterns).
 #pragma once
 #include <cstddef>
 #include <span>
@@ -19,12 +22,12 @@ namespace tessera {
 class FastPool;
 
 enum class ReadKernel {
-  Auto,    // Avx2Nta4 where usable, else Scalar
+  Auto,    // Avx2, Avx2Nta and Avx2Nta4 in turn, the fastest (Scalar without AVX2)
   Scalar,  // plain uint64 sums (the compiler auto-vectorizes them to SSE2)
   Avx2,    // 256-bit loads (compiled with a target attribute, used after a runtime check)
   Avx512,  // 512-bit loads (same)
   Avx2Nta, // 256-bit loads with a non-temporal prefetch 2 KiB ahead
-  Avx2Nta4,  // the same over 4 streams (the quarters of each executor's range) in turn: Auto's
+  Avx2Nta4,  // the same over 4 streams (the quarters of each executor's range) in turn
 };
 std::string_view read_kernel_name(ReadKernel k);
 // True if this CPU and OS can run kernel k (Auto and Scalar always can).
@@ -45,8 +48,10 @@ struct BandwidthResult {
 // weights it bounds. nullptr when out of memory; release with std::free.
 void* alloc_streamed(size_t bytes);
 
-// Multi-threaded streaming read bandwidth; median GB/s over `reps` passes.
-// Throws tessera::Error if the kernel is not usable here or bytes/reps are invalid.
+// Multi-threaded streaming read bandwidth; median GB/s over `reps` passes. With Auto,
+// `reps` passes of each pattern, alternated pass by pass; the result is the pattern
+// with the highest median (`kernel` says which). Throws tessera::Error if the kernel
+// is not usable here or bytes/reps are invalid.
 BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes = size_t(512) << 20, int reps = 5,
                                           ReadKernel kernel = ReadKernel::Auto);
 
