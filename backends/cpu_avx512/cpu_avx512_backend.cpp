@@ -104,7 +104,8 @@ uint64_t fingerprint(const Tensor& w) {
 
 class CpuAvx512Backend final : public Backend {
  public:
-  CpuAvx512Backend(FastPool* pool, bool repack) : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack) {}
+  CpuAvx512Backend(FastPool* pool, bool repack, int decode_tiles)
+      : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack), decode_tiles_(decode_tiles) {}
   // The pool outlives its backends; its workers may still read a repacked copy.
   ~CpuAvx512Backend() override {
     if (pool_) pool_->cancelIdlePrefetch();
@@ -614,6 +615,7 @@ class CpuAvx512Backend final : public Backend {
       check_act_key(x, *dsts[i]);
       ctx.job[i] = kern::MatMulJob{type, K, rps[i]->data.get(), 0, M, act, ab, static_cast<float*>(dsts[i]->data),
                                    int64_t(dsts[i]->nb[1] / sizeof(float))};
+      ctx.job[i].decode_tiles = decode_tiles_;
       ctx.N[i] = rps[i]->N;
       ctx.w[i] = ws[i];
       ctx.fp[i] = rps[i]->fp;
@@ -903,6 +905,7 @@ class CpuAvx512Backend final : public Backend {
       job.w = rp ? rp->data.get() + size_t(e) * rp->ebytes
                  : static_cast<const uint8_t*>(w.data) + size_t(e) * size_t(w.nb[2]);
       job.act_ptr = moe_act_.data() + s0;
+      job.decode_tiles = decode_tiles_;
       job.out_ptr = moe_out_.data() + s0;
       moe_jobs_.push_back(job);
     }
@@ -1050,15 +1053,24 @@ class CpuAvx512Backend final : public Backend {
   WorkSplit split_;     // the items of the current product dispatch
   ProductGroup next_;  // the next product's group, found for its idle prefetch
   bool repack_ = true;
+  int decode_tiles_ = 1;  // MatMulJob::decode_tiles for repacked products
   std::unordered_map<const void*, Repacked> repacked_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack) {
+int default_decode_tiles() {
+  const CpuFeatures& f = cpu_features();
+  return f.vendor == "AuthenticAMD" && f.family >= 0x1A ? 4 : 1;
+}
+
+std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack, int decode_tiles) {
   std::string why;
   if (!usable(&why)) throw Error("cpu_avx512 cannot run on this CPU: " + why);
-  return std::make_unique<CpuAvx512Backend>(pool, repack);
+  if (decode_tiles == 0) decode_tiles = default_decode_tiles();
+  if (decode_tiles != 1 && decode_tiles != 2 && decode_tiles != 4)
+    throw Error("cpu_avx512: decode_tiles must be 1, 2 or 4 (got " + std::to_string(decode_tiles) + ")");
+  return std::make_unique<CpuAvx512Backend>(pool, repack, decode_tiles);
 }
 
 }  // namespace tessera::cpu_avx512

@@ -32,6 +32,9 @@ struct MatMulJob {
   // writes out_ptr[m][n] instead of act / out above.
   const uint8_t* const* act_ptr = nullptr;
   float* const* out_ptr = nullptr;
+  // Repacked Q4_0 / Q8_0, one column: 16-row tiles walked side by side per kernel call
+  // (1, 2 or 4; see decision 32 and make_backend).
+  int decode_tiles = 1;
   const uint8_t* col_act(int64_t m) const { return act_ptr ? act_ptr[m] : act + size_t(m) * act_stride; }
   float* col_out(int64_t m) const { return out_ptr ? out_ptr[m] : out + m * out_stride; }
 };

@@ -1047,10 +1047,15 @@ TileFn pick_tile(DType wt) {
                              : &tile_dot_q6k<NC>;
 }
 // Decode: tiles per call of one column (see tile_dot), and the kernel for them.
-constexpr int kDecodeTiles = 4;
-int decode_tiles(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0 ? kDecodeTiles : 1; }
-TileFn pick_decode_tiles(DType wt) {
-  return wt == DType::Q4_0 ? &tile_dot<true, 1, kDecodeTiles> : wt == DType::Q8_0 ? &tile_dot<false, 1, kDecodeTiles> : pick_tile<1>(wt);
+// Q4_0 / Q8_0 walk `asked` (1, 2 or 4) tiles per call, the others one.
+constexpr int kDecodeTiles = 4;  // the most
+int decode_tiles(DType wt, int asked) {
+  return (wt == DType::Q4_0 || wt == DType::Q8_0) && (asked == 2 || asked == kDecodeTiles) ? asked : 1;
+}
+TileFn pick_decode_tiles(DType wt, int g) {
+  if (wt == DType::Q4_0) return g == 4 ? &tile_dot<true, 1, 4> : g == 2 ? &tile_dot<true, 1, 2> : &tile_dot<true, 1, 1>;
+  if (wt == DType::Q8_0) return g == 4 ? &tile_dot<false, 1, 4> : g == 2 ? &tile_dot<false, 1, 2> : &tile_dot<false, 1, 1>;
+  return pick_tile<1>(wt);
 }
 
 }  // namespace
@@ -1167,7 +1172,7 @@ void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
 void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1) {
   const TileFn f1 = pick_tile<1>(j.wt), f2 = pick_tile<2>(j.wt), f3 = pick_tile<3>(j.wt), f4 = pick_tile<4>(j.wt);
   const int64_t nb = j.K / block_elems_rp(j.wt), TB = tile_block_bytes(j.wt);
-  alignas(64) float res[kDecodeTiles * 16];
+  alignas(64) float res[kDecodeTiles * 16];  // also 4 columns of one tile
   // Column m's rows of tiles [t, t + n), from r (16 per tile).
   auto store = [&](int64_t m, int64_t t, int64_t n, const float* r) {
     float* o = j.col_out(m) + t * kTileRows;
@@ -1178,8 +1183,8 @@ void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1
   };
   int64_t t = t0;
   if (j.M == 1) {
-    const int G = decode_tiles(j.wt);
-    const TileFn fg = pick_decode_tiles(j.wt);
+    const int G = decode_tiles(j.wt, j.decode_tiles);
+    const TileFn fg = pick_decode_tiles(j.wt, G);
     const uint8_t* a = j.col_act(0);
     for (; t + G <= t1; t += G) {
       fg(j.w + size_t(t * nb) * size_t(TB), nb, &a, j.K, res);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cpu_avx512_backend.h"
+#include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/plugin_abi.h"
 
@@ -32,18 +33,25 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
       if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: not usable on this CPU: %s", why.c_str());
       return nullptr;
     }
-    // Option `repack` (plugins.toml [backend.cpu_avx512.options]): "false"/"0"/"no"
-    // turns off the interleaved copy of Q4_0/Q8_0 weights.
+    // Options (plugins.toml [backend.cpu_avx512] options): `repack` "false"/"0"/"no"
+    // turns off the interleaved copy of quantized weights; `decode_tiles` "1", "2" or
+    // "4" sets how many repacked Q4_0/Q8_0 tiles a one-token product walks side by side
+    // (default: make_backend's choice for this CPU).
     bool repack = true;
+    int decode_tiles = 0;
     if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
       for (size_t i = 0; i < args->option_count; ++i) {
         const TesseraOption& o = args->options[i];
-        if (o.key && o.value && std::string(o.key) == "repack") {
-          const std::string v = o.value;
-          repack = !(v == "false" || v == "0" || v == "no" || v == "off");
+        if (!o.key || !o.value) continue;
+        const std::string k = o.key, v = o.value;
+        if (k == "repack") repack = !(v == "false" || v == "0" || v == "no" || v == "off");
+        if (k == "decode_tiles") {
+          if (v != "1" && v != "2" && v != "4")
+            throw tessera::Error("option decode_tiles must be 1, 2 or 4, not '" + v + "'");
+          decode_tiles = std::stoi(v);
         }
       }
-    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool, repack).release());
+    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool, repack, decode_tiles).release());
   } catch (const std::exception& e) {
     if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: %s", e.what());
   } catch (...) {

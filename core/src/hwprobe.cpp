@@ -86,6 +86,9 @@ CpuFeatures probe() {
   bool osxsave = false;
   if (max_leaf >= 1) {
     Regs r1 = cpuid(1, 0);
+    const int base_family = int(r1.eax >> 8) & 0xF, base_model = int(r1.eax >> 4) & 0xF;
+    f.family = base_family == 0xF ? base_family + (int(r1.eax >> 20) & 0xFF) : base_family;
+    f.model = base_family == 0xF || base_family == 0x6 ? base_model | (int(r1.eax >> 16) & 0xF) << 4 : base_model;
     f.fma = bit(r1.ecx, 12);
     osxsave = bit(r1.ecx, 27);
     f.f16c = bit(r1.ecx, 29);

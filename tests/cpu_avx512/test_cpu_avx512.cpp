@@ -185,6 +185,34 @@ INSTANTIATE_TEST_SUITE_P(
                       MatMulCase{DType::Q5_K, {256, 512, 2048}}, MatMulCase{DType::Q6_K, {256, 512, 2048}}),
     [](const ::testing::TestParamInfo<MatMulCase>& i) { return std::string(dtype_name(i.param.wt)); });
 
+// Repacked Q4_0 / Q8_0 decode walks 1, 2 or 4 tiles per call (make_backend's
+// decode_tiles; the default depends on the CPU, so each is tested here): every one is
+// bit-identical to the reference, on 1 and 2 executors, whatever tiles are left over
+// (N = 120: a partial tile inside a call; 257: calls of G and a tail).
+TEST_F(Avx512, RepackedDecodeEveryTileGroupSizeIsExact) {
+  uint32_t seed = 77;
+  for (int g : {1, 2, 4}) {
+    auto one = cpu_avx512::make_backend(nullptr, true, g), two = cpu_avx512::make_backend(pool.get(), true, g);
+    for (DType wt : {DType::Q4_0, DType::Q8_0})
+      for (int64_t K : {64, 608})
+        for (int64_t N : {1, 7, 33, 120, 257}) {
+          SCOPED_TRACE(std::string(dtype_name(wt)) + " G=" + std::to_string(g) + " K=" + std::to_string(K) +
+                       " N=" + std::to_string(N));
+          std::vector<uint8_t> w = quantize_matrix(wt, randn(size_t(K * N), seed++, 0.5f), K, N);
+          std::vector<float> x = randn(size_t(K), seed++);
+          Out r = matmul(*ref, wt, w, K, N, x, 1);
+          Out a = matmul(*one, wt, w, K, N, x, 1, true), b = matmul(*two, wt, w, K, N, x, 1, true);
+          EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * size_t(N)), 0);
+          EXPECT_EQ(std::memcmp(b.data(), r.data(), sizeof(float) * size_t(N)), 0);
+          EXPECT_TRUE(a.guard_ok());
+          EXPECT_TRUE(b.guard_ok());
+        }
+  }
+  EXPECT_THROW(cpu_avx512::make_backend(nullptr, true, 3), Error);
+  const int d = cpu_avx512::default_decode_tiles();
+  EXPECT_TRUE(d == 1 || d == 4) << d;
+}
+
 // A strided x (a view with padded rows) and a batched 3-D x.
 TEST_F(Avx512, MatMulStridedAnd3DActivations) {
   const int64_t K = 256, N = 9;
@@ -966,6 +994,16 @@ TEST(Avx512Plugin, ProbeAndCreate) {
     ASSERT_NE(inst, nullptr) << err;
     EXPECT_EQ(static_cast<Backend*>(inst)->name(), "cpu_avx512");
     d->destroy(inst);
+    // Options: a valid decode_tiles is taken, an invalid one refused with a reason.
+    const TesseraOption good[] = {{"decode_tiles", "2"}, {"repack", "true"}};
+    TesseraCreateArgs with_good{sizeof(TesseraCreateArgs), nullptr, good, 2};
+    inst = d->create(&with_good, err, sizeof err);
+    ASSERT_NE(inst, nullptr) << err;
+    d->destroy(inst);
+    const TesseraOption bad[] = {{"decode_tiles", "3"}};
+    TesseraCreateArgs with_bad{sizeof(TesseraCreateArgs), nullptr, bad, 1};
+    EXPECT_EQ(d->create(&with_bad, err, sizeof err), nullptr);
+    EXPECT_NE(std::string(err).find("decode_tiles"), std::string::npos) << err;
   } else {
     EXPECT_EQ(score, 0);
     EXPECT_NE(std::string(reason).find("missing"), std::string::npos) << reason;

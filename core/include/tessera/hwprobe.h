@@ -8,6 +8,7 @@ namespace tessera {
 
 struct CpuFeatures {
   std::string vendor, brand;
+  int family = 0, model = 0;  // CPUID leaf 1, extended fields folded in (AMD Zen 4 = 0x19, Zen 5 = 0x1A)
   // CPUID bits
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
