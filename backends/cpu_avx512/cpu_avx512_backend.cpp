@@ -111,7 +111,7 @@ class CpuAvx512Backend final : public Backend {
     if (pool_) pool_->cancelIdlePrefetch();
   }
 
-  // Q4_0 / Q8_0 / Q4_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
+  // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
   // expert tensor [K, N, E] (MatMulId) gets one per expert, back to back. The tensor
   // itself is left untouched, so every other reader (GetRows of a tied embedding,
   // another backend, the reference) still sees the GGUF layout.

@@ -30,7 +30,7 @@ bool usable(std::string* why = nullptr);
 
 // Creates the backend (throws tessera::Error when !usable() or decode_tiles is not 0,
 // 1, 2 or 4). `pool` may be null. `repack`: prepare_weight() keeps a row-interleaved
-// copy of Q4_0/Q8_0/Q4_K/Q6_K weights (the tensor itself is not modified); false reads
+// copy of Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights (the tensor itself is not modified); false reads
 // the GGUF layout directly. `decode_tiles`: repacked Q4_0/Q8_0 tiles a one-column
 // product walks side by side; 0 = default_decode_tiles().
 std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack = true, int decode_tiles = 0);

@@ -71,12 +71,12 @@ void attention_heads(const float* const* q, int n, int64_t hd, const uint16_t* c
 
 namespace tessera::cpu_avx512::kern {
 
-// ---- Repacked Q4_0 / Q8_0 / Q4_K / Q6_K weights (prepare_weight) ------------------
+// ---- Repacked Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights (prepare_weight) -----------
 // 16-row tiles, per block: the 16 rows' F16 scales (and K-quant sub-block scales),
 // then their quantized bytes interleaved in 4-byte groups (lane i of each 64-byte
-// vector = row i), so one vpdpbusd covers 16 rows x 4 (Q8_0, Q6_K) or 8 (Q4_0, Q4_K:
-// both nibbles) weights with no shuffles. Q6_K keeps the GGUF size (210 bytes per
-// row and block); kernels_matmul.cpp describes each layout.
+// vector = row i), so one vpdpbusd covers 16 rows x 4 (Q8_0, Q6_K) or 8 (Q4_0, Q4_K,
+// Q5_K: both nibbles) weights with no shuffles. Every layout keeps the GGUF size (16 x
+// the block's bytes), as decode reads each byte once; kernels_matmul.cpp describes them.
 constexpr int kTileRows = 16;
 bool repack_supported(DType wt);
 size_t repacked_bytes(DType wt, int64_t K, int64_t N);

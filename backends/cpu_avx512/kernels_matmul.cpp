@@ -773,6 +773,10 @@ namespace {
 constexpr int64_t kQ4KSl = 64, kQ4KMl = kQ4KSl + 64, kQ4KHi = kQ4KMl + 64, kQ4KQs = kQ4KHi + 64;
 constexpr int64_t kQ4KTileBytes = kQ4KQs + 32 * 64;
 static_assert(kQ4KTileBytes == 16 * int64_t(sizeof(BlockQ4_K)));
+// Q5_K: Q4_K's header, then the fifth bits (8 x 64 bytes: vector j lane i = row i's
+// qh[4j..4j+3]), then qs as Q4_K's; 16 x 176 bytes, the GGUF blocks' size.
+constexpr int64_t kQ5KQh = kQ4KQs, kQ5KQs = kQ5KQh + 8 * 64, kQ5KTileBytes = kQ5KQs + 32 * 64;
+static_assert(kQ5KTileBytes == 16 * int64_t(sizeof(BlockQ5_K)));
 // Bit position, in a row's kQ4KHi dword, of the top 2 bits of its scale j (the mins'
 // take bits 4-11 and 20-27: see tile_dot_q4k).
 constexpr int kQ4KScaleHiBit[8] = {0, 2, 12, 14, 16, 18, 28, 30};
@@ -784,9 +788,12 @@ constexpr int64_t tile_block_bytes(DType wt) {
   return wt == DType::Q4_0   ? 32 + 16 * 16
          : wt == DType::Q8_0 ? 32 + 16 * 32
          : wt == DType::Q4_K ? kQ4KTileBytes
+         : wt == DType::Q5_K ? kQ5KTileBytes
                              : kQ6KTileBytes;
 }
-constexpr int64_t block_elems_rp(DType wt) { return wt == DType::Q4_K || wt == DType::Q6_K ? 256 : 32; }
+constexpr int64_t block_elems_rp(DType wt) {
+  return wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K ? 256 : 32;
+}
 
 // Prepared activation for repacked weights: int8 values in natural order [A64(K)],
 // per block the float scale [nb] and the int32 offset correction [nb]
@@ -912,15 +919,20 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
 // (the GGUF block's own 12-byte packing needs a dozen operations per pair). Per sub-block
 // the integer dot is exact (vpdpbusd), scaled by the row's scale in int32 (vpmulld);
 // mins against the activation's 32-element sums with vpdpwssd.
-template <int NC>
+// Q5 (Q5_K): each nibble gets its fifth bit from the qh vectors (see kQ5KQh): weight
+// 64ch + l and 64ch + 32 + l take bits 2ch and 2ch + 1 of row's qh[l], brought to bit 4
+// of the same byte by one 32-bit rotation (bit 4 of every byte comes from that byte).
+template <int NC, bool Q5 = false>
 void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
+  constexpr int64_t TB = Q5 ? kQ5KTileBytes : kQ4KTileBytes, QS = Q5 ? kQ5KQs : kQ4KQs;
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
   const __m512i lowmask = _mm512_set1_epi8(0x0F), m4 = _mm512_set1_epi32(0x0F), m30 = _mm512_set1_epi32(0x30);
   const __m512i p4 = _mm512_set1_epi32(0x000F000F), p30 = _mm512_set1_epi32(0x00300030);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = tile + b * kQ4KTileBytes;
-    for (int l = 0; l < kQ4KTileBytes / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, _MM_HINT_T0);
+    const uint8_t* p = tile + b * TB;
+    for (int l = 0; l < TB / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     const __m512i sl = _mm512_loadu_si512(p + kQ4KSl), ml = _mm512_loadu_si512(p + kQ4KMl), hb = _mm512_loadu_si512(p + kQ4KHi);
@@ -947,10 +959,20 @@ void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
     auto chunk = [&](int ch) {  // weights 64ch..64ch+63: sub-blocks 2ch (low nibbles), 2ch+1
       __m512i alo[NC], ahi[NC];
       for (int c = 0; c < NC; ++c) alo[c] = ahi[c] = _mm512_setzero_si512();
-      const uint8_t* q = p + kQ4KQs + 512 * ch;
+      const uint8_t* q = p + QS + 512 * ch;
+      [[maybe_unused]] __m512i rlo, rhi;  // Q5: rotations taking bits 2ch, 2ch + 1 to bit 4
+      if constexpr (Q5) rlo = _mm512_set1_epi32((4 - 2 * ch) & 31), rhi = _mm512_set1_epi32((3 - 2 * ch) & 31);
       for (int g = 0; g < 8; ++g) {
         const __m512i z = _mm512_loadu_si512(q + 64 * g);
-        const __m512i lo = _mm512_and_si512(z, lowmask), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lowmask);
+        __m512i lo, hi;
+        if constexpr (Q5) {  // (nibble & 0x0F) | fifth bit: ternary logic A&C | B&~C, C = 0x0F
+          const __m512i h = _mm512_loadu_si512(p + kQ5KQh + 64 * g);
+          lo = _mm512_ternarylogic_epi32(z, _mm512_and_si512(_mm512_rolv_epi32(h, rlo), bit4), lowmask, 0xE4);
+          hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), _mm512_and_si512(_mm512_rolv_epi32(h, rhi), bit4),
+                                         lowmask, 0xE4);
+        } else {
+          lo = _mm512_and_si512(z, lowmask), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lowmask);
+        }
         for (int c = 0; c < NC; ++c) {
           int32_t y0, y1;
           std::memcpy(&y0, a[c] + 64 * ch + 4 * g, 4);
@@ -1044,6 +1066,7 @@ TileFn pick_tile(DType wt) {
   return wt == DType::Q4_0   ? &tile_dot<true, NC, 1>
          : wt == DType::Q8_0 ? &tile_dot<false, NC, 1>
          : wt == DType::Q4_K ? &tile_dot_q4k<NC>
+         : wt == DType::Q5_K ? &tile_dot_q4k<NC, true>
                              : &tile_dot_q6k<NC>;
 }
 // Decode: tiles per call of one column (see tile_dot), and the kernel for them.
@@ -1061,7 +1084,7 @@ TileFn pick_decode_tiles(DType wt, int g) {
 }  // namespace
 
 bool repack_supported(DType wt) {
-  return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K || wt == DType::Q6_K;
+  return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K;
 }
 
 size_t repacked_bytes(DType wt, int64_t K, int64_t N) {
@@ -1098,10 +1121,13 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
                         for (int g = 0; g < 32; ++g) std::memcpy(o + kQ6KQl + 64 * g + 4 * i, blk->ql + 4 * g, 4);
                         for (int g = 0; g < 16; ++g) std::memcpy(o + kQ6KQh + 64 * g + 4 * i, blk->qh + 4 * g, 4);
                       });
-  } else if (wt == DType::Q4_K) {
-    for_each_tile_row(w, wstride, K, N, QK_K, sizeof(BlockQ4_K), kQ4KTileBytes, dst, t0, t1,
-                      [](uint8_t* o, int i, const uint8_t* p) {
+  } else if (wt == DType::Q4_K || wt == DType::Q5_K) {
+    // Both blocks start with d, dmin and the 12 scale bytes; Q5_K then has qh[32].
+    const bool q5 = wt == DType::Q5_K;
+    for_each_tile_row(w, wstride, K, N, QK_K, q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K), tile_block_bytes(wt), dst, t0,
+                      t1, [q5](uint8_t* o, int i, const uint8_t* p) {
                         const auto* blk = reinterpret_cast<const BlockQ4_K*>(p);
+                        const uint8_t* qs = q5 ? reinterpret_cast<const BlockQ5_K*>(p)->qs : blk->qs;
                         std::memcpy(o + 2 * i, &blk->d, 2);
                         std::memcpy(o + 32 + 2 * i, &blk->dmin, 2);
                         uint32_t u[4];
@@ -1120,7 +1146,11 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
                         std::memcpy(o + kQ4KSl + 4 * i, &sl, 4);
                         std::memcpy(o + kQ4KMl + 4 * i, &ml, 4);
                         std::memcpy(o + kQ4KHi + 4 * i, &hb, 4);
-                        for (int g = 0; g < 32; ++g) std::memcpy(o + kQ4KQs + 64 * g + 4 * i, blk->qs + 4 * g, 4);
+                        const int64_t at = q5 ? kQ5KQs : kQ4KQs;
+                        for (int g = 0; g < 32; ++g) std::memcpy(o + at + 64 * g + 4 * i, qs + 4 * g, 4);
+                        if (q5)
+                          for (int j = 0; j < 8; ++j)
+                            std::memcpy(o + kQ5KQh + 64 * j + 4 * i, reinterpret_cast<const BlockQ5_K*>(p)->qh + 4 * j, 4);
                       });
   } else {
     const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
@@ -1133,13 +1163,13 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
 }
 
 size_t act_bytes_repacked(DType wt, int64_t K) {
-  if (wt == DType::Q4_K || wt == DType::Q6_K) return size_t(K / QK_K) * kQ8KBlockBytes;
+  if (wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K) return size_t(K / QK_K) * kQ8KBlockBytes;
   return rp_off_c(K) + A64(size_t(K / 32) * 4);
 }
 
 void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
   if (wt == DType::Q6_K) return prep_q8_k_for(DType::Q6_K, x, K, dst);  // natural qs, d, 16-element sums
-  if (wt == DType::Q4_K) {  // natural order; 32-element sums as int16 pairs
+  if (wt == DType::Q4_K || wt == DType::Q5_K) {  // natural order; 32-element sums as int16 pairs
     prep_q8_k_for(DType::Q6_K, x, K, dst);  // natural qs, d, 16-element sums
     for (int64_t b = 0; b < K / QK_K; ++b) {
       int16_t* sums = reinterpret_cast<int16_t*>(dst + size_t(b) * kQ8KBlockBytes + 272);
