@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/compute_peak.h"
+#include "tessera/hwprobe.h"
+#include "tessera/membw.h"
 
 #include <array>
 #include <cstdio>
@@ -136,6 +138,15 @@ TEST(Cli, BenchReportsBothDecodeRooflines) {
   EXPECT_EQ(w.at("probes").get<int>(), 1);
   const auto& d = j.at("decode");
   EXPECT_GT(d.at("roofline_tok_s").get<double>(), 0.0);
+  // The fresh-buffer probe names the read pattern it kept (the fastest it timed).
+  const std::string k = j.at("membw").at("kernel").get<std::string>();
+  if (tessera::read_kernel_usable(tessera::ReadKernel::Avx2))
+    EXPECT_TRUE(k == "avx2" || k == "avx2+nta" || k == "avx2+nta x4") << k;
+  else
+    EXPECT_EQ(k, "scalar");
+  // The machine is told apart by CPUID family and model, not only its brand string.
+  EXPECT_EQ(j.at("machine").at("cpu_family").get<int>(), tessera::cpu_features().family);
+  EXPECT_EQ(j.at("machine").at("cpu_model").get<int>(), tessera::cpu_features().model);
   EXPECT_NEAR(d.at("fraction_of_roofline_in_place").get<double>(),
               d.at("tok_s_median").get<double>() / d.at("roofline_in_place_tok_s").get<double>(), 1e-9);
 }

@@ -196,8 +196,11 @@ int cmd_bench(int argc, char** argv) {
   }
 
   if (!json) {
-    std::printf("machine: %s; %u hardware threads; load average %s\n", cpu.brand.c_str(),
-                std::thread::hardware_concurrency(), loadavg().c_str());
+    // Family and model tell machines with the same brand string apart (the project's
+    // VMs all say "AMD EPYC"; Zen 4 is family 0x19, Zen 5 0x1A), and kernels can be
+    // chosen by them (decision 32).
+    std::printf("machine: %s (family 0x%X, model 0x%X); %u hardware threads; load average %s\n", cpu.brand.c_str(),
+                unsigned(cpu.family), unsigned(cpu.model), std::thread::hardware_concurrency(), loadavg().c_str());
     std::printf("model: %s (%s, %lld layers, n_embd %lld)\nbackends: %s; threads: %d; reps: %d\n",
                 engine->file().path().c_str(), mi.architecture.c_str(), (long long)mi.n_layer, (long long)mi.n_embd,
                 backends.c_str(), engine->threads(), reps);
@@ -293,6 +296,8 @@ int cmd_bench(int argc, char** argv) {
 
   nlohmann::json j;
   j["machine"] = {{"cpu_brand", cpu.brand},
+                  {"cpu_family", cpu.family},
+                  {"cpu_model", cpu.model},
                   {"cpu_features", cpu.summary()},
                   {"hardware_threads", std::thread::hardware_concurrency()},
                   {"loadavg_before", load_before},
