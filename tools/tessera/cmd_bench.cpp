@@ -163,7 +163,8 @@ int cmd_bench(int argc, char** argv) {
     ("n-gen,n", po::value(&n_gen)->default_value(128), "tokens decoded one at a time (0 = skip decode)")
     ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)")
     ("membw-mib", po::value(&bw_mib)->default_value(512),
-     "fresh buffer of the read-bandwidth probe behind the decode roofline, MiB; it and a read of the model's "
+     "fresh buffer of the read-bandwidth probe behind the decode roofline (the fastest of three read patterns), "
+     "MiB; it and a read of the model's "
      "weights where they lie run after each timed decode, with (several threads) a probe of the pool's empty "
      "dispatch (0 = skip all three)")
     ("peak-runs", po::value(&peak_runs)->default_value(3),
