@@ -19,6 +19,7 @@
 // --json prints everything as one JSON object on stdout instead of the text report.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -118,19 +119,22 @@ std::vector<std::span<const std::byte>> streamed_weight_spans(const Engine& engi
 
 // One result from probes taken after each timed run (bandwidth after decode, the
 // arithmetic peak after prefill): the median of their medians, the extremes of all
-// their passes, the number of probes.
+// their passes, the number of probes; the other fields (e.g. the read pattern a
+// bandwidth probe kept) are those of the probe nearest that median.
 template <typename R>
 R combine(const std::vector<R>& probes, double R::*median, double R::*min, double R::*max) {
-  R out;
-  if (probes.empty()) return out;
-  out = probes.front();
+  if (probes.empty()) return R{};
   std::vector<double> med;
+  for (const R& p : probes) med.push_back(p.*median);
+  const double m = stats(med).median;
+  R out = *std::min_element(probes.begin(), probes.end(), [&](const R& a, const R& b) {
+    return std::abs(a.*median - m) < std::abs(b.*median - m);
+  });
   for (const R& p : probes) {
-    med.push_back(p.*median);
     out.*min = std::min(out.*min, p.*min);
     out.*max = std::max(out.*max, p.*max);
   }
-  out.*median = stats(med).median;
+  out.*median = m;
   out.reps = int(med.size());
   return out;
 }
@@ -164,9 +168,8 @@ int cmd_bench(int argc, char** argv) {
     ("reps,r", po::value(&reps)->default_value(5), "repetitions (the median is reported)")
     ("membw-mib", po::value(&bw_mib)->default_value(512),
      "fresh buffer of the read-bandwidth probe behind the decode roofline (the fastest of three read patterns), "
-     "MiB; it and a read of the model's "
-     "weights where they lie run after each timed decode, with (several threads) a probe of the pool's empty "
-     "dispatch (0 = skip all three)")
+     "MiB; it and a read of the model's weights where they lie run after each timed decode, with (several "
+     "threads) a probe of the pool's empty dispatch (0 = skip all three)")
     ("peak-runs", po::value(&peak_runs)->default_value(3),
      "runs (20 ms each) of the arithmetic-peak probe behind prefill's fraction, after each timed prefill on a CPU "
      "backend with AVX-512 (0 = skip)")
