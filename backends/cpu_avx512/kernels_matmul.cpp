@@ -1126,8 +1126,9 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
     const bool q5 = wt == DType::Q5_K;
     for_each_tile_row(w, wstride, K, N, QK_K, q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K), tile_block_bytes(wt), dst, t0,
                       t1, [q5](uint8_t* o, int i, const uint8_t* p) {
-                        const auto* blk = reinterpret_cast<const BlockQ4_K*>(p);
-                        const uint8_t* qs = q5 ? reinterpret_cast<const BlockQ5_K*>(p)->qs : blk->qs;
+                        const auto* blk = reinterpret_cast<const BlockQ4_K*>(p);  // d, dmin, scales
+                        const auto* blk5 = reinterpret_cast<const BlockQ5_K*>(p);
+                        const uint8_t* qs = q5 ? blk5->qs : blk->qs;
                         std::memcpy(o + 2 * i, &blk->d, 2);
                         std::memcpy(o + 32 + 2 * i, &blk->dmin, 2);
                         uint32_t u[4];
@@ -1150,7 +1151,7 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
                         for (int g = 0; g < 32; ++g) std::memcpy(o + at + 64 * g + 4 * i, qs + 4 * g, 4);
                         if (q5)
                           for (int j = 0; j < 8; ++j)
-                            std::memcpy(o + kQ5KQh + 64 * j + 4 * i, reinterpret_cast<const BlockQ5_K*>(p)->qh + 4 * j, 4);
+                            std::memcpy(o + kQ5KQh + 64 * j + 4 * i, blk5->qh + 4 * j, 4);
                       });
   } else {
     const int64_t BS = wt == DType::Q4_0 ? 18 : 34, QB = BS - 2;  // quantized bytes per block
