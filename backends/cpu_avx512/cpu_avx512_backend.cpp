@@ -104,8 +104,12 @@ uint64_t fingerprint(const Tensor& w) {
 
 class CpuAvx512Backend final : public Backend {
  public:
-  CpuAvx512Backend(FastPool* pool, bool repack, int decode_tiles)
-      : pool_(pool), ref_(cpu_scalar::make_backend(pool)), repack_(repack), decode_tiles_(decode_tiles) {}
+  CpuAvx512Backend(FastPool* pool, bool repack, int decode_tiles, bool decode_prefetch)
+      : pool_(pool),
+        ref_(cpu_scalar::make_backend(pool)),
+        repack_(repack),
+        decode_tiles_(decode_tiles),
+        decode_prefetch_(decode_prefetch) {}
   // The pool outlives its backends; its workers may still read a repacked copy.
   ~CpuAvx512Backend() override {
     if (pool_) pool_->cancelIdlePrefetch();
@@ -616,6 +620,7 @@ class CpuAvx512Backend final : public Backend {
       ctx.job[i] = kern::MatMulJob{type, K, rps[i]->data.get(), 0, M, act, ab, static_cast<float*>(dsts[i]->data),
                                    int64_t(dsts[i]->nb[1] / sizeof(float))};
       ctx.job[i].decode_tiles = decode_tiles_;
+      ctx.job[i].decode_prefetch = decode_prefetch_;
       ctx.N[i] = rps[i]->N;
       ctx.w[i] = ws[i];
       ctx.fp[i] = rps[i]->fp;
@@ -906,6 +911,7 @@ class CpuAvx512Backend final : public Backend {
                  : static_cast<const uint8_t*>(w.data) + size_t(e) * size_t(w.nb[2]);
       job.act_ptr = moe_act_.data() + s0;
       job.decode_tiles = decode_tiles_;
+      job.decode_prefetch = decode_prefetch_;
       job.out_ptr = moe_out_.data() + s0;
       moe_jobs_.push_back(job);
     }
@@ -1053,7 +1059,8 @@ class CpuAvx512Backend final : public Backend {
   WorkSplit split_;     // the items of the current product dispatch
   ProductGroup next_;  // the next product's group, found for its idle prefetch
   bool repack_ = true;
-  int decode_tiles_ = 1;  // MatMulJob::decode_tiles for repacked products
+  int decode_tiles_ = 1;         // MatMulJob::decode_tiles for repacked products
+  bool decode_prefetch_ = false;  // MatMulJob::decode_prefetch
   std::unordered_map<const void*, Repacked> repacked_;
 };
 
@@ -1064,13 +1071,21 @@ int default_decode_tiles() {
   return f.vendor == "AuthenticAMD" && f.family >= 0x1A ? 4 : 1;
 }
 
-std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack, int decode_tiles) {
+bool default_decode_prefetch() {
+  const CpuFeatures& f = cpu_features();
+  return f.vendor == "AuthenticAMD" && f.family >= 0x1A;
+}
+
+std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack, int decode_tiles, int decode_prefetch) {
   std::string why;
   if (!usable(&why)) throw Error("cpu_avx512 cannot run on this CPU: " + why);
   if (decode_tiles == 0) decode_tiles = default_decode_tiles();
   if (decode_tiles != 1 && decode_tiles != 2 && decode_tiles != 4)
     throw Error("cpu_avx512: decode_tiles must be 1, 2 or 4 (got " + std::to_string(decode_tiles) + ")");
-  return std::make_unique<CpuAvx512Backend>(pool, repack, decode_tiles);
+  if (decode_prefetch < -1 || decode_prefetch > 1)
+    throw Error("cpu_avx512: decode_prefetch must be -1, 0 or 1 (got " + std::to_string(decode_prefetch) + ")");
+  const bool pf = decode_prefetch < 0 ? default_decode_prefetch() : decode_prefetch == 1;
+  return std::make_unique<CpuAvx512Backend>(pool, repack, decode_tiles, pf);
 }
 
 }  // namespace tessera::cpu_avx512

@@ -28,15 +28,22 @@ namespace tessera::cpu_avx512 {
 // Safe on any x86-64 CPU (this part is compiled without ISA flags).
 bool usable(std::string* why = nullptr);
 
-// Creates the backend (throws tessera::Error when !usable() or decode_tiles is not 0,
-// 1, 2 or 4). `pool` may be null. `repack`: prepare_weight() keeps a row-interleaved
+// Creates the backend (throws tessera::Error when !usable(), decode_tiles is not 0,
+// 1, 2 or 4, or decode_prefetch not -1, 0 or 1). `pool` may be null. `repack`: prepare_weight() keeps a row-interleaved
 // copy of Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights (the tensor itself is not modified); false reads
 // the GGUF layout directly. `decode_tiles`: repacked Q4_0/Q8_0 tiles a one-column
-// product walks side by side; 0 = default_decode_tiles().
-std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack = true, int decode_tiles = 0);
+// product walks side by side; 0 = default_decode_tiles(). `decode_prefetch`: 1 = one-column
+// products over repacked weights prefetch the weight stream in software, 0 = they leave
+// it to the hardware prefetchers; -1 = default_decode_prefetch().
+std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack = true, int decode_tiles = 0,
+                                      int decode_prefetch = -1);
 
 // 4 on AMD family 0x1A (Zen 5), where 4 tiles side by side decoded faster, else 1 (on
 // Zen 4 one tile at a time was faster): decision 32.
 int default_decode_tiles();
+
+// True on AMD family 0x1A (Zen 5), where software prefetch made decode faster; false
+// elsewhere (on Zen 4 it made one core's stream 13-30% slower): decision 35.
+bool default_decode_prefetch();
 
 }  // namespace tessera::cpu_avx512

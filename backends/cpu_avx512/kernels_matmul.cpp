@@ -43,9 +43,10 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 using quant::QK_K;
 
-// Software prefetch distance (bytes ahead in the weight stream). Decode streams the
-// weights from DRAM; without it the hardware prefetcher leaves compute and memory
-// poorly overlapped (measured: Q4_0 2-thread decode 16 -> 21+ GB/s).
+// Software prefetch distance (bytes ahead in the weight stream). On the Zen 5 VM the
+// row kernels' decode needed it (Q4_0 2-thread decode 16 -> 21+ GB/s); the repacked
+// kernels make it optional in decode (MatMulJob::decode_prefetch, decision 35: on Zen 4
+// it held the core's L1 miss buffers and slowed the stream).
 #ifndef PF_DIST
 #define PF_DIST 2048
 #endif
@@ -780,9 +781,10 @@ static_assert(kQ5KTileBytes == 16 * int64_t(sizeof(BlockQ5_K)));
 // Bit position, in a row's kQ4KHi dword, of the top 2 bits of its scale j (the mins'
 // take bits 4-11 and 20-27: see tile_dot_q4k).
 constexpr int kQ4KScaleHiBit[8] = {0, 2, 12, 14, 16, 18, 28, 30};
-// Q6_K: d, scales, ql, qh (see tile_dot_q6k); 16 x 210 bytes, the GGUF blocks' size.
-constexpr int64_t kQ6KScales = 32, kQ6KQl = kQ6KScales + 256, kQ6KQh = kQ6KQl + 32 * 64;
-constexpr int64_t kQ6KTileBytes = kQ6KQh + 16 * 64;
+// Q6_K: d, scales, then 16 groups of ql, ql, qh vectors (see tile_dot_q6k); 16 x 210
+// bytes, the GGUF blocks' size.
+constexpr int64_t kQ6KScales = 32, kQ6KQ = kQ6KScales + 256, kQ6KGroupBytes = 3 * 64;
+constexpr int64_t kQ6KTileBytes = kQ6KQ + 16 * kQ6KGroupBytes;
 static_assert(kQ6KTileBytes == 16 * int64_t(sizeof(BlockQ6_K)));
 constexpr int64_t tile_block_bytes(DType wt) {
   return wt == DType::Q4_0   ? 32 + 16 * 16
@@ -832,7 +834,7 @@ inline __m512i act_chunk(const int8_t* p) {
 // is loaded once per G tiles: a tile of K >= 4096 outgrows L1, and reloading the
 // activation from L2 per tile cost a third of the kernel's speed (TinyLlama's down
 // projection, K = 5632: 18 -> 27 GB/s on one core, measured with 4 tiles).
-template <bool Q4, int NC, int G>
+template <bool Q4, int NC, int G, bool PF = true>
 void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
   static_assert(NC == 1 || G == 1);
   constexpr int64_t TB = Q4 ? 32 + 256 : 32 + 512;
@@ -841,9 +843,10 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_setzero_ps();
   const __m512i lowmask = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(char(0x80));
-  // Decode (one column) reads each weight once: a non-temporal prefetch keeps the
-  // stream from evicting the activations, KV rows and outputs (measured: TinyLlama Q4_0
-  // decode +2-4%, every one of 9 alternations); prefill re-reads a tile per 4 columns, so it keeps T0.
+  // Decode (one column) reads each weight once: where it prefetches (PF), a
+  // non-temporal request keeps the stream from evicting the activations, KV rows and
+  // outputs (Zen 5: TinyLlama Q4_0 decode +2-4%, every one of 9 alternations); prefill
+  // re-reads a tile per 4 columns, so it keeps T0.
   constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
   const float* dy[NC];
   const int32_t* cy[NC];
@@ -858,7 +861,8 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
     __m512i i[G][NC];
     for (int g = 0; g < G; ++g) {
       const char* p = reinterpret_cast<const char*>(tile + g * tstride + b * TB);
-      for (int l = 0; l <= TB / 64; ++l) _mm_prefetch(p + PF_DIST + 64 * l, kHint);  // the block's lines
+      if constexpr (PF)
+        for (int l = 0; l <= TB / 64; ++l) _mm_prefetch(p + PF_DIST + 64 * l, kHint);  // the block's lines
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
       for (int c = 0; c < NC; ++c) i[g][c] = _mm512_set1_epi32(cy[c][b]);
     }
@@ -922,7 +926,7 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
 // Q5 (Q5_K): each nibble gets its fifth bit from the qh vectors (see kQ5KQh): weight
 // 64ch + l and 64ch + 32 + l take bits 2ch and 2ch + 1 of row's qh[l], brought to bit 4
 // of the same byte by one 32-bit rotation (bit 4 of every byte comes from that byte).
-template <int NC, bool Q5 = false>
+template <int NC, bool Q5 = false, bool PF = true>
 void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
   constexpr int64_t TB = Q5 ? kQ5KTileBytes : kQ4KTileBytes, QS = Q5 ? kQ5KQs : kQ4KQs;
   __m512 acc[NC];
@@ -932,7 +936,8 @@ void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
   const __m512i bit4 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * TB;
-    for (int l = 0; l < TB / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, _MM_HINT_T0);
+    if constexpr (PF)
+      for (int l = 0; l < TB / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     const __m512i sl = _mm512_loadu_si512(p + kQ4KSl), ml = _mm512_loadu_si512(p + kQ4KMl), hb = _mm512_loadu_si512(p + kQ4KHi);
@@ -1001,16 +1006,17 @@ void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
 }
 
 // Repacked Q6_K tile (16 rows, lane = row). Per 256-weight block: F16 d[16]; 16 x 16
-// int8 sub-block scales (vector j lane i = row i's scale j); 32 x 64 bytes of ql and
-// 16 x 64 bytes of qh, vector g lane i = row i's ql[4g..4g+3] / qh[4g..4g+3]. In half
-// h of the block, ql group g (g < 8) holds weights 128h + 4g.. (low nibbles) and
-// 128h + 64 + 4g.. (high), ql group 8 + g weights 128h + 32 + 4g.. and 128h + 96 +
-// 4g.., and qh group g their top two bits (bits 0-1, 2-3, 4-5, 6-7 in that order of
-// the four). The 6-bit values go to vpdpbusd unsigned; each 16-weight sub-block's
+// int8 sub-block scales (vector j lane i = row i's scale j); then for h = 0, 1 and
+// g = 0..7 the three vectors la, lb, qh that the kernel reads together, in the order it
+// reads them (one sequential stream: the hardware prefetcher carries it without
+// software prefetch). Lane i of la = row i's ql[64h + 4g..+3] (weights 128h + 4g..,
+// low nibbles, and 128h + 64 + 4g.., high), of lb = ql[64h + 32 + 4g..+3] (weights
+// 128h + 32 + 4g.. and 128h + 96 + 4g..), of qh = qh[32h + 4g..+3], their top two bits
+// (bits 0-1, 2-3, 4-5, 6-7 in that order of the four). The 6-bit values go to vpdpbusd unsigned; each 16-weight sub-block's
 // accumulator starts at -32 x the activation's sum over it, so it holds the exact
 // signed dot, then is scaled by the row's int8 scale in int32 (vpmulld): one exact
 // int32 per row and block, converted once.
-template <int NC>
+template <int NC, bool PF = true>
 void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
@@ -1018,8 +1024,9 @@ void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
   constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // as tile_dot
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * kQ6KTileBytes;
-    for (int l = 0; l < (kQ6KTileBytes + 63) / 64; ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, kHint);
+    if constexpr (PF)
+      for (int l = 0; l < (kQ6KTileBytes + 63) / 64; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + PF_DIST + 64 * l, kHint);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const uint8_t* a[NC];
     __m512i tot[NC];
@@ -1032,9 +1039,8 @@ void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
           for (int k = 0; k < 4; ++k) s[c][k] = _mm512_set1_epi32(-32 * int32_t(sums[8 * h + qd + 2 * k]));
         }
         for (int g = 4 * qd; g < 4 * qd + 4; ++g) {
-          const __m512i la = _mm512_loadu_si512(p + kQ6KQl + 64 * (16 * h + g));
-          const __m512i lb = _mm512_loadu_si512(p + kQ6KQl + 64 * (16 * h + 8 + g));
-          const __m512i qh = _mm512_loadu_si512(p + kQ6KQh + 64 * (8 * h + g));
+          const uint8_t* q = p + kQ6KQ + kQ6KGroupBytes * (8 * h + g);
+          const __m512i la = _mm512_loadu_si512(q), lb = _mm512_loadu_si512(q + 64), qh = _mm512_loadu_si512(q + 128);
           const __m512i e[4] = {
               _mm512_or_si512(_mm512_and_si512(la, m0f), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30)),
               _mm512_or_si512(_mm512_and_si512(lb, m0f), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30)),
@@ -1075,10 +1081,15 @@ constexpr int kDecodeTiles = 4;  // the most
 int decode_tiles(DType wt, int asked) {
   return (wt == DType::Q4_0 || wt == DType::Q8_0) && (asked == 2 || asked == kDecodeTiles) ? asked : 1;
 }
+template <bool PF>
 TileFn pick_decode_tiles(DType wt, int g) {
-  if (wt == DType::Q4_0) return g == 4 ? &tile_dot<true, 1, 4> : g == 2 ? &tile_dot<true, 1, 2> : &tile_dot<true, 1, 1>;
-  if (wt == DType::Q8_0) return g == 4 ? &tile_dot<false, 1, 4> : g == 2 ? &tile_dot<false, 1, 2> : &tile_dot<false, 1, 1>;
-  return pick_tile<1>(wt);
+  if (wt == DType::Q4_0)
+    return g == 4 ? &tile_dot<true, 1, 4, PF> : g == 2 ? &tile_dot<true, 1, 2, PF> : &tile_dot<true, 1, 1, PF>;
+  if (wt == DType::Q8_0)
+    return g == 4 ? &tile_dot<false, 1, 4, PF> : g == 2 ? &tile_dot<false, 1, 2, PF> : &tile_dot<false, 1, 1, PF>;
+  return wt == DType::Q4_K   ? &tile_dot_q4k<1, false, PF>
+         : wt == DType::Q5_K ? &tile_dot_q4k<1, true, PF>
+                             : &tile_dot_q6k<1, PF>;
 }
 
 }  // namespace
@@ -1118,8 +1129,13 @@ void repack(DType wt, const uint8_t* w, int64_t wstride, int64_t K, int64_t N, u
                         const auto* blk = reinterpret_cast<const BlockQ6_K*>(p);
                         std::memcpy(o + 2 * i, &blk->d, 2);
                         for (int j = 0; j < 16; ++j) o[kQ6KScales + 16 * j + i] = uint8_t(blk->scales[j]);
-                        for (int g = 0; g < 32; ++g) std::memcpy(o + kQ6KQl + 64 * g + 4 * i, blk->ql + 4 * g, 4);
-                        for (int g = 0; g < 16; ++g) std::memcpy(o + kQ6KQh + 64 * g + 4 * i, blk->qh + 4 * g, 4);
+                        for (int h = 0; h < 2; ++h)
+                          for (int g = 0; g < 8; ++g) {
+                            uint8_t* q = o + kQ6KQ + kQ6KGroupBytes * (8 * h + g) + 4 * i;
+                            std::memcpy(q, blk->ql + 64 * h + 4 * g, 4);
+                            std::memcpy(q + 64, blk->ql + 64 * h + 32 + 4 * g, 4);
+                            std::memcpy(q + 128, blk->qh + 32 * h + 4 * g, 4);
+                          }
                       });
   } else if (wt == DType::Q4_K || wt == DType::Q5_K) {
     // Both blocks start with d, dmin and the 12 scale bytes; Q5_K then has qh[32].
@@ -1215,7 +1231,7 @@ void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1
   int64_t t = t0;
   if (j.M == 1) {
     const int G = decode_tiles(j.wt, j.decode_tiles);
-    const TileFn fg = pick_decode_tiles(j.wt, G);
+    const TileFn fg = j.decode_prefetch ? pick_decode_tiles<true>(j.wt, G) : pick_decode_tiles<false>(j.wt, G);
     const uint8_t* a = j.col_act(0);
     for (; t + G <= t1; t += G) {
       fg(j.w + size_t(t * nb) * size_t(TB), nb, &a, j.K, res);

@@ -35,10 +35,11 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
     }
     // Options (plugins.toml [backend.cpu_avx512] options): `repack` "false"/"0"/"no"
     // turns off the interleaved copy of quantized weights; `decode_tiles` "1", "2" or
-    // "4" sets how many repacked Q4_0/Q8_0 tiles a one-token product walks side by side
-    // (default: make_backend's choice for this CPU).
+    // "4" sets how many repacked Q4_0/Q8_0 tiles a one-token product walks side by side;
+    // `decode_prefetch` "true"/"false" turns software prefetch of the weight stream in
+    // one-token products on or off (defaults: make_backend's choice for this CPU).
     bool repack = true;
-    int decode_tiles = 0;
+    int decode_tiles = 0, decode_prefetch = -1;
     if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
       for (size_t i = 0; i < args->option_count; ++i) {
         const TesseraOption& o = args->options[i];
@@ -50,8 +51,13 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
             throw tessera::Error("option decode_tiles must be 1, 2 or 4, not '" + v + "'");
           decode_tiles = std::stoi(v);
         }
+        if (k == "decode_prefetch") {
+          if (v == "true" || v == "1" || v == "yes" || v == "on") decode_prefetch = 1;
+          else if (v == "false" || v == "0" || v == "no" || v == "off") decode_prefetch = 0;
+          else throw tessera::Error("option decode_prefetch must be true or false, not '" + v + "'");
+        }
       }
-    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool, repack, decode_tiles).release());
+    return static_cast<tessera::Backend*>(tessera::cpu_avx512::make_backend(pool, repack, decode_tiles, decode_prefetch).release());
   } catch (const std::exception& e) {
     if (error && error_size) std::snprintf(error, error_size, "cpu_avx512: %s", e.what());
   } catch (...) {
