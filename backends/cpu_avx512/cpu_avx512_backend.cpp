@@ -825,6 +825,7 @@ class CpuAvx512Backend final : public Backend {
     check_act_key(x, dst);
     kern::MatMulJob job{w.type, K, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), M, act, ab,
                         static_cast<float*>(dst.data), int64_t(dst.nb[1] / sizeof(float))};
+    job.decode_prefetch = decode_prefetch_;
     // Rows in groups of 16 handed out by split_ (see run_group_on_pool), so an
     // executor that is slowed down (a shared core) does not hold the others back. Each
     // row is computed by the same code whichever executor takes it: results do not

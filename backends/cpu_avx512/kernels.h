@@ -35,8 +35,8 @@ struct MatMulJob {
   // Repacked Q4_0 / Q8_0, one column: 16-row tiles walked side by side per kernel call
   // (1, 2 or 4; see decision 32 and make_backend).
   int decode_tiles = 1;
-  // Repacked weights, one column: software prefetch of the weight stream ahead of the
-  // kernel (see decision 35 and make_backend).
+  // One column (decode): software prefetch of the weight stream ahead of the kernel,
+  // for repacked tiles and F32 / F16 / BF16 rows (see decision 35 and make_backend).
   bool decode_prefetch = true;
   const uint8_t* col_act(int64_t m) const { return act_ptr ? act_ptr[m] : act + size_t(m) * act_stride; }
   float* col_out(int64_t m) const { return out_ptr ? out_ptr[m] : out + m * out_stride; }

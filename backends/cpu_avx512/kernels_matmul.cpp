@@ -50,7 +50,10 @@ using quant::QK_K;
 #ifndef PF_DIST
 #define PF_DIST 2048
 #endif
-inline void prefetch_w(const void* p) { _mm_prefetch(static_cast<const char*>(p) + PF_DIST, _MM_HINT_T0); }
+template <bool PF = true>
+inline void prefetch_w(const void* p) {
+  if constexpr (PF) _mm_prefetch(static_cast<const char*>(p) + PF_DIST, _MM_HINT_T0);
+}
 constexpr size_t A64(size_t n) { return (n + 63) & ~size_t(63); }
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -572,7 +575,7 @@ struct LoadF16 {
 };
 
 // F32 and F16 weights against F32 (F16-rounded for F16) activations.
-template <class L, int NR, int NC>
+template <class L, int NR, int NC, bool PF = true>
 void dot_fp(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* act, float* res) {
   __m512 acc[NR][NC][2];
   for (int r = 0; r < NR; ++r)
@@ -581,7 +584,7 @@ void dot_fp(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* 
   for (; k + 32 <= K; k += 32) {
     __m512 w0[NR], w1[NR];
     for (int r = 0; r < NR; ++r) {
-      prefetch_w(w + r * wstride + k * L::kBytes);
+      prefetch_w<PF>(w + r * wstride + k * L::kBytes);
       w0[r] = L::w(w + r * wstride, k), w1[r] = L::w(w + r * wstride, k + 16);
     }
     for (int c = 0; c < NC; ++c) {
@@ -607,7 +610,7 @@ void dot_fp(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* 
 }
 
 // BF16 weights against BF16 activations: vdpbf16ps (pairs of exact products).
-template <int NR, int NC>
+template <int NR, int NC, bool PF = true>
 void dot_bf16(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* act, float* res) {
   __m512 acc[NR][NC][2];
   for (int r = 0; r < NR; ++r)
@@ -617,8 +620,8 @@ void dot_bf16(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const
     __m512bh w0[NR], w1[NR];
     for (int r = 0; r < NR; ++r) {
       const uint16_t* wr = reinterpret_cast<const uint16_t*>(w + r * wstride);
-      prefetch_w(wr + k);
-      prefetch_w(wr + k + 32);
+      prefetch_w<PF>(wr + k);
+      prefetch_w<PF>(wr + k + 32);
       w0[r] = (__m512bh)_mm512_loadu_si512(wr + k);
       w1[r] = (__m512bh)_mm512_loadu_si512(wr + k + 32);
     }
@@ -646,9 +649,9 @@ void dot_bf16(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const
 }
 
 // One-row adapters with the signature of the quantized kernels.
-template <int NC> void dot_f32(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_fp<LoadF32, 1, NC>(w, 0, K, a, res); }
-template <int NC> void dot_f16(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_fp<LoadF16, 1, NC>(w, 0, K, a, res); }
-template <int NC> void dot_bf16_1(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_bf16<1, NC>(w, 0, K, a, res); }
+template <int NC, bool PF> void dot_f32(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_fp<LoadF32, 1, NC, PF>(w, 0, K, a, res); }
+template <int NC, bool PF> void dot_f16(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_fp<LoadF16, 1, NC, PF>(w, 0, K, a, res); }
+template <int NC, bool PF> void dot_bf16_1(const uint8_t* w, int64_t K, const uint8_t* const* a, float* res) { dot_bf16<1, NC, PF>(w, 0, K, a, res); }
 
 // Two-row kernels (float weights only; null for the others).
 using Dot2Fn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t* const*, float*);
@@ -664,12 +667,16 @@ Dot2Fn pick2(DType wt) {
 
 using DotFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, float*);
 
-template <int NC>
+// PF: F32 / F16 / BF16 rows prefetched in software (decode leaves them to the hardware
+// where MatMulJob::decode_prefetch is off; prefill keeps it). The quantized rows always
+// prefetch: TinyLlama Q4_K_M decode with `repack = false` was faster with it on the Zen
+// 4 VM (3 of 3 alternations), unlike the float rows and the repacked tiles (decision 35).
+template <int NC, bool PF = true>
 DotFn pick(DType wt) {
   switch (wt) {
-    case DType::F32: return &dot_f32<NC>;
-    case DType::F16: return &dot_f16<NC>;
-    case DType::BF16: return &dot_bf16_1<NC>;
+    case DType::F32: return &dot_f32<NC, PF>;
+    case DType::F16: return &dot_f16<NC, PF>;
+    case DType::BF16: return &dot_bf16_1<NC, PF>;
     case DType::Q8_0: return &dot_q8_0<NC>;
     case DType::Q4_0: return &dot_stream<18, NC>;
     case DType::Q4_K: return &dot_q45_k<NC, false>;
@@ -731,7 +738,8 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
 }
 
 void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
-  const DotFn f1 = pick<1>(j.wt), f2 = pick<2>(j.wt), f3 = pick<3>(j.wt), f4 = pick<4>(j.wt);
+  const DotFn f1 = j.M == 1 && !j.decode_prefetch ? pick<1, false>(j.wt) : pick<1>(j.wt);
+  const DotFn f2 = pick<2>(j.wt), f3 = pick<3>(j.wt), f4 = pick<4>(j.wt);
   const Dot2Fn g1 = pick2<1>(j.wt), g2 = pick2<2>(j.wt), g3 = pick2<3>(j.wt), g4 = pick2<4>(j.wt);
   // Rows per cache block: about 32 KiB of weights, at least 4.
   const int64_t RB = j.M <= 4 ? (r1 - r0) : std::max<int64_t>(4, (32 << 10) / std::max<int64_t>(1, j.wstride));

@@ -215,26 +215,30 @@ TEST_F(Avx512, RepackedDecodeEveryTileGroupSizeIsExact) {
 
 // Software prefetch of the weight stream in decode (make_backend's decode_prefetch; the
 // default depends on the CPU) only changes when bytes arrive: with and without it every
-// repacked dtype computes the same bits, on 1 and 2 executors.
-TEST_F(Avx512, RepackedDecodeWithAndWithoutPrefetchIsTheSame) {
+// weight dtype computes the same bits, repacked or read by the row kernels, on 1 and 2
+// executors.
+TEST_F(Avx512, DecodeWithAndWithoutPrefetchIsTheSame) {
   uint32_t seed = 91;
-  auto on1 = cpu_avx512::make_backend(nullptr, true, 0, 1), on2 = cpu_avx512::make_backend(pool.get(), true, 0, 1);
-  auto off1 = cpu_avx512::make_backend(nullptr, true, 0, 0), off2 = cpu_avx512::make_backend(pool.get(), true, 0, 0);
-  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
-    for (int64_t K : {256, 2048})
-      for (int64_t N : {1, 33, 257}) {
-        SCOPED_TRACE(std::string(dtype_name(wt)) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
-        std::vector<uint8_t> w = quantize_matrix(wt, randn(size_t(K * N), seed++, 0.5f), K, N);
-        std::vector<float> x = randn(size_t(K), seed++);
-        Out r = matmul(*ref, wt, w, K, N, x, 1);
-        Out a = matmul(*on1, wt, w, K, N, x, 1, true), b = matmul(*on2, wt, w, K, N, x, 1, true);
-        Out c = matmul(*off1, wt, w, K, N, x, 1, true), d = matmul(*off2, wt, w, K, N, x, 1, true);
-        EXPECT_EQ(std::memcmp(a.data(), c.data(), sizeof(float) * size_t(N)), 0);
-        EXPECT_EQ(std::memcmp(b.data(), d.data(), sizeof(float) * size_t(N)), 0);
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * size_t(N)), 0);
-        EXPECT_LE(tessera::nmse(r.data(), c.data(), size_t(N)), 1e-6);  // float rounding only, as above
-        EXPECT_TRUE(c.guard_ok() && d.guard_ok());
-      }
+  for (bool repack : {true, false}) {
+    auto on1 = cpu_avx512::make_backend(nullptr, repack, 0, 1), on2 = cpu_avx512::make_backend(pool.get(), repack, 0, 1);
+    auto off1 = cpu_avx512::make_backend(nullptr, repack, 0, 0), off2 = cpu_avx512::make_backend(pool.get(), repack, 0, 0);
+    for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+      for (int64_t K : {256, 2048})
+        for (int64_t N : {1, 33, 257}) {
+          SCOPED_TRACE(std::string(dtype_name(wt)) + (repack ? " repacked" : " rows") + " K=" + std::to_string(K) +
+                       " N=" + std::to_string(N));
+          std::vector<uint8_t> w = quantize_matrix(wt, randn(size_t(K * N), seed++, 0.5f), K, N);
+          std::vector<float> x = randn(size_t(K), seed++);
+          Out r = matmul(*ref, wt, w, K, N, x, 1);
+          Out a = matmul(*on1, wt, w, K, N, x, 1, repack), b = matmul(*on2, wt, w, K, N, x, 1, repack);
+          Out c = matmul(*off1, wt, w, K, N, x, 1, repack), d = matmul(*off2, wt, w, K, N, x, 1, repack);
+          EXPECT_EQ(std::memcmp(a.data(), c.data(), sizeof(float) * size_t(N)), 0);
+          EXPECT_EQ(std::memcmp(b.data(), d.data(), sizeof(float) * size_t(N)), 0);
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * size_t(N)), 0);
+          EXPECT_LE(tessera::nmse(r.data(), c.data(), size_t(N)), 1e-6);  // float rounding only, as above
+          EXPECT_TRUE(c.guard_ok() && d.guard_ok());
+        }
+  }
   EXPECT_THROW(cpu_avx512::make_backend(nullptr, true, 0, 2), Error);
 }
 
