@@ -149,6 +149,10 @@ TEST(Cli, BenchReportsBothDecodeRooflines) {
   EXPECT_EQ(j.at("machine").at("cpu_model").get<int>(), tessera::cpu_features().model);
   EXPECT_NEAR(d.at("fraction_of_roofline_in_place").get<double>(),
               d.at("tok_s_median").get<double>() / d.at("roofline_in_place_tok_s").get<double>(), 1e-9);
+  // Each run against the probes right after it: with one run, the same fractions.
+  EXPECT_NEAR(d.at("fraction_per_run").at("median").get<double>(), d.at("fraction_of_roofline").get<double>(), 1e-9);
+  EXPECT_NEAR(d.at("fraction_in_place_per_run").at("max").get<double>(),
+              d.at("fraction_of_roofline_in_place").get<double>(), 1e-9);
 }
 
 // Prefill beside the arithmetic peak: an F16 model on a CPU backend is bounded by
