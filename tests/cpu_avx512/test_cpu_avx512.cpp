@@ -800,12 +800,14 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
 
 // The grouped kernel (query heads that share a KV head, interleaved in registers)
 // must give each head exactly the single-head kernel's result: head sizes with a
-// register path (64, 128) in full groups and remainders, and a fallback size (80).
+// register path (64, 128) in full groups and remainders, and a fallback size (80);
+// lengths within one block of positions, across blocks, and with partial 16-position
+// groups (the scores are summed 16 positions at a time).
 TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
   for (auto [hd, n] : {std::pair<int64_t, int>{64, 1}, {64, 4}, {64, 7}, {128, 2}, {128, 3}, {80, 2}}) {
     SCOPED_TRACE("hd=" + std::to_string(hd) + " heads=" + std::to_string(n));
     // Cache rows of two KV heads; the kernels read the second (off = hd).
-    const int64_t L = 53, off = hd;
+    const int64_t L = 150, off = hd;
     std::vector<uint16_t> k(size_t(L * 2 * hd)), v(size_t(L * 2 * hd));
     std::vector<float> kf = randn(k.size(), 11, 1.5f), vf = randn(v.size(), 12);
     for (size_t i = 0; i < k.size(); ++i) k[i] = quant::fp32_to_fp16(kf[i]), v[i] = quant::fp32_to_fp16(vf[i]);
@@ -816,7 +818,7 @@ TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
     std::vector<float*> outs;
     for (int h = 0; h < n; ++h) qs.push_back(q.data() + h * hd), outs.push_back(grouped.data() + h * hd);
     const float scale = 1.0f / std::sqrt(float(hd));
-    for (int64_t len : {int64_t(1), L}) {
+    for (int64_t len : {int64_t(1), int64_t(16), int64_t(53), int64_t(64), L}) {
       cpu_avx512::kern::attention_heads(qs.data(), n, hd, krows.data(), vrows.data(), off, len, scale, outs.data());
       for (int h = 0; h < n; ++h)
         cpu_avx512::kern::attention_item(qs[size_t(h)], hd, krows.data(), vrows.data(), off, len, scale,
