@@ -29,12 +29,13 @@ namespace tessera::cpu_avx512 {
 bool usable(std::string* why = nullptr);
 
 // Creates the backend (throws tessera::Error when !usable(), decode_tiles is not 0,
-// 1, 2 or 4, or decode_prefetch not -1, 0 or 1). `pool` may be null. `repack`: prepare_weight() keeps a row-interleaved
-// copy of Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights (the tensor itself is not modified); false reads
-// the GGUF layout directly. `decode_tiles`: repacked Q4_0/Q8_0 tiles a one-column
-// product walks side by side; 0 = default_decode_tiles(). `decode_prefetch`: 1 = one-column
-// products over repacked weights prefetch the weight stream in software, 0 = they leave
-// it to the hardware prefetchers; -1 = default_decode_prefetch().
+// 1, 2 or 4, or decode_prefetch not -1, 0 or 1). `pool` may be null. `repack`:
+// prepare_weight() keeps a row-interleaved copy of Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights (the
+// tensor itself is not modified); false reads the GGUF layout directly. `decode_tiles`:
+// repacked Q4_0/Q8_0 tiles a one-column product walks side by side; 0 =
+// default_decode_tiles(). `decode_prefetch`: 1 = one-column products over repacked or
+// F32/F16/BF16 weights request the weight stream in software, 0 = they leave it to the
+// hardware prefetchers; -1 = default_decode_prefetch().
 std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack = true, int decode_tiles = 0,
                                       int decode_prefetch = -1);
 

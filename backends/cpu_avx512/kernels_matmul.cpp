@@ -1020,10 +1020,10 @@ void tile_dot_q4k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
 // software prefetch). Lane i of la = row i's ql[64h + 4g..+3] (weights 128h + 4g..,
 // low nibbles, and 128h + 64 + 4g.., high), of lb = ql[64h + 32 + 4g..+3] (weights
 // 128h + 32 + 4g.. and 128h + 96 + 4g..), of qh = qh[32h + 4g..+3], their top two bits
-// (bits 0-1, 2-3, 4-5, 6-7 in that order of the four). The 6-bit values go to vpdpbusd unsigned; each 16-weight sub-block's
-// accumulator starts at -32 x the activation's sum over it, so it holds the exact
-// signed dot, then is scaled by the row's int8 scale in int32 (vpmulld): one exact
-// int32 per row and block, converted once.
+// (bits 0-1, 2-3, 4-5, 6-7 in that order of the four). The 6-bit values go to vpdpbusd
+// unsigned; each 16-weight sub-block's accumulator starts at -32 x the activation's
+// sum over it, so it holds the exact signed dot, then is scaled by the row's int8
+// scale in int32 (vpmulld): one exact int32 per row and block, converted once.
 template <int NC, bool PF = true>
 void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
   __m512 acc[NC];

@@ -1025,25 +1025,23 @@ TEST(Avx512Plugin, ProbeAndCreate) {
     ASSERT_NE(inst, nullptr) << err;
     EXPECT_EQ(static_cast<Backend*>(inst)->name(), "cpu_avx512");
     d->destroy(inst);
-    // Options: a valid decode_tiles is taken, an invalid one refused with a reason.
-    const TesseraOption good[] = {{"decode_tiles", "2"}, {"repack", "true"}};
-    TesseraCreateArgs with_good{sizeof(TesseraCreateArgs), nullptr, good, 2};
-    inst = d->create(&with_good, err, sizeof err);
-    ASSERT_NE(inst, nullptr) << err;
-    d->destroy(inst);
-    const TesseraOption bad[] = {{"decode_tiles", "3"}};
-    TesseraCreateArgs with_bad{sizeof(TesseraCreateArgs), nullptr, bad, 1};
-    EXPECT_EQ(d->create(&with_bad, err, sizeof err), nullptr);
-    EXPECT_NE(std::string(err).find("decode_tiles"), std::string::npos) << err;
-    const TesseraOption pf_good[] = {{"decode_prefetch", "false"}};
-    TesseraCreateArgs with_pf{sizeof(TesseraCreateArgs), nullptr, pf_good, 1};
-    inst = d->create(&with_pf, err, sizeof err);
-    ASSERT_NE(inst, nullptr) << err;
-    d->destroy(inst);
-    const TesseraOption pf_bad[] = {{"decode_prefetch", "sometimes"}};
-    TesseraCreateArgs with_pf_bad{sizeof(TesseraCreateArgs), nullptr, pf_bad, 1};
-    EXPECT_EQ(d->create(&with_pf_bad, err, sizeof err), nullptr);
-    EXPECT_NE(std::string(err).find("decode_prefetch"), std::string::npos) << err;
+    // Options: valid values are taken, invalid ones refused with a reason naming the option.
+    struct OptionCase {
+      const char *key, *value;
+      bool taken;
+    };
+    for (const OptionCase& c : {OptionCase{"decode_tiles", "2", true}, OptionCase{"repack", "true", true},
+                                OptionCase{"decode_tiles", "3", false}, OptionCase{"decode_prefetch", "false", true},
+                                OptionCase{"decode_prefetch", "sometimes", false}}) {
+      SCOPED_TRACE(std::string(c.key) + " = " + c.value);
+      const TesseraOption opt[] = {{c.key, c.value}};
+      TesseraCreateArgs with{sizeof(TesseraCreateArgs), nullptr, opt, 1};
+      err[0] = '\0';
+      inst = d->create(&with, err, sizeof err);
+      EXPECT_EQ(inst != nullptr, c.taken) << err;
+      if (inst) d->destroy(inst);
+      else EXPECT_NE(std::string(err).find(c.key), std::string::npos) << err;
+    }
   } else {
     EXPECT_EQ(score, 0);
     EXPECT_NE(std::string(reason).find("missing"), std::string::npos) << reason;
