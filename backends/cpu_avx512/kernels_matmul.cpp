@@ -30,6 +30,7 @@
 #include <utility>
 
 #include "kernels.h"
+#include "kernels_simd.h"
 #include "tessera/quant.h"
 
 namespace tessera::cpu_avx512::kern {
@@ -95,7 +96,7 @@ void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     const float d = amax / 127.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
-    dd[b] = quant::fp16_to_fp32(quant::fp32_to_fp16(d));
+    dd[b] = round_to_f16(d);
     const __m512 vid = _mm512_set1_ps(id);
     const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)));
     const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid)));
@@ -262,7 +263,7 @@ void prep_stream(const float* x, int64_t K, uint8_t* dst) {
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
       const float dd = amax / 127.f;
       const float id = dd != 0.f ? 1.f / dd : 0.f;
-      d[j] = quant::fp16_to_fp32(quant::fp32_to_fp16(dd));
+      d[j] = round_to_f16(dd);
       const __m512 vid = _mm512_set1_ps(id);
       _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * (j % 16)),
                       _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)))));
@@ -724,7 +725,7 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
       int64_t k = 0;
       for (; k + 16 <= K; k += 16)
         _mm512_store_ps(o + k, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + k), _MM_FROUND_TO_NEAREST_INT)));
-      for (; k < K; ++k) o[k] = quant::fp16_to_fp32(quant::fp32_to_fp16(x[k]));
+      for (; k < K; ++k) o[k] = round_to_f16(x[k]);
       return;
     }
     case DType::BF16: prep_bf16(x, K, reinterpret_cast<uint16_t*>(dst)); return;
@@ -1214,7 +1215,7 @@ void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     const float d = amax / 127.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
-    dd[b] = quant::fp16_to_fp32(quant::fp32_to_fp16(d));
+    dd[b] = round_to_f16(d);
     const __m512 vid = _mm512_set1_ps(id);
     const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)));
     const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid)));

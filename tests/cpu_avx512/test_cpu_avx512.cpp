@@ -213,6 +213,35 @@ TEST_F(Avx512, RepackedDecodeEveryTileGroupSizeIsExact) {
   EXPECT_TRUE(d == 1 || d == 4) << d;
 }
 
+// Activations so small that their Q8 block scales (amax / 127, stored as F16) are F16
+// subnormals, and blocks of zeros (scale 0): the scales are rounded to F16 in
+// registers, which must equal quant::fp32_to_fp16 there too: repacked Q4_0 / Q8_0
+// stay bit-identical to the reference on 1 and 2 executors; the row kernels (which
+// sum in another order) stay within float rounding of it.
+TEST_F(Avx512, TinyAndZeroActivationBlocksQuantizeAsTheReference) {
+  uint32_t seed = 123;
+  for (bool repack : {true, false}) {
+    auto one = cpu_avx512::make_backend(nullptr, repack), two = cpu_avx512::make_backend(pool.get(), repack);
+    for (DType wt : {DType::Q4_0, DType::Q8_0})
+      for (float scale : {1e-4f, 3e-6f}) {
+        SCOPED_TRACE(std::string(dtype_name(wt)) + (repack ? " repacked" : " rows") + " scale " + std::to_string(scale));
+        const int64_t K = 608, N = 37;
+        std::vector<uint8_t> w = quantize_matrix(wt, randn(size_t(K * N), seed++, 0.5f), K, N);
+        std::vector<float> x = randn(size_t(K), seed++, scale);
+        std::fill(x.begin() + 64, x.begin() + 128, 0.0f);  // two blocks of zeros
+        Out r = matmul(*ref, wt, w, K, N, x, 1);
+        Out a = matmul(*one, wt, w, K, N, x, 1, repack), b = matmul(*two, wt, w, K, N, x, 1, repack);
+        if (repack) {
+          EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * size_t(N)), 0);
+          EXPECT_EQ(std::memcmp(b.data(), r.data(), sizeof(float) * size_t(N)), 0);
+        } else {
+          EXPECT_LE(tessera::nmse(r.data(), a.data(), size_t(N)), 1e-6);
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * size_t(N)), 0);
+        }
+      }
+  }
+}
+
 // Software prefetch of the weight stream in decode (make_backend's decode_prefetch; the
 // default depends on the CPU) only changes when bytes arrive: with and without it every
 // weight dtype computes the same bits, repacked or read by the row kernels, on 1 and 2
