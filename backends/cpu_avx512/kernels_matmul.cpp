@@ -1076,13 +1076,13 @@ void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*);
-template <int NC>
+template <int NC, bool PF = true>
 TileFn pick_tile(DType wt) {
-  return wt == DType::Q4_0   ? &tile_dot<true, NC, 1>
-         : wt == DType::Q8_0 ? &tile_dot<false, NC, 1>
-         : wt == DType::Q4_K ? &tile_dot_q4k<NC>
-         : wt == DType::Q5_K ? &tile_dot_q4k<NC, true>
-                             : &tile_dot_q6k<NC>;
+  return wt == DType::Q4_0   ? &tile_dot<true, NC, 1, PF>
+         : wt == DType::Q8_0 ? &tile_dot<false, NC, 1, PF>
+         : wt == DType::Q4_K ? &tile_dot_q4k<NC, false, PF>
+         : wt == DType::Q5_K ? &tile_dot_q4k<NC, true, PF>
+                             : &tile_dot_q6k<NC, PF>;
 }
 // Decode: tiles per call of one column (see tile_dot), and the kernel for them.
 // Q4_0 / Q8_0 walk `asked` (1, 2 or 4) tiles per call, the others one.
@@ -1092,13 +1092,9 @@ int decode_tiles(DType wt, int asked) {
 }
 template <bool PF>
 TileFn pick_decode_tiles(DType wt, int g) {
-  if (wt == DType::Q4_0)
-    return g == 4 ? &tile_dot<true, 1, 4, PF> : g == 2 ? &tile_dot<true, 1, 2, PF> : &tile_dot<true, 1, 1, PF>;
-  if (wt == DType::Q8_0)
-    return g == 4 ? &tile_dot<false, 1, 4, PF> : g == 2 ? &tile_dot<false, 1, 2, PF> : &tile_dot<false, 1, 1, PF>;
-  return wt == DType::Q4_K   ? &tile_dot_q4k<1, false, PF>
-         : wt == DType::Q5_K ? &tile_dot_q4k<1, true, PF>
-                             : &tile_dot_q6k<1, PF>;
+  if (wt == DType::Q4_0 && g > 1) return g == 4 ? &tile_dot<true, 1, 4, PF> : &tile_dot<true, 1, 2, PF>;
+  if (wt == DType::Q8_0 && g > 1) return g == 4 ? &tile_dot<false, 1, 4, PF> : &tile_dot<false, 1, 2, PF>;
+  return pick_tile<1, PF>(wt);
 }
 
 }  // namespace

@@ -308,6 +308,8 @@ int cmd_bench(int argc, char** argv) {
     if (i < weight_probes.size() && weight_probes[i].median_gbs > 0)
       per_run_in_place.push_back(tg[i] * decode_bytes / (weight_probes[i].median_gbs * 1e9));
   }
+  const Stats fr = per_run.empty() ? Stats{} : stats(per_run);
+  const Stats fr_in_place = per_run_in_place.empty() ? Stats{} : stats(per_run_in_place);
 
   nlohmann::json j;
   j["machine"] = {{"cpu_brand", cpu.brand},
@@ -384,14 +386,11 @@ int cmd_bench(int argc, char** argv) {
       j["decode"]["roofline_in_place_tok_s"] = roofline_in_place;
       j["decode"]["fraction_of_roofline_in_place"] = s.median / roofline_in_place;
     }
-    if (!per_run.empty()) {
-      const Stats f = stats(per_run);
-      j["decode"]["fraction_per_run"] = {{"median", f.median}, {"min", f.min}, {"max", f.max}};
-    }
-    if (!per_run_in_place.empty()) {
-      const Stats f = stats(per_run_in_place);
-      j["decode"]["fraction_in_place_per_run"] = {{"median", f.median}, {"min", f.min}, {"max", f.max}};
-    }
+    if (!per_run.empty())
+      j["decode"]["fraction_per_run"] = {{"median", fr.median}, {"min", fr.min}, {"max", fr.max}};
+    if (!per_run_in_place.empty())
+      j["decode"]["fraction_in_place_per_run"] = {
+          {"median", fr_in_place.median}, {"min", fr_in_place.min}, {"max", fr_in_place.max}};
     if (!json) {
       std::printf("decode   %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_gen, s.median, s.min, s.max);
       std::printf("         %.2f MB read per token (weights %.2f MB%s + KV %.2f MB at %.1f positions",
@@ -411,13 +410,11 @@ int cmd_bench(int argc, char** argv) {
                     double(wbw.bytes) / 1e6, wbw.reps, wbw.median_gbs, wbw.min_gbs, wbw.max_gbs, roofline_in_place,
                     100.0 * s.median / roofline_in_place);
       if (!per_run.empty()) {
-        const Stats f = stats(per_run);
-        std::printf("         each run against the probes right after it: %.1f%% median (%.1f-%.1f)", 100.0 * f.median,
-                    100.0 * f.min, 100.0 * f.max);
-        if (!per_run_in_place.empty()) {
-          const Stats g = stats(per_run_in_place);
-          std::printf("; in place %.1f%% (%.1f-%.1f)", 100.0 * g.median, 100.0 * g.min, 100.0 * g.max);
-        }
+        std::printf("         each run against the probes right after it: %.1f%% median (%.1f-%.1f)", 100.0 * fr.median,
+                    100.0 * fr.min, 100.0 * fr.max);
+        if (!per_run_in_place.empty())
+          std::printf("; in place %.1f%% (%.1f-%.1f)", 100.0 * fr_in_place.median, 100.0 * fr_in_place.min,
+                      100.0 * fr_in_place.max);
         std::printf("\n");
       }
       if (barrier.median_ns > 0)
