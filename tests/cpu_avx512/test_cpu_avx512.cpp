@@ -831,15 +831,25 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
 // must give each head exactly the single-head kernel's result: head sizes with a
 // register path (64, 128) in full groups and remainders, and a fallback size (80);
 // lengths within one block of positions, across blocks, and with partial 16-position
-// groups (the scores are summed 16 positions at a time).
+// groups (the scores are summed 16 positions at a time). Besides random keys: keys
+// that grow with the position (a head whose score rises gets a new maximum at every
+// position, one whose score falls never after the first) and equal keys (every score
+// ties with the maximum), for the running maximum's 16-lane scan.
 TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
+  enum class Keys { Random, Growing, Equal };
+  for (Keys keys : {Keys::Random, Keys::Growing, Keys::Equal})
   for (auto [hd, n] : {std::pair<int64_t, int>{64, 1}, {64, 4}, {64, 7}, {128, 2}, {128, 3}, {80, 2}}) {
-    SCOPED_TRACE("hd=" + std::to_string(hd) + " heads=" + std::to_string(n));
+    SCOPED_TRACE("keys=" + std::to_string(int(keys)) + " hd=" + std::to_string(hd) + " heads=" + std::to_string(n));
     // Cache rows of two KV heads; the kernels read the second (off = hd).
     const int64_t L = 150, off = hd;
     std::vector<uint16_t> k(size_t(L * 2 * hd)), v(size_t(L * 2 * hd));
     std::vector<float> kf = randn(k.size(), 11, 1.5f), vf = randn(v.size(), 12);
-    for (size_t i = 0; i < k.size(); ++i) k[i] = quant::fp32_to_fp16(kf[i]), v[i] = quant::fp32_to_fp16(vf[i]);
+    for (size_t i = 0; i < k.size(); ++i) {
+      const size_t row = i / size_t(2 * hd), col = i % size_t(2 * hd);
+      if (keys == Keys::Growing) kf[i] = kf[col] * (1.0f + 0.05f * float(row));
+      if (keys == Keys::Equal) kf[i] = kf[col];
+      k[i] = quant::fp32_to_fp16(kf[i]), v[i] = quant::fp32_to_fp16(vf[i]);
+    }
     std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
     for (int64_t j = 0; j < L; ++j) krows[size_t(j)] = k.data() + j * 2 * hd, vrows[size_t(j)] = v.data() + j * 2 * hd;
     std::vector<float> q = randn(size_t(hd * n), 13, 2.0f), grouped(size_t(hd * n)), single(size_t(hd * n));
