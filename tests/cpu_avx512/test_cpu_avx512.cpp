@@ -834,7 +834,7 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
 // groups (the scores are summed 16 positions at a time). Besides random keys: keys
 // that grow with the position (a head whose score rises gets a new maximum at every
 // position, one whose score falls never after the first) and equal keys (every score
-// ties with the maximum), for the running maximum's 16-lane scan.
+// ties with the maximum), for the running maximum and its new-maximum steps.
 TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
   enum class Keys { Random, Growing, Equal };
   for (Keys keys : {Keys::Random, Keys::Growing, Keys::Equal})

@@ -116,7 +116,7 @@ class FastPool {
   alignas(64) std::atomic<uint64_t> prefetch_epoch_{0};  // bumped by cancelIdlePrefetch
   std::vector<std::thread> threads_;
   // Read by every waiting worker at each spin: alone on its line, so the caller's
-  // writes below (twice per dispatch) do not take the line from the spinning workers.
+  // writes to the members below (at every dispatch) do not take it from the workers.
   alignas(64) std::atomic<bool> stop_{false};
   alignas(64) uint64_t generation_ = 0;
   bool spin_ = true;  // false when oversubscribed: waiters yield at once
