@@ -12,6 +12,7 @@
 
 #include "gguf_reader.h"
 #include "gguf_writer.h"
+#include "../fixtures/fixture_formats.h"
 #include "tessera/error.h"
 #include "tessera/model_file.h"
 #include "tessera/plugin_abi.h"
@@ -19,6 +20,7 @@
 namespace fs = std::filesystem;
 using namespace tessera;
 using namespace tessera::gguf;
+using tessera::test::format_not_implemented;
 
 namespace {
 
@@ -286,13 +288,24 @@ TEST(GgufMetadata, TypedAccess) {
 TEST(GgufFixtures, AllOpen) {
   fs::path root = TESSERA_FIXTURES_DIR;
   if (!fs::is_directory(root)) GTEST_SKIP() << "fixtures dir " << root << " is missing";
-  int n = 0;
+  int n = 0, refused = 0;
   for (const char* sub : {"models", "vocab"}) {
     if (!fs::is_directory(root / sub)) continue;
     for (const auto& e : fs::directory_iterator(root / sub)) {
       if (e.path().extension() != ".gguf") continue;
       SCOPED_TRACE(e.path().string());
       std::unique_ptr<GgufFile> f;
+      if (format_not_implemented(e.path().stem().string())) {
+        // Formats of issue #20: refused with a clear one-line error until implemented.
+        try {
+          GgufFile::open(e.path().string());
+          ADD_FAILURE() << "opened although its format is listed as not implemented: update the list";
+        } catch (const Error& err) {
+          EXPECT_NE(std::string(err.what()).find("has unsupported type"), std::string::npos) << err.what();
+        }
+        ++refused;
+        continue;
+      }
       ASSERT_NO_THROW(f = GgufFile::open(e.path().string()));
       EXPECT_GE(f->version(), 2u);
       EXPECT_FALSE(f->metadata().all().empty());
@@ -307,6 +320,7 @@ TEST(GgufFixtures, AllOpen) {
     }
   }
   EXPECT_GT(n, 0);
+  if (refused) std::printf("[ GgufFixtures ] %d fixtures of formats not implemented yet were refused with a clear error\n", refused);
 }
 
 TEST(GgufFixtures, LlamaF32) {
