@@ -1,6 +1,7 @@
 #include "tessera/engine.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -42,10 +43,22 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   const ModelInfo& mi = model_->info();
   n_ctx_ = opt.n_ctx > 0 ? opt.n_ctx : std::min<int64_t>(mi.context_length > 0 ? mi.context_length : 4096, 4096);
   if (opt.page_tokens <= 0) throw Error("KV page size must be positive");
-  kv_ = std::make_unique<KvCache>(model_->kv_config(n_ctx_, opt.page_tokens));
+  if (opt.max_sequences <= 0) throw Error("the number of parallel sequences must be positive");
+  if (opt.batch_tokens <= 0) throw Error("the batch size (tokens per forward step) must be positive");
+  batch_tokens_ = opt.batch_tokens;
+  // The pool holds max_sequences full contexts (rounded up to whole pages each).
+  const int64_t pages_per_seq = (n_ctx_ + opt.page_tokens - 1) / opt.page_tokens;
+  if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
+  kv_ = std::make_unique<KvCache>(model_->kv_config(pages_per_seq * opt.max_sequences * opt.page_tokens, opt.page_tokens));
   seq_ = kv_->create_sequence();
-  spdlog::debug("engine: {} ({}), {} layers, context {}, {} threads", opt.model_path, mi.architecture,
-                mi.n_layer, n_ctx_, pool_->executorCount());
+  // Host backends read scratch through plain pointers, so intermediates may share
+  // memory by liveness; a device backend tracks host ranges per submission and gets
+  // distinct ranges (decision 40).
+  bool host_only = true;
+  for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
+  graph_.set_memory_reuse(host_only);
+  spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path, mi.architecture,
+                mi.n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
 }
 
 Engine::~Engine() = default;
@@ -59,41 +72,98 @@ int Engine::threads() const { return pool_->executorCount(); }
 
 int64_t Engine::n_vocab() const { return model_->info().n_vocab; }
 
+std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
+  if (chunks.empty()) throw Error("nothing to evaluate: no chunks");
+  const int64_t V = n_vocab();
+  tokens_.clear();
+  positions_.clear();
+  slices_.clear();
+  out_rows_.clear();
+  for (const Chunk& c : chunks) {
+    if (c.tokens.empty()) throw Error("nothing to evaluate: empty token list");
+    for (const SeqSlice& s : slices_)
+      if (s.seq == c.seq) throw Error("forward: sequence " + std::to_string(c.seq) + " appears in two chunks");
+    for (int32_t t : c.tokens)
+      if (t < 0 || t >= V)
+        throw Error("token id " + std::to_string(t) + " is out of range (vocabulary size " + std::to_string(V) + ")");
+    const int64_t pos0 = kv_->length(c.seq), n = int64_t(c.tokens.size());
+    if (pos0 + n > n_ctx_)
+      throw Error("context is full: " + std::to_string(pos0 + n) + " positions needed, context size is " +
+                  std::to_string(n_ctx_));
+    SeqSlice s;
+    s.seq = c.seq;
+    s.first = int32_t(tokens_.size());
+    s.count = int32_t(n);
+    s.pos0 = pos0;
+    slices_.push_back(s);
+    tokens_.insert(tokens_.end(), c.tokens.begin(), c.tokens.end());
+    for (int64_t i = 0; i < n; ++i) positions_.push_back(int32_t(pos0 + i));
+    if (c.logits == Logits::Last) out_rows_.push_back(s.first + s.count - 1);
+    if (c.logits == Logits::All)
+      for (int32_t r = s.first; r < s.first + s.count; ++r) out_rows_.push_back(r);
+  }
+  // Reserve every chunk's positions, or none of them.
+  for (size_t i = 0; i < slices_.size(); ++i) {
+    const SeqSlice& s = slices_[i];
+    if (!kv_->reserve(s.seq, s.pos0 + s.count)) {
+      for (size_t j = 0; j < i; ++j) kv_->truncate(slices_[j].seq, slices_[j].pos0);
+      throw Error("KV cache has no free pages left");
+    }
+  }
+
+  const bool want_rows = !out_rows_.empty();
+  if (!want_rows) out_rows_.push_back(int32_t(tokens_.size()) - 1);  // the graph always ends in logits
+  graph_.reset();
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_};
+  int32_t out = model_->build_forward(graph_, *kv_, batch);
+  graph_.mark_output(out);
+  graph_.allocate();
+  scheduler_->run(graph_);
+  // The engine, not the kernels, owns the sequences' lengths.
+  for (const SeqSlice& s : slices_) kv_->set_length(s.seq, s.pos0 + s.count);
+  tokens_evaluated_ += int64_t(tokens_.size());
+
+  const Tensor& lt = graph_.tensor(out);
+  const int64_t rows = want_rows ? int64_t(out_rows_.size()) : 0;
+  if (lt.type != DType::F32 || lt.ne[0] != V || lt.ne[1] != int64_t(out_rows_.size()))
+    throw Error("internal: logits tensor has the wrong shape");
+  logits_.resize(size_t(rows * V));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&logits_[size_t(r * V)], lt.row<float>(r), size_t(V) * sizeof(float));
+  return logits_;
+}
+
 std::span<const float> Engine::eval(std::span<const int32_t> tokens, bool all_logits) {
   if (tokens.empty()) throw Error("nothing to evaluate: empty token list");
   const int64_t n = int64_t(tokens.size()), V = n_vocab();
-  for (int32_t t : tokens)
-    if (t < 0 || t >= V) throw Error("token id " + std::to_string(t) + " is out of range (vocabulary size " +
-                                     std::to_string(V) + ")");
-  if (pos_ + n > n_ctx_)
-    throw Error("context is full: " + std::to_string(pos_ + n) + " positions needed, context size is " +
+  if (position() + n > n_ctx_)
+    throw Error("context is full: " + std::to_string(position() + n) + " positions needed, context size is " +
                 std::to_string(n_ctx_));
-  if (!kv_->reserve(seq_, pos_ + n)) throw Error("KV cache has no free pages left");
-
-  tokens_.assign(tokens.begin(), tokens.end());
-  positions_.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(pos_ + i);
-
-  graph_.reset();
-  ForwardBatch batch{tokens_, positions_, seq_, all_logits};
-  int32_t out = model_->build_forward(graph_, *kv_, batch);
-  graph_.allocate();
-  scheduler_->run(graph_);
-
-  const Tensor& lt = graph_.tensor(out);
-  const int64_t rows = all_logits ? n : 1;
-  if (lt.type != DType::F32 || lt.ne[0] != V || lt.ne[1] != rows) throw Error("internal: logits tensor has the wrong shape");
-  logits_.resize(size_t(rows * V));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(&logits_[size_t(r * V)], lt.row<float>(r), size_t(V) * sizeof(float));
-  pos_ += n;
-  return logits_;
+  if (n <= batch_tokens_) {
+    const Chunk c{seq_, tokens, all_logits ? Logits::All : Logits::Last};
+    return forward(std::span<const Chunk>(&c, 1));
+  }
+  // Chunked prefill: bounded scratch whatever the prompt length.
+  eval_logits_.clear();
+  for (int64_t first = 0; first < n; first += batch_tokens_) {
+    const int64_t count = std::min(batch_tokens_, n - first);
+    const bool last = first + count == n;
+    const Chunk c{seq_, tokens.subspan(size_t(first), size_t(count)),
+                  all_logits ? Logits::All : last ? Logits::Last : Logits::None};
+    auto rows = forward(std::span<const Chunk>(&c, 1));
+    if (all_logits || last) eval_logits_.insert(eval_logits_.end(), rows.begin(), rows.end());
+  }
+  if (eval_logits_.size() != size_t((all_logits ? n : 1) * V)) throw Error("internal: chunked logits have the wrong size");
+  return eval_logits_;
 }
+
+int64_t Engine::position() const { return kv_->length(seq_); }
 
 void Engine::reset() {
   kv_->free_sequence(seq_);
   seq_ = kv_->create_sequence();
-  pos_ = 0;
 }
+
+void Engine::set_profile(OpProfile* profile) { scheduler_->set_profile(profile); }
 
 std::string Engine::placement() const { return scheduler_->describe(graph_); }
 

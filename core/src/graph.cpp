@@ -1,5 +1,7 @@
 #include "tessera/graph.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -58,14 +60,17 @@ void Graph::reset() {
   tensors_.clear();
   scratch_offsets_.clear();
   view_offsets_.clear();
+  roots_.clear();
+  outputs_.clear();
   nodes_.clear();
-  scratch_bytes_ = 0;
+  linear_bytes_ = 0;
 }
 
 int32_t Graph::add_tensor(const Tensor& t) {
   tensors_.push_back(t);
   scratch_offsets_.push_back(SIZE_MAX);
   view_offsets_.push_back(0);
+  roots_.push_back(-1);
   return int32_t(tensors_.size() - 1);
 }
 
@@ -73,9 +78,10 @@ int32_t Graph::new_tensor(DType type, std::initializer_list<int64_t> shape, std:
   Tensor t = Tensor::contiguous(type, shape);
   t.name = std::string(name);
   tensors_.push_back(std::move(t));
-  scratch_offsets_.push_back(scratch_bytes_);
+  scratch_offsets_.push_back(linear_bytes_);
   view_offsets_.push_back(0);
-  scratch_bytes_ += (tensors_.back().nbytes() + 63) / 64 * 64;
+  roots_.push_back(int32_t(tensors_.size() - 1));
+  linear_bytes_ += (tensors_.back().nbytes() + 63) / 64 * 64;
   return int32_t(tensors_.size() - 1);
 }
 
@@ -89,6 +95,7 @@ int32_t Graph::reshape(int32_t src, std::initializer_list<int64_t> shape) {
   tensors_.push_back(std::move(t));
   scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
   view_offsets_.push_back(view_offsets_[size_t(src)]);
+  roots_.push_back(roots_[size_t(src)]);
   return int32_t(tensors_.size() - 1);
 }
 
@@ -104,6 +111,7 @@ int32_t Graph::view_rows(int32_t src, int64_t first, int64_t count) {
   tensors_.push_back(std::move(t));
   scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
   view_offsets_.push_back(off);
+  roots_.push_back(roots_[size_t(src)]);
   return int32_t(tensors_.size() - 1);
 }
 
@@ -125,6 +133,7 @@ int32_t Graph::view(int32_t src, std::array<int64_t, 4> ne, std::array<size_t, 3
   tensors_.push_back(std::move(t));
   scratch_offsets_.push_back(scratch_offsets_[size_t(src)]);
   view_offsets_.push_back(view_offsets_[size_t(src)] + offset);
+  roots_.push_back(roots_[size_t(src)]);
   return int32_t(tensors_.size() - 1);
 }
 
@@ -137,12 +146,132 @@ int32_t Graph::add_node(const Node& n) {
   return int32_t(nodes_.size() - 1);
 }
 
+void Graph::mark_output(int32_t tensor) {
+  if (tensor < 0 || size_t(tensor) >= tensors_.size()) throw Error("mark_output of an unknown tensor");
+  outputs_.push_back(tensor);
+}
+
 void Graph::allocate() {
+  if (reuse_)
+    plan_reuse();
+  else
+    scratch_bytes_ = linear_bytes_;
   arena_->ensure(scratch_bytes_);
   auto* base = static_cast<char*>(arena_->ptr);
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    if (scratch_offsets_[i] != SIZE_MAX)
-      tensors_[i].data = base + scratch_offsets_[i] + view_offsets_[i];
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const int32_t r = roots_[i];
+    if (r < 0) continue;
+    const size_t off = reuse_ ? plan_offsets_[size_t(r)] : scratch_offsets_[i];
+    tensors_[i].data = base + off + view_offsets_[i];
+  }
+}
+
+// Liveness plan (see graph.h). One pass over the nodes finds each root's first and
+// last node; roots are bucketed (intrusive lists) by the node where they are placed
+// and the node where their range is released, so the walk is O(nodes + tensors) apart
+// from the free-list search.
+void Graph::plan_reuse() {
+  constexpr int32_t kForever = INT32_MAX;
+  const size_t T = tensors_.size(), N = nodes_.size();
+  first_.assign(T, -1);
+  last_.assign(T, -1);
+  auto touch = [&](int32_t t, int32_t k, bool write) {
+    if (t < 0) return;
+    const int32_t r = roots_[size_t(t)];
+    if (r < 0) return;
+    if (first_[size_t(r)] < 0) first_[size_t(r)] = write ? k : 0;  // read before written: from node 0
+    if (last_[size_t(r)] != kForever) last_[size_t(r)] = k;
+  };
+  for (size_t k = 0; k < N; ++k) {
+    const Node& n = nodes_[k];
+    for (int32_t s : n.src) touch(s, int32_t(k), false);  // sources first: an in-place node reads
+    touch(n.dst, int32_t(k), true);
+  }
+  for (int32_t o : outputs_) {
+    const int32_t r = roots_[size_t(o)];
+    if (r < 0) continue;
+    if (first_[size_t(r)] < 0) first_[size_t(r)] = 0;
+    last_[size_t(r)] = kForever;
+  }
+
+  const size_t steps = std::max<size_t>(N, 1);
+  alloc_head_.assign(steps, -1);
+  free_head_.assign(steps, -1);
+  alloc_next_.assign(T, -1);
+  free_next_.assign(T, -1);
+  plan_offsets_.assign(T, SIZE_MAX);
+  for (size_t i = T; i-- > 0;) {  // backwards so every list is in tensor order
+    if (roots_[i] != int32_t(i)) continue;
+    if (first_[i] < 0) {  // no node names it: keep it for the whole graph
+      first_[i] = 0;
+      last_[i] = kForever;
+    }
+    alloc_next_[i] = alloc_head_[size_t(first_[i])];
+    alloc_head_[size_t(first_[i])] = int32_t(i);
+    if (last_[i] != kForever) {
+      const size_t release = size_t(last_[i]) + size_t(kReuseDelay);
+      if (release < steps) {
+        free_next_[i] = free_head_[release];
+        free_head_[release] = int32_t(i);
+      }
+    }
+  }
+
+  free_blocks_.clear();
+  size_t end = 0, peak = 0;
+  auto block_size = [&](size_t r) { return std::max<size_t>((tensors_[r].nbytes() + 63) / 64 * 64, 64); };
+  auto take = [&](size_t size) {
+    size_t best = SIZE_MAX;
+    for (size_t b = 0; b < free_blocks_.size(); ++b) {
+      const size_t s = free_blocks_[b].size;
+      if (s >= size && (best == SIZE_MAX || s < free_blocks_[best].size)) {
+        best = b;
+        if (s == size) break;
+      }
+    }
+    if (best == SIZE_MAX) {  // nothing fits: grow the end
+      const size_t off = end;
+      end += size;
+      peak = std::max(peak, end);
+      return off;
+    }
+    FreeBlock& fb = free_blocks_[best];
+    const size_t off = fb.offset;
+    if (fb.size == size) {
+      free_blocks_.erase(free_blocks_.begin() + std::ptrdiff_t(best));
+    } else {
+      fb.offset += size;
+      fb.size -= size;
+    }
+    return off;
+  };
+  auto give = [&](size_t off, size_t size) {
+    auto it = std::lower_bound(free_blocks_.begin(), free_blocks_.end(), off,
+                               [](const FreeBlock& b, size_t o) { return b.offset < o; });
+    if (it != free_blocks_.begin() && std::prev(it)->offset + std::prev(it)->size == off) {
+      --it;  // merge into the block below
+      it->size += size;
+    } else {
+      it = free_blocks_.insert(it, FreeBlock{off, size});
+    }
+    auto next = std::next(it);
+    if (next != free_blocks_.end() && it->offset + it->size == next->offset) {
+      it->size += next->size;
+      free_blocks_.erase(next);
+    }
+    if (it->offset + it->size == end) {  // the top of the arena: lower the end instead
+      end = it->offset;
+      free_blocks_.erase(it);
+    }
+  };
+
+  for (size_t k = 0; k < steps; ++k) {
+    for (int32_t r = free_head_[k]; r >= 0; r = free_next_[size_t(r)])
+      give(plan_offsets_[size_t(r)], block_size(size_t(r)));
+    for (int32_t r = alloc_head_[k]; r >= 0; r = alloc_next_[size_t(r)])
+      plan_offsets_[size_t(r)] = take(block_size(size_t(r)));
+  }
+  scratch_bytes_ = peak;
 }
 
 std::string describe_node(const Graph& g, size_t k) {

@@ -17,6 +17,16 @@
 // truncate into a shared page, the owner's reserved range is clamped to its length
 // when the page holding position `length` is shared: the owner must reserve() again
 // (which copies the page) before writing more.
+//
+// Prefix cache: every page is exactly one of free (refcount 0, no key, in free_list_),
+// cached (refcount 0, a key, in the LRU list) or in use (refcount > 0, with or without
+// a key). Only full pages below a sequence's length are registered, so writes at or
+// after `length` never reach a keyed page, except after a truncate into one: then
+// `reserved` is clamped to `length`, and reserve() drops the key of a page it is about
+// to hand out for writing (refcount 1) or copies it (refcount > 1; the copy has no
+// key). take_page() prefers the free list and otherwise evicts the LRU head.
+// free_sequence releases a block table from its last page to its first, so a cached
+// chain is evicted tail first (a tail page is useless once its head is gone).
 #include "tessera/kv_cache.h"
 
 #include <algorithm>
@@ -75,6 +85,10 @@ KvCache::KvCache(const KvCacheConfig& cfg)
   storage_.reset(static_cast<uint8_t*>(p));
 
   refcount_.assign(size_t(cfg.n_pages), 0);
+  page_key_.assign(size_t(cfg.n_pages), 0);
+  page_token_ids_.assign(checked_mul(size_t(cfg.n_pages), size_t(cfg.page_tokens), "prefix cache token ids"), 0);
+  lru_prev_.assign(size_t(cfg.n_pages), -1);
+  lru_next_.assign(size_t(cfg.n_pages), -1);
   free_list_.reserve(size_t(cfg.n_pages));
   // Pop from the back: page 0 is handed out first.
   for (int32_t i = cfg.n_pages - 1; i >= 0; --i) free_list_.push_back(i);
@@ -88,16 +102,59 @@ uint16_t* KvCache::plane(int32_t page, int layer, int kv) const {
 }
 
 int32_t KvCache::take_page() {
-  // Callers check free_pages() first; this is a guard, not a code path.
-  if (free_list_.empty()) throw Error("KvCache: out of pages");
-  int32_t p = free_list_.back();
-  free_list_.pop_back();
+  int32_t p;
+  if (!free_list_.empty()) {
+    p = free_list_.back();
+    free_list_.pop_back();
+  } else {
+    // Callers check free_pages() first; this is a guard, not a code path.
+    if (lru_head_ < 0) throw Error("KvCache: out of pages");
+    p = lru_head_;
+    lru_remove(p);
+    key_to_page_.erase(page_key_[size_t(p)]);
+    page_key_[size_t(p)] = 0;
+  }
   refcount_[size_t(p)] = 1;
   return p;
 }
 
 void KvCache::release_page(int32_t page) {
-  if (--refcount_[size_t(page)] == 0) free_list_.push_back(page);
+  if (--refcount_[size_t(page)] != 0) return;
+  if (page_key_[size_t(page)] != 0)
+    lru_push_back(page);
+  else
+    free_list_.push_back(page);
+}
+
+// Drops the key of an in-use page.
+void KvCache::unregister(int32_t page) {
+  key_to_page_.erase(page_key_[size_t(page)]);
+  page_key_[size_t(page)] = 0;
+}
+
+void KvCache::lru_push_back(int32_t page) {
+  lru_prev_[size_t(page)] = lru_tail_;
+  lru_next_[size_t(page)] = -1;
+  if (lru_tail_ >= 0)
+    lru_next_[size_t(lru_tail_)] = page;
+  else
+    lru_head_ = page;
+  lru_tail_ = page;
+  ++cached_count_;
+}
+
+void KvCache::lru_remove(int32_t page) {
+  const int32_t prev = lru_prev_[size_t(page)], next = lru_next_[size_t(page)];
+  (prev >= 0 ? lru_next_[size_t(prev)] : lru_head_) = next;
+  (next >= 0 ? lru_prev_[size_t(next)] : lru_tail_) = prev;
+  lru_prev_[size_t(page)] = lru_next_[size_t(page)] = -1;
+  --cached_count_;
+}
+
+void KvCache::check_page(int32_t page, const char* what) const {
+  if (page < 0 || page >= cfg_.n_pages)
+    throw Error(std::string("KvCache::") + what + ": page " + std::to_string(page) + " outside [0, " +
+                std::to_string(cfg_.n_pages) + ")");
 }
 
 KvCache::Sequence& KvCache::seq_ref(SeqId seq) {
@@ -157,7 +214,7 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
 
 void KvCache::free_sequence(SeqId seq) {
   Sequence& s = seq_ref(seq);
-  for (int32_t p : s.table) release_page(p);
+  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) release_page(*it);  // tail first, see top
   recurrent_.free(seq);
   seqs_[size_t(seq)].reset();
 }
@@ -172,18 +229,22 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   const size_t have = s.table.size();
   const size_t new_pages = need_pages > have ? need_pages - have : 0;
 
-  // Shared pages overlapping the positions to be written, [length, n_tokens).
+  // Pages overlapping the positions to be written, [length, n_tokens): shared ones are
+  // copied, keyed ones with refcount 1 lose their key.
   size_t first_cow = size_t(s.length / pt);
   size_t end_cow = n_tokens > s.length ? std::min(have, need_pages) : first_cow;
   size_t cow = 0;
   for (size_t i = first_cow; i < end_cow; ++i)
     if (refcount_[size_t(s.table[i])] > 1) ++cow;
 
-  if (new_pages + cow > free_list_.size()) return false;
+  if (new_pages + cow > size_t(free_pages())) return false;
 
   for (size_t i = first_cow; i < end_cow; ++i) {
     int32_t old = s.table[i];
-    if (refcount_[size_t(old)] <= 1) continue;
+    if (refcount_[size_t(old)] <= 1) {
+      if (page_key_[size_t(old)] != 0) unregister(old);
+      continue;
+    }
     int32_t fresh = take_page();
     std::memcpy(plane(fresh, 0, 0), plane(old, 0, 0), page_bytes_);
     release_page(old);
@@ -270,12 +331,136 @@ void KvCache::rows(int layer, SeqId seq, int kv, int64_t first, int64_t count, c
 const std::vector<int32_t>& KvCache::block_table(SeqId seq) const { return seq_ref(seq).table; }
 
 int KvCache::page_refcount(int32_t page) const {
-  if (page < 0 || page >= cfg_.n_pages)
-    throw Error("KvCache::page_refcount: page " + std::to_string(page) + " outside [0, " +
-                std::to_string(cfg_.n_pages) + ")");
+  check_page(page, "page_refcount");
   return refcount_[size_t(page)];
 }
 
-int KvCache::free_pages() const { return int(free_list_.size()); }
+int KvCache::free_pages() const { return int(free_list_.size()) + cached_count_; }
+
+bool KvCache::register_page(SeqId seq, size_t page_index, PageKey key, std::span<const int32_t> tokens) {
+  const Sequence& s = seq_ref(seq);
+  const size_t pt = size_t(cfg_.page_tokens);
+  if (page_index >= s.table.size())
+    throw Error("KvCache::register_page: page " + std::to_string(page_index) + " outside the block table of sequence " +
+                std::to_string(seq) + " (" + std::to_string(s.table.size()) + " pages)");
+  if (tokens.size() != pt)
+    throw Error("KvCache::register_page: " + std::to_string(tokens.size()) + " token ids for a page of " +
+                std::to_string(pt));
+  if (key == 0) throw Error("KvCache::register_page: key 0 is reserved for 'no key'");
+  if ((page_index + 1) * pt > size_t(s.length))
+    throw Error("KvCache::register_page: page " + std::to_string(page_index) + " of sequence " + std::to_string(seq) +
+                " is not full (length " + std::to_string(s.length) + ")");
+  const int32_t page = s.table[page_index];
+  if (page_key_[size_t(page)] != 0 || key_to_page_.count(key)) return false;
+  key_to_page_.emplace(key, page);
+  page_key_[size_t(page)] = key;
+  std::copy(tokens.begin(), tokens.end(), page_token_ids_.begin() + ptrdiff_t(size_t(page) * pt));
+  return true;
+}
+
+int32_t KvCache::find_cached_page(PageKey key, std::span<const int32_t> tokens) const {
+  const size_t pt = size_t(cfg_.page_tokens);
+  auto it = key_to_page_.find(key);
+  if (it == key_to_page_.end() || tokens.size() != pt) return -1;
+  const auto ids = page_token_ids_.begin() + ptrdiff_t(size_t(it->second) * pt);
+  return std::equal(tokens.begin(), tokens.end(), ids) ? it->second : -1;
+}
+
+void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
+  Sequence& s = seq_ref(seq);
+  const int64_t pt = cfg_.page_tokens;
+  if (s.length != int64_t(s.table.size()) * pt)
+    throw Error("KvCache::adopt_pages: sequence " + std::to_string(seq) + " does not end on a page boundary (length " +
+                std::to_string(s.length) + ", " + std::to_string(s.table.size()) + " pages)");
+  for (int32_t p : pages) {
+    check_page(p, "adopt_pages");
+    if (page_key_[size_t(p)] == 0)
+      throw Error("KvCache::adopt_pages: page " + std::to_string(p) + " is not registered");
+  }
+  s.table.reserve(s.table.size() + pages.size());
+  for (int32_t p : pages) {
+    if (refcount_[size_t(p)]++ == 0) lru_remove(p);
+    s.table.push_back(p);
+  }
+  // length == reserved == table size * page_tokens before (reserved never exceeds the table).
+  s.length += int64_t(pages.size()) * pt;
+  s.reserved = s.length;
+}
+
+KvCache::PageKey KvCache::page_key(int32_t page) const {
+  check_page(page, "page_key");
+  return page_key_[size_t(page)];
+}
+
+void KvCache::clear_prefix_cache() {
+  for (int32_t p = lru_head_; p >= 0; p = lru_next_[size_t(p)]) free_list_.push_back(p);
+  std::fill(lru_prev_.begin(), lru_prev_.end(), -1);
+  std::fill(lru_next_.begin(), lru_next_.end(), -1);
+  lru_head_ = lru_tail_ = -1;
+  cached_count_ = 0;
+  std::fill(page_key_.begin(), page_key_.end(), PageKey(0));
+  key_to_page_.clear();
+}
+
+void KvCache::check_invariants() const {
+  auto fail = [](const std::string& what) { throw Error("KvCache::check_invariants: " + what); };
+  const size_t n = size_t(cfg_.n_pages);
+  const int64_t pt = cfg_.page_tokens;
+  std::vector<int64_t> uses(n, 0);
+  for (size_t id = 0; id < seqs_.size(); ++id) {
+    if (!seqs_[id]) continue;
+    const Sequence& s = *seqs_[id];
+    if (s.length < 0 || s.length > s.reserved || s.reserved > int64_t(s.table.size()) * pt)
+      fail("sequence " + std::to_string(id) + " has length " + std::to_string(s.length) + ", reserved " +
+           std::to_string(s.reserved) + " and " + std::to_string(s.table.size()) + " pages");
+    for (int32_t p : s.table) {
+      if (p < 0 || size_t(p) >= n) fail("sequence " + std::to_string(id) + " holds page " + std::to_string(p));
+      ++uses[size_t(p)];
+    }
+  }
+  for (size_t p = 0; p < n; ++p)
+    if (refcount_[p] != uses[p])
+      fail("page " + std::to_string(p) + " has refcount " + std::to_string(refcount_[p]) + " but " +
+           std::to_string(uses[p]) + " block-table entries");
+
+  std::vector<int> in_free(n, 0), in_lru(n, 0);
+  for (int32_t p : free_list_) {
+    if (p < 0 || size_t(p) >= n) fail("free list holds page " + std::to_string(p));
+    ++in_free[size_t(p)];
+  }
+  int count = 0;
+  for (int32_t p = lru_head_, prev = -1; p >= 0; prev = p, p = lru_next_[size_t(p)]) {
+    if (size_t(p) >= n || count >= cfg_.n_pages) fail("LRU list is corrupt at page " + std::to_string(p));
+    if (lru_prev_[size_t(p)] != prev) fail("LRU list has a wrong back link at page " + std::to_string(p));
+    if (lru_next_[size_t(p)] < 0 && lru_tail_ != p) fail("LRU list tail is not its last page");
+    ++in_lru[size_t(p)];
+    ++count;
+  }
+  if (lru_head_ < 0 && lru_tail_ >= 0) fail("LRU list is empty but has a tail");
+  if (count != cached_count_)
+    fail("LRU list holds " + std::to_string(count) + " pages, cached count is " + std::to_string(cached_count_));
+
+  size_t keyed = 0;
+  for (size_t p = 0; p < n; ++p) {
+    const std::string page = "page " + std::to_string(p);
+    const bool has_key = page_key_[p] != 0;
+    keyed += has_key;
+    if (refcount_[p] < 0) fail(page + " has a negative refcount");
+    if (refcount_[p] > 0) {
+      if (in_free[p] || in_lru[p]) fail(page + " is in use but on the free or LRU list");
+    } else if (has_key) {
+      if (in_lru[p] != 1 || in_free[p]) fail(page + " is cached but not on the LRU list exactly once");
+    } else if (in_free[p] != 1 || in_lru[p]) {
+      fail(page + " is free but not on the free list exactly once");
+    }
+    if (has_key) {
+      auto it = key_to_page_.find(page_key_[p]);
+      if (it == key_to_page_.end() || it->second != int32_t(p)) fail(page + "'s key maps to another page");
+    }
+  }
+  if (keyed != key_to_page_.size())
+    fail("the key map has " + std::to_string(key_to_page_.size()) + " entries for " + std::to_string(keyed) +
+         " keyed pages");
+}
 
 }  // namespace tessera

@@ -1,19 +1,159 @@
 // Scheduler: places each node on the first backend (in rank order) that supports it
 // and executes maximal runs of consecutive nodes on the same backend as one call.
+// Placements are cached by the graph's topology signature; an optional OpProfile
+// times every node on its own.
 #include "tessera/scheduler.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "tessera/error.h"
 
 namespace tessera {
 
+namespace {
+
+// 64x64 -> 128-bit multiply folded to 64 bits (wyhash's mixer).
+inline uint64_t mum(uint64_t a, uint64_t b) {
+  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
+  return uint64_t(r) ^ uint64_t(r >> 64);
+}
+
+// Streams 64-bit words into two independent multiply chains (four words per round),
+// so the signature of a ~500-node graph costs a few microseconds.
+class Hasher {
+ public:
+  void add(uint64_t v) {
+    buf_[n_++] = v;
+    if (n_ == 4) round();
+  }
+  void add2(int32_t a, int32_t b) { add(uint64_t(uint32_t(a)) | (uint64_t(uint32_t(b)) << 32)); }
+  uint64_t finish() {
+    while (n_ != 0) add(0);  // the stream is self-delimiting (see signature), so zero padding is fine
+    return mum(h0_ ^ 0xa0761d6478bd642fULL, h1_ ^ 0xe7037ed1a0b428dbULL);
+  }
+
+ private:
+  void round() {
+    h0_ = mum(buf_[0] ^ h0_, buf_[1] ^ 0x8ebc6af09c88c6e3ULL);
+    h1_ = mum(buf_[2] ^ h1_, buf_[3] ^ 0x589965cc75374cc3ULL);
+    n_ = 0;
+  }
+  uint64_t h0_ = 0x243f6a8885a308d3ULL, h1_ = 0x13198a2e03707344ULL;
+  uint64_t buf_[4] = {};
+  int n_ = 0;
+};
+
+void hash_tensor(Hasher& h, const Graph& graph, int32_t index) {
+  h.add2(index, -7);  // a marker word keeps a missing tensor distinct from any field
+  if (index < 0 || size_t(index) >= graph.tensor_count()) return;
+  const Tensor& t = graph.tensor(index);
+  h.add(uint64_t(t.type) | (t.data ? 0 : uint64_t(1) << 32));
+  for (int d = 0; d < Tensor::kMaxDims; ++d) h.add(uint64_t(t.ne[d]));
+  for (int d = 0; d < Tensor::kMaxDims; ++d) h.add(uint64_t(t.nb[d]));
+}
+
+}  // namespace
+
+// ---- OpProfile ----
+
+void OpProfile::add(std::string_view backend, Op op, uint64_t ns) {
+  Stat& s = stats[{std::string(backend), op}];
+  s.ns += ns;
+  ++s.nodes;
+}
+
+uint64_t OpProfile::nodes(std::string_view backend, Op op) const {
+  auto it = stats.find({std::string(backend), op});
+  return it == stats.end() ? 0 : it->second.nodes;
+}
+
+uint64_t OpProfile::ns(std::string_view backend, Op op) const {
+  auto it = stats.find({std::string(backend), op});
+  return it == stats.end() ? 0 : it->second.ns;
+}
+
+uint64_t OpProfile::total_ns() const {
+  uint64_t t = 0;
+  for (const auto& [key, s] : stats) t += s.ns;
+  return t;
+}
+
+std::string OpProfile::table() const {
+  std::vector<const std::pair<const std::pair<std::string, Op>, Stat>*> rows;
+  rows.reserve(stats.size());
+  size_t wb = 7, wo = 2;  // "backend", "op"
+  uint64_t total = 0, total_nodes = 0;
+  for (const auto& e : stats) {
+    rows.push_back(&e);
+    wb = std::max(wb, e.first.first.size());
+    wo = std::max(wo, op_name(e.first.second).size());
+    total += e.second.ns;
+    total_nodes += e.second.nodes;
+  }
+  // Time descending; the map's order (backend, op) breaks ties.
+  std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->second.ns > b->second.ns; });
+  std::string out;
+  char line[512];
+  auto emit = [&](std::string_view backend, std::string_view op, uint64_t nodes, uint64_t ns) {
+    const double pct = total ? 100.0 * double(ns) / double(total) : 0.0;
+    std::snprintf(line, sizeof line, "%-*.*s  %-*.*s  %8llu  %12.3f  %6.1f%%\n", int(wb), int(backend.size()),
+                  backend.data(), int(wo), int(op.size()), op.data(), static_cast<unsigned long long>(nodes),
+                  double(ns) / 1e6, pct);
+    out += line;
+  };
+  std::snprintf(line, sizeof line, "%-*s  %-*s  %8s  %12s  %7s\n", int(wb), "backend", int(wo), "op", "nodes",
+                "total ms", "percent");
+  out += line;
+  for (const auto* r : rows) emit(r->first.first, op_name(r->first.second), r->second.nodes, r->second.ns);
+  emit("total", "", total_nodes, total);
+  return out;
+}
+
+// ---- Scheduler ----
+
 Scheduler::Scheduler(std::vector<std::shared_ptr<Backend>> backends) : backends_(std::move(backends)) {
   for (const auto& b : backends_)
     if (!b) throw Error("scheduler: null backend in the backend list");
 }
 
-std::vector<int> Scheduler::place(const Graph& graph) const {
+uint64_t Scheduler::signature(const Graph& graph) {
+  const auto& nodes = graph.nodes();
+  Hasher h;
+  h.add(uint64_t(nodes.size()));
+  for (const Node& n : nodes) {
+    std::array<int32_t, 8> ip = n.i;
+    switch (n.op) {
+      case Op::KvWrite:
+      case Op::Attention:  // sequence and first position change every step
+        ip[1] = ip[2] = 0;
+        break;
+      case Op::SsmConv:
+      case Op::GatedDeltaNet:  // sequence
+        ip[1] = 0;
+        break;
+      default: break;
+    }
+    h.add2(int32_t(n.op), n.dst);
+    h.add2(n.src[0], n.src[1]);
+    h.add2(n.src[2], n.src[3]);
+    for (size_t k = 0; k < ip.size(); k += 2) h.add2(ip[k], ip[k + 1]);
+    uint32_t fb[4];
+    static_assert(sizeof(fb) == sizeof(n.f));
+    std::memcpy(fb, n.f.data(), sizeof(fb));
+    h.add(uint64_t(fb[0]) | (uint64_t(fb[1]) << 32));
+    h.add(uint64_t(fb[2]) | (uint64_t(fb[3]) << 32));
+    h.add(uint64_t(reinterpret_cast<uintptr_t>(n.kv)));
+    hash_tensor(h, graph, n.dst);
+    for (int32_t s : n.src) hash_tensor(h, graph, s);
+  }
+  return h.finish();
+}
+
+std::vector<int> Scheduler::compute_placement(const Graph& graph) const {
   const auto& nodes = graph.nodes();
   std::vector<int> placement(nodes.size(), -1);
   for (size_t n = 0; n < nodes.size(); ++n) {
@@ -44,8 +184,37 @@ std::vector<int> Scheduler::place(const Graph& graph) const {
   return placement;
 }
 
+const std::vector<int>& Scheduler::placement(const Graph& graph) const {
+  const uint64_t sig = signature(graph);
+  if (auto it = plans_.find(sig); it != plans_.end()) {
+    ++plan_hits_;
+    return it->second;
+  }
+  ++plan_misses_;
+  std::vector<int> p = compute_placement(graph);  // throws before anything is cached
+  if (plans_.size() >= kPlanCacheSize) plans_.clear();
+  return plans_.emplace(sig, std::move(p)).first->second;
+}
+
+std::vector<int> Scheduler::place(const Graph& graph) const { return placement(graph); }
+
 void Scheduler::run(Graph& graph) const {
-  const std::vector<int> placement = place(graph);
+  const std::vector<int>& placement = this->placement(graph);
+  if (profile_) {
+    std::vector<std::string> names;
+    names.reserve(backends_.size());
+    for (const auto& b : backends_) names.push_back(b->name());
+    const auto& nodes = graph.nodes();
+    for (size_t k = 0; k < placement.size(); ++k) {
+      const size_t b = size_t(placement[k]);
+      const auto t0 = std::chrono::steady_clock::now();
+      backends_[b]->execute(graph, k, 1);
+      const auto t1 = std::chrono::steady_clock::now();
+      profile_->add(names[b], nodes[k].op,
+                    uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+    }
+    return;
+  }
   size_t first = 0;
   while (first < placement.size()) {
     size_t end = first + 1;
@@ -56,7 +225,7 @@ void Scheduler::run(Graph& graph) const {
 }
 
 std::string Scheduler::describe(const Graph& graph) const {
-  const std::vector<int> placement = place(graph);
+  const std::vector<int>& placement = this->placement(graph);
   const auto& nodes = graph.nodes();
   std::ostringstream os;
   for (size_t n = 0; n < nodes.size(); ++n) {

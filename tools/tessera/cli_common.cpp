@@ -1,11 +1,13 @@
 #include "cli_common.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
 
 #include "tessera/error.h"
+#include "tessera/scheduler.h"
 
 namespace tessera::cli {
 
@@ -16,7 +18,9 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("backend", po::value(&o.backend), "backend(s) to use, comma-separated in preference order "
                                          "(default: every usable backend by rank; see `tessera backends`)")
       ("threads,t", po::value(&o.threads)->default_value(0), "worker threads including the caller (0 = all cores)")
-      ("ctx", po::value(&o.ctx)->default_value(0), "context size in tokens (0 = model's, at most 4096)");
+      ("ctx", po::value(&o.ctx)->default_value(0), "context size in tokens per sequence (0 = model's, at most 4096)")
+      ("batch", po::value(&o.batch)->default_value(512), "tokens per forward step: longer prompts are prefilled in "
+                                                          "chunks of this size, which bounds the scratch memory");
   }
   desc.add_options()
     ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ./plugins.toml, "
@@ -68,8 +72,16 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   eo.threads = o.threads;
   eo.n_ctx = o.ctx;
   if (o.ctx < 0) throw Error("--ctx must be >= 0");
+  if (o.batch <= 0) throw Error("--batch must be >= 1");
+  if (o.parallel <= 0) throw Error("--parallel must be >= 1");
+  eo.batch_tokens = o.batch;
+  eo.max_sequences = o.parallel;
   if (!o.backend.empty()) eo.backends = split(o.backend, ',');
   return std::make_unique<Engine>(reg, eo);
+}
+
+void print_profile(const std::string& title, const OpProfile& profile) {
+  std::fprintf(stderr, "[profile: %s]\n%s", title.c_str(), profile.table().c_str());
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

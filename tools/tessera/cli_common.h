@@ -8,6 +8,7 @@
 
 #include "tessera/engine.h"
 #include "tessera/plugin_registry.h"
+#include "tessera/scheduler.h"
 
 namespace tessera::cli {
 
@@ -19,10 +20,12 @@ struct CommonOptions {
   std::string plugins_toml;
   int threads = 0;
   int64_t ctx = 0;
+  int64_t batch = 512;  // tokens per forward step
+  int parallel = 1;     // sequences at once (commands that run several)
   bool verbose = false;
 };
 
-// Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx.
+// Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx, --batch.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model);
 
 // Parses argv (after the subcommand word). Returns false if --help was printed.
@@ -33,6 +36,9 @@ std::unique_ptr<PluginRegistry> make_registry(const CommonOptions& o);
 // The bundled default model when -m is not given (see docs/cli.md).
 std::string default_model_path();
 std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptions& o);
+
+// Prints a --profile table for one step to stderr under a title.
+void print_profile(const std::string& title, const OpProfile& profile);
 
 std::vector<std::string> split(const std::string& s, char sep);
 // "1,2,3" -> ids; throws tessera::Error naming the bad item.

@@ -17,6 +17,11 @@
 // empty FastPool dispatch is probed beside the bandwidth (tessera/dispatch_probe.h):
 // on a VM it says which placement of the executors the run got.
 // --json prints everything as one JSON object on stdout instead of the text report.
+//
+// --parallel N: N sequences, each with its own -p-token prompt, prefilled together
+// (steps of up to --batch tokens) and then decoded together for -n steps (one token
+// of every sequence per forward pass); the tok/s figures are then aggregates over all
+// N sequences. The roofline is per sequence, so it is reported only for N = 1.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -160,7 +165,7 @@ std::string loadavg() {
 int cmd_bench(int argc, char** argv) {
   CommonOptions o;
   int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 512, peak_runs = 3;
-  bool json = false;
+  bool json = false, profile = false;
   po::options_description desc("options");
   desc.add_options()
     ("n-prompt,p", po::value(&n_prompt)->default_value(512), "prompt tokens per prefill (0 = skip prefill)")
@@ -173,17 +178,25 @@ int cmd_bench(int argc, char** argv) {
     ("peak-runs", po::value(&peak_runs)->default_value(3),
      "runs (20 ms each) of the arithmetic-peak probe behind prefill's fraction, after each timed prefill on a CPU "
      "backend with AVX-512 (0 = skip)")
+    ("parallel", po::value(&o.parallel)->default_value(1),
+     "sequences prefilled and decoded together, each with its own -p-token prompt; tok/s are then aggregates over "
+     "all of them")
+    ("profile", po::bool_switch(&profile), "after the timed runs, print the time per op type and backend of one "
+                                           "prefill step and one decode step (nodes then run one by one, unfused)")
     ("json", po::bool_switch(&json), "print the results as one JSON object");
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv,
-             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--threads N] [--backend NAME] [--json]",
+             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--parallel N] [--threads N] [--backend NAME] "
+             "[--json]",
              desc, nullptr, vm))
     return 0;
   if (n_prompt < 0 || n_gen < 0 || reps < 1) throw Error("-p and -n must be >= 0 and -r >= 1");
   if (n_prompt + n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
   if (bw_mib < 0) throw Error("--membw-mib must be >= 0");
   if (peak_runs < 0) throw Error("--peak-runs must be >= 0");
+  if (o.parallel < 1) throw Error("--parallel must be >= 1");
+  const int n_par = o.parallel;
   if (o.ctx == 0) o.ctx = n_prompt + n_gen + 1;
 
   auto reg = make_registry(o);
@@ -205,9 +218,10 @@ int cmd_bench(int argc, char** argv) {
     // chosen by them (decision 32).
     std::printf("machine: %s (family 0x%X, model 0x%X); %u hardware threads; load average %s\n", cpu.brand.c_str(),
                 unsigned(cpu.family), unsigned(cpu.model), std::thread::hardware_concurrency(), loadavg().c_str());
-    std::printf("model: %s (%s, %lld layers, n_embd %lld)\nbackends: %s; threads: %d; reps: %d\n",
+    std::printf("model: %s (%s, %lld layers, n_embd %lld)\nbackends: %s; threads: %d; reps: %d; parallel: %d; "
+                "batch: %lld tokens\n",
                 engine->file().path().c_str(), mi.architecture.c_str(), (long long)mi.n_layer, (long long)mi.n_embd,
-                backends.c_str(), engine->threads(), reps);
+                backends.c_str(), engine->threads(), reps, n_par, (long long)engine->batch_tokens());
     std::fflush(stdout);
   }
   const std::string load_before = loadavg();
@@ -230,7 +244,7 @@ int cmd_bench(int argc, char** argv) {
   const WeightCost wc = weight_cost(engine->model());
   const PeakKernel peak_kernel = wc.quantized_params * 2 >= wc.matrix_params ? PeakKernel::VnniInt8 : PeakKernel::FmaF32;
   const std::string first_backend = engine->scheduler().backends().front()->name();
-  const bool probe_bandwidth = bw_mib > 0 && n_gen > 0;
+  const bool probe_bandwidth = bw_mib > 0 && n_gen > 0 && n_par == 1;
   const bool probe_peak =
       peak_runs > 0 && n_prompt > 0 && first_backend.rfind("cpu", 0) == 0 && peak_kernel_usable(peak_kernel);
   std::unique_ptr<FastPool> probe_pool;
@@ -254,12 +268,52 @@ int cmd_bench(int argc, char** argv) {
     if (probe_pool->executorCount() > 1) dispatches.push_back(measure_dispatch(*probe_pool));
   };
 
+  // --parallel: every sequence's prompt, prefilled in steps that fill the batch, then
+  // one decode token of every sequence per step.
+  std::vector<KvCache::SeqId> seqs;
+  std::vector<std::vector<int32_t>> prompts(size_t(n_par), prompt);
+  auto parallel_prefill = [&] {
+    for (auto sq : seqs) engine->kv().free_sequence(sq);
+    seqs.clear();
+    for (auto& p : prompts) {
+      for (auto& t : p) t = pick(rng);
+      seqs.push_back(engine->kv().create_sequence());
+    }
+    const int64_t len = int64_t(prompt.size());
+    std::vector<int64_t> done(size_t(n_par), 0);
+    std::vector<Engine::Chunk> chunks;
+    for (size_t next = 0; next < size_t(n_par);) {
+      chunks.clear();
+      int64_t budget = engine->batch_tokens();
+      for (size_t i = next; i < size_t(n_par) && budget > 0; ++i) {
+        const int64_t n = std::min(budget, len - done[i]);
+        const bool last = done[i] + n == len;
+        chunks.push_back({seqs[i], std::span<const int32_t>(prompts[i].data() + done[i], size_t(n)),
+                          last ? Engine::Logits::Last : Engine::Logits::None});
+        done[i] += n;
+        budget -= n;
+      }
+      engine->forward(chunks);
+      while (next < size_t(n_par) && done[next] == len) ++next;
+    }
+  };
+  std::vector<int32_t> step_tokens(static_cast<size_t>(n_par));
+  std::vector<Engine::Chunk> step_chunks(static_cast<size_t>(n_par));
+  auto parallel_decode_step = [&] {
+    for (size_t i = 0; i < size_t(n_par); ++i) {
+      step_tokens[i] = pick(rng);
+      step_chunks[i] = {seqs[i], std::span<const int32_t>(&step_tokens[i], 1), Engine::Logits::Last};
+    }
+    engine->forward(step_chunks);
+  };
+
   std::vector<double> pp, tg;
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
     for (auto& t : prompt) t = pick(rng);
     auto t0 = std::chrono::steady_clock::now();
-    if (n_prompt > 0) engine->eval(prompt, false);
+    if (n_par > 1) parallel_prefill();
+    else if (n_prompt > 0) engine->eval(prompt, false);
     else engine->eval(std::span<const int32_t>(prompt.data(), 1), false);
     double dt_p = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (probe_peak && r > 0) {  // outside the timed decode below
@@ -268,14 +322,33 @@ int cmd_bench(int argc, char** argv) {
     }
     auto t1 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_gen; ++i) {
+      if (n_par > 1) {
+        parallel_decode_step();
+        continue;
+      }
       int32_t t = pick(rng);
       engine->eval(std::span<const int32_t>(&t, 1), false);
     }
     double dt_g = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     if (r == 0) continue;
-    if (n_prompt > 0) pp.push_back(n_prompt / dt_p);
-    if (n_gen > 0) tg.push_back(n_gen / dt_g);
+    if (n_prompt > 0) pp.push_back(double(n_prompt) * n_par / dt_p);
+    if (n_gen > 0) tg.push_back(double(n_gen) * n_par / dt_g);
     if (probe_bandwidth) probe();
+  }
+  if (profile) {  // one more prefill and decode step, timed per node
+    OpProfile prof;
+    engine->reset();
+    engine->set_profile(&prof);
+    const int64_t np = std::min<int64_t>(std::max(n_prompt, 1), engine->batch_tokens());
+    engine->eval(std::span<const int32_t>(prompt.data(), size_t(np)), false);
+    print_profile("prefill step (" + std::to_string(np) + " tokens)", prof);
+    prof.clear();
+    int32_t t = pick(rng);
+    if (engine->position() < engine->n_ctx()) {
+      engine->eval(std::span<const int32_t>(&t, 1), false);
+      print_profile("decode step (1 token)", prof);
+    }
+    engine->set_profile(nullptr);
   }
 
   // Physical bounds: the bandwidth is the median of the probes' medians (one probe
@@ -332,6 +405,8 @@ int cmd_bench(int argc, char** argv) {
   j["backends"] = backends;
   j["threads"] = engine->threads();
   j["reps"] = reps;
+  j["parallel"] = n_par;
+  j["batch_tokens"] = engine->batch_tokens();
   if (bw.median_gbs > 0)
     j["membw"] = {{"read_gbs_median", bw.median_gbs}, {"read_gbs_min", bw.min_gbs}, {"read_gbs_max", bw.max_gbs},
                   {"kernel", std::string(read_kernel_name(bw.kernel))}, {"buffer_bytes", bw.bytes},
@@ -356,7 +431,8 @@ int cmd_bench(int argc, char** argv) {
                     {"gflops_median", gflops}};
     if (peak.median_gops > 0) j["prefill"]["fraction_of_peak"] = gflops / peak.median_gops;
     if (!json) {
-      std::printf("prefill  %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_prompt, s.median, s.min, s.max);
+      std::printf("prefill  %5d tokens%s: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_prompt,
+                  n_par > 1 ? (" x " + std::to_string(n_par) + " sequences").c_str() : "", s.median, s.min, s.max);
       std::printf("         %.3f GFLOP per token (2 x %.0f matrix parameters) -> %.2f GFLOP/s achieved\n",
                   flops_per_token / 1e9, wc.matrix_params, gflops);
       if (peak.median_gops > 0)
@@ -392,7 +468,9 @@ int cmd_bench(int argc, char** argv) {
       j["decode"]["fraction_in_place_per_run"] = {
           {"median", fr_in_place.median}, {"min", fr_in_place.min}, {"max", fr_in_place.max}};
     if (!json) {
-      std::printf("decode   %5d tokens: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_gen, s.median, s.min, s.max);
+      std::printf("decode   %5d tokens%s: %10.2f tok/s median  (min %.2f, max %.2f)\n", n_gen,
+                  n_par > 1 ? (" x " + std::to_string(n_par) + " sequences, aggregate").c_str() : "", s.median, s.min,
+                  s.max);
       std::printf("         %.2f MB read per token (weights %.2f MB%s + KV %.2f MB at %.1f positions",
                   decode_bytes / 1e6, wc.bytes_per_token / 1e6, mi.n_expert > 1 ? " with active experts only" : "",
                   kv_bytes / 1e6, mean_attended);

@@ -1,5 +1,6 @@
-// tessera run: tokenize a prompt, prefill it as one batch, then sample and stream
-// up to N tokens, stopping at an end-of-generation token or a full context.
+// tessera run: tokenize a prompt and stream up to N sampled tokens through the
+// Generator (one request: prefill in chunks of --batch tokens, then decode), stopping
+// at an end-of-generation token or a full context.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -7,6 +8,7 @@
 
 #include "cli_common.h"
 #include "tessera/error.h"
+#include "tessera/generator.h"
 #include "tessera/model.h"
 #include "tessera/sampler.h"
 #include "tessera/tokenizer.h"
@@ -56,7 +58,7 @@ int cmd_run(int argc, char** argv) {
   int n_predict = 64;
   SamplerParams sp;
   int64_t seed = -1;
-  bool no_bos = false, show_placement = false;
+  bool no_bos = false, show_placement = false, profile = false;
   po::options_description desc("options");
   desc.add_options()
     ("prompt,p", po::value(&prompt)->required(), "prompt text")
@@ -69,7 +71,9 @@ int cmd_run(int argc, char** argv) {
     ("repeat-last-n", po::value(&sp.repeat_last_n)->default_value(64), "how many recent tokens the penalty covers")
     ("seed", po::value(&seed)->default_value(-1), "random seed (-1 = random; the seed used is printed)")
     ("no-bos", po::bool_switch(&no_bos), "do not add the BOS token")
-    ("show-placement", po::bool_switch(&show_placement), "print which backend runs each node of a decode step");
+    ("show-placement", po::bool_switch(&show_placement), "print which backend runs each node of a decode step")
+    ("profile", po::bool_switch(&profile), "print the time per op type and backend of the first prefill step and of "
+                                           "the first decode step (nodes then run one by one, unfused)");
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv, "usage: tessera run [-m MODEL] -p TEXT [-n N] [sampling options] [--backend NAME]", desc,
@@ -77,45 +81,69 @@ int cmd_run(int argc, char** argv) {
     return 0;
   if (n_predict < 0) throw Error("-n must be >= 0");
   sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
-  Sampler sampler(sp);  // validates the sampling parameters before the model loads
+  { Sampler check(sp); }  // validates the sampling parameters before the model loads
 
   auto reg = make_registry(o);
   auto engine = make_engine(*reg, o);
   const Tokenizer& tok = engine->tokenizer();
   std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() && !no_bos);
   if (ids.empty()) throw Error("the prompt is empty after tokenization (use a non-empty -p)");
-  for (int32_t t : ids) sampler.accept(t);
+  if (int64_t(ids.size()) >= engine->n_ctx())
+    throw Error("the prompt has " + std::to_string(ids.size()) + " tokens and the context " +
+                std::to_string(engine->n_ctx()) + " (raise --ctx)");
 
   Utf8Stream out;
   out.write(prompt);
-  auto t0 = std::chrono::steady_clock::now();
-  auto logits = engine->eval(ids, false);
-  double t_prefill = seconds_since(t0);
-
   int generated = 0;
-  auto t1 = std::chrono::steady_clock::now();
-  while (generated < n_predict) {
-    int32_t next = sampler.sample(logits);
-    sampler.accept(next);
-    ++generated;
-    if (tok.is_end_of_generation(next)) break;
-    out.write(tok.token_to_piece(next));
-    if (generated == n_predict) break;
-    if (engine->position() >= engine->n_ctx()) {
-      std::fprintf(stderr, "\n[context of %lld tokens is full]\n", (long long)engine->n_ctx());
-      break;
+  double t_prefill = 0, t_decode = 0;
+  if (n_predict > 0) {
+    Generator gen(*engine);
+    GenerationRequest req;
+    req.prompt = ids;
+    req.sampling = sp;
+    req.max_tokens = n_predict;
+    gen.add(std::move(req));
+    OpProfile prof;
+    bool prefill_profiled = false, decode_profiled = false, first = true;
+    auto t0 = std::chrono::steady_clock::now();
+    while (!gen.idle()) {
+      // The first step is a prefill step; the first step after the first token a decode step.
+      const bool profile_now = profile && (!prefill_profiled || (!first && !decode_profiled));
+      if (profile_now) {
+        prof.clear();
+        engine->set_profile(&prof);
+      }
+      const auto events = gen.step();
+      if (profile_now) {
+        engine->set_profile(nullptr);
+        print_profile(prefill_profiled ? "decode step (1 token)" : "prefill step (" +
+                      std::to_string(std::min<int64_t>(o.batch, int64_t(ids.size()))) + " tokens)", prof);
+        (prefill_profiled ? decode_profiled : prefill_profiled) = true;
+      }
+      for (const GenerationEvent& ev : events) {
+        if (first) {
+          t_prefill = seconds_since(t0);
+          t0 = std::chrono::steady_clock::now();
+          first = false;
+        }
+        ++generated;
+        if (ev.token >= 0) out.write(tok.token_to_piece(ev.token));
+        if (ev.finish == FinishReason::ContextFull)
+          std::fprintf(stderr, "\n[context of %lld tokens is full]\n", (long long)engine->n_ctx());
+      }
     }
-    logits = engine->eval(std::span<const int32_t>(&next, 1), false);
+    t_decode = generated > 1 ? seconds_since(t0) : 0.0;
   }
-  double t_decode = seconds_since(t1);
   out.flush();
   std::printf("\n");
   std::fflush(stdout);  // the statistics below go to stderr: keep them after the text
   if (show_placement) std::fprintf(stderr, "%s", engine->placement().c_str());
-  std::fprintf(stderr, "[prefill %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
-               "seed %llu; %d threads]\n",
-               ids.size(), t_prefill, double(ids.size()) / t_prefill, generated, t_decode,
-               generated > 0 ? double(generated) / t_decode : 0.0, (unsigned long long)sp.seed, engine->threads());
+  const int decoded = std::max(generated - 1, 0);  // the first token comes from the prefill's logits
+  std::fprintf(stderr, "[prefill %zu tokens in %.3f s (%.1f tok/s); generated %d tokens, the %d after the first in "
+               "%.3f s (%.1f tok/s); seed %llu; %d threads]\n",
+               ids.size(), t_prefill, t_prefill > 0 ? double(ids.size()) / t_prefill : 0.0, generated, decoded,
+               t_decode, decoded > 0 && t_decode > 0 ? double(decoded) / t_decode : 0.0,
+               (unsigned long long)sp.seed, engine->threads());
   return 0;
 }
 

@@ -1,6 +1,9 @@
 // The engine: opens a model file through the loader plugins, builds its
 // architecture, creates the selected backends (best-ranked first) with a shared
-// FastPool, and evaluates batches of tokens of one sequence over the paged KV cache.
+// FastPool, and evaluates forward passes over the paged KV cache: one step holds
+// chunks of any number of sequences (forward), planned once per graph shape and run
+// in scratch memory reused by liveness. eval() is the single-sequence use of it; the
+// Generator (generator.h) schedules many sequences over it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -10,6 +13,7 @@
 
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
+#include "tessera/model.h"
 
 namespace tessera {
 
@@ -26,9 +30,13 @@ struct EngineOptions {
   // Backends by name in preference order; empty = every usable backend, by rank.
   std::vector<std::string> backends;
   int threads = 0;         // executors for the FastPool; 0 = all hardware threads
-  int64_t n_ctx = 0;       // KV positions; 0 = min(model context length, 4096)
+  int64_t n_ctx = 0;       // KV positions per sequence; 0 = min(model context length, 4096)
   int page_tokens = 16;    // KV cache page size
+  int max_sequences = 1;   // sequences holding KV at once: the pool has n_ctx * max_sequences positions
+  int64_t batch_tokens = 512;  // token budget of one forward step (eval() chunks longer inputs)
 };
+
+struct OpProfile;
 
 class Engine {
  public:
@@ -46,15 +54,41 @@ class Engine {
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_vocab() const;
 
-  // Feed `tokens` at the next positions of the sequence as one batch. Returns the
-  // logits: n_vocab floats per token if all_logits, else for the last token only.
+  int64_t batch_tokens() const { return batch_tokens_; }
+  KvCache& kv() { return *kv_; }
+  const KvCache& kv() const { return *kv_; }
+
+  // One sequence's part of a forward step: `tokens` continue the sequence at its next
+  // position (KvCache::length). logits: none, the last token's row, or every row.
+  enum class Logits : uint8_t { None, Last, All };
+  struct Chunk {
+    KvCache::SeqId seq = 0;
+    std::span<const int32_t> tokens;
+    Logits logits = Logits::None;
+  };
+  // Evaluate the chunks (of distinct sequences) as one forward pass. Returns the
+  // logits rows the chunks asked for, chunk after chunk (n_vocab floats each), valid
+  // until the next call. Reserves the KV positions; throws tessera::Error if a token is
+  // out of range, a sequence would pass n_ctx, or the pool has too few free pages
+  // (then nothing was evaluated). The caller keeps the total within its budget.
+  std::span<const float> forward(std::span<const Chunk> chunks);
+  // Tokens evaluated by forward() since the engine was made.
+  int64_t tokens_evaluated() const { return tokens_evaluated_; }
+
+  // Feed `tokens` at the next positions of the engine's own sequence, in forward
+  // steps of at most batch_tokens. Returns the logits: n_vocab floats per token if
+  // all_logits, else for the last token only.
   // Throws tessera::Error if the context is full or a token id is out of range.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
-  int64_t position() const { return pos_; }
+  int64_t position() const;
   // Forget the sequence (the KV cache is emptied).
   void reset();
   // Placement of the last evaluated graph, one line per node.
   std::string placement() const;
+  // Time every node of the following steps per op and backend (nullptr: off).
+  void set_profile(OpProfile* profile);
+  // Scratch bytes the last forward step's memory plan needed.
+  size_t scratch_bytes() const { return graph_.scratch_bytes(); }
 
  private:
   std::unique_ptr<FastPool> pool_;
@@ -66,10 +100,11 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<KvCache> kv_;
   KvCache::SeqId seq_ = 0;
-  int64_t n_ctx_ = 0, pos_ = 0;
+  int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0;
   Graph graph_;
-  std::vector<int32_t> tokens_, positions_;
-  std::vector<float> logits_;
+  std::vector<int32_t> tokens_, positions_, out_rows_;
+  std::vector<SeqSlice> slices_;
+  std::vector<float> logits_, eval_logits_;
 };
 
 }  // namespace tessera

@@ -107,14 +107,58 @@ class Graph {
   // after building and before executing (addresses are fixed from then on).
   void allocate();
 
+  // Memory plan. Off (the default): allocate() gives every new_tensor() its own range
+  // of the arena, so every intermediate can be read after execution (tests and
+  // conformance rely on this). On: allocate() plans like ggml-alloc, so scratch
+  // tensors whose lifetimes do not overlap share memory, and after execution only the
+  // tensors passed to mark_output() (and whatever shares their storage) are still
+  // valid. The flag persists across reset().
+  //
+  // Lifetimes are per storage root: new_tensor() creates a root; reshape(), view_rows()
+  // and view() share their source's root. A root lives from the first node that names
+  // any tensor of it (as dst or src) to the last such node; a root read before any node
+  // writes it lives from node 0; outputs and roots no node names live to the end. A
+  // root's range is reusable only from node last + kReuseDelay on (never by a node up
+  // to kReuseDelay-1 nodes after its last reader), because a CPU backend fuses short
+  // runs of consecutive nodes and must never find a later node's output overlapping an
+  // input of the run. So a node's dst never overlaps a src of another root, nor any
+  // root alive at that node. Blocks are 64-byte aligned and placed best fit in a
+  // free list (neighbours merge on free), growing the end when nothing fits.
+  static constexpr int32_t kReuseDelay = 4;
+  void set_memory_reuse(bool on) { reuse_ = on; }
+  bool memory_reuse() const { return reuse_; }
+  // The caller reads `tensor` after execution: with reuse on its storage lives to the
+  // end of the graph. Cleared by reset().
+  void mark_output(int32_t tensor);
+  // Bytes of arena the last allocate() needed (0 before the first allocate(); reset()
+  // leaves it).
+  size_t scratch_bytes() const { return scratch_bytes_; }
+  // The storage root of `tensor` (a tensor index), or -1 for a tensor that is not in
+  // the scratch arena (add_tensor() and views of it).
+  int32_t storage_root(int32_t tensor) const { return roots_.at(size_t(tensor)); }
+
  private:
   struct Arena;
+  void plan_reuse();  // fills plan_offsets_ and scratch_bytes_ (reuse on)
+
   std::vector<Tensor> tensors_;
-  std::vector<size_t> scratch_offsets_;  // per tensor: offset in arena or SIZE_MAX
+  std::vector<size_t> scratch_offsets_;  // per tensor: root's offset without reuse, or SIZE_MAX
   std::vector<size_t> view_offsets_;     // per tensor: byte offset into its storage
+  std::vector<int32_t> roots_;           // per tensor: storage root, -1 outside the arena
+  std::vector<int32_t> outputs_;         // mark_output() since reset()
   std::vector<Node> nodes_;
   std::unique_ptr<Arena> arena_;
-  size_t scratch_bytes_ = 0;
+  size_t linear_bytes_ = 0;   // arena bytes without reuse (sum of every root's block)
+  size_t scratch_bytes_ = 0;  // bytes the last allocate() needed
+  bool reuse_ = false;
+  // Work arrays of plan_reuse(), kept so a step allocates nothing once warm.
+  struct FreeBlock {
+    size_t offset, size;
+  };
+  std::vector<int32_t> first_, last_;      // per tensor (roots only): first/last node, -1 none
+  std::vector<int32_t> alloc_head_, free_head_, alloc_next_, free_next_;
+  std::vector<size_t> plan_offsets_;       // per tensor (roots only): offset with reuse
+  std::vector<FreeBlock> free_blocks_;     // sorted by offset, never adjacent
 };
 
 // "node K (op -> 'dst name')": how backends name a node in their error messages.

@@ -3,10 +3,20 @@
 // n_kv_heads * head_dim). Each sequence has a block table (page ids in position
 // order); pages are reference-counted so a forked sequence shares its parent's
 // prefix, and a shared page is copied before it is written (copy on write).
+//
+// Prefix cache: a full page can be registered under a content key (the engine's hash
+// of the page's tokens chained with the previous page's key). A registered page whose
+// refcount drops to 0 is kept as a cached page, in least-recently-released order, so a
+// later sequence with the same prompt prefix adopts it instead of recomputing it; when
+// the free list is empty, the least recently released cached page is evicted (its key
+// forgotten) and reused. A registered page is never written: a page about to be
+// written loses its key, or is copied if shared.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "tessera/dtype.h"
@@ -75,14 +85,45 @@ class KvCache {
 
   const std::vector<int32_t>& block_table(SeqId seq) const;
   int page_refcount(int32_t page) const;
+  // Pages reserve() can take: the free list plus the cached (evictable) pages.
   int free_pages() const;
   int total_pages() const { return cfg_.n_pages; }
+
+  // Prefix cache. A key is the engine's hash of a page's tokens chained with the key of
+  // the page before it; 0 is never a valid key.
+  using PageKey = uint64_t;
+  // Registers page `page_index` of seq's block table under `key`, remembering `tokens`
+  // (exactly page_tokens ids) to verify lookups. The page must be full:
+  // (page_index + 1) * page_tokens <= length(seq). Returns false, changing nothing, if
+  // the key is already registered or the page already has a key. Throws on a bad seq,
+  // index, token count, key 0 or a page that is not full.
+  bool register_page(SeqId seq, size_t page_index, PageKey key, std::span<const int32_t> tokens);
+  // The page registered under key whose remembered tokens equal `tokens`, or -1.
+  // Does not change the eviction order.
+  int32_t find_cached_page(PageKey key, std::span<const int32_t> tokens) const;
+  // Appends registered `pages` to seq's block table, taking a reference on each (a
+  // cached page leaves the evictable list). seq must end on a page boundary
+  // (length == block table size * page_tokens, e.g. a fresh sequence); its length and
+  // reservation grow by pages.size() * page_tokens.
+  void adopt_pages(SeqId seq, std::span<const int32_t> pages);
+  PageKey page_key(int32_t page) const;  // 0 if the page has none
+  int cached_pages() const { return cached_count_; }  // registered pages with refcount 0
+  // Forgets every key; cached pages go back to the free list.
+  void clear_prefix_cache();
+  // Throws an Error naming the first broken invariant: refcounts match the block
+  // tables, each page is exactly one of free / cached / in use, the key map matches
+  // the pages' keys. For tests.
+  void check_invariants() const;
 
  private:
   struct Sequence;
   uint16_t* plane(int32_t page, int layer, int kv) const;  // kv: 0 = K, 1 = V
   int32_t take_page();
   void release_page(int32_t page);
+  void unregister(int32_t page);
+  void lru_push_back(int32_t page);
+  void lru_remove(int32_t page);
+  void check_page(int32_t page, const char* what) const;
   Sequence& seq_ref(SeqId seq);
   const Sequence& seq_ref(SeqId seq) const;
   SeqId checked(SeqId seq) const { return (void)seq_ref(seq), seq; }
@@ -93,6 +134,15 @@ class KvCache {
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> storage_;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_list_;
+  // Prefix cache: per page its key (0: none) and the page_tokens token ids it was
+  // registered with; the key -> page map; cached pages in a doubly linked list over
+  // page ids, least recently released at the head (-1 ends the list).
+  std::vector<PageKey> page_key_;
+  std::vector<int32_t> page_token_ids_;
+  std::unordered_map<PageKey, int32_t> key_to_page_;
+  std::vector<int32_t> lru_prev_, lru_next_;
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  int cached_count_ = 0;
   std::vector<std::unique_ptr<Sequence>> seqs_;  // indexed by SeqId, null when freed
   RecurrentState recurrent_;
 };

@@ -1,6 +1,6 @@
 // A model architecture: reads hyperparameters and weight tensors from a ModelFile
 // (validating names and shapes) and builds the compute graph of one forward step
-// over a batch of tokens of one sequence. Architectures register by name
+// over a batch of tokens of one or more sequences. Architectures register by name
 // (general.architecture); the forward math follows llama.cpp's conventions.
 #pragma once
 #include <cstdint>
@@ -26,12 +26,26 @@ struct ModelInfo {
   int64_t n_expert = 0, n_expert_used = 0;  // 0 for dense models
 };
 
-// One forward step's inputs: tokens at positions pos0 .. pos0+n-1 of `seq`.
+// One sequence's part of a forward batch: rows [first, first + count) of the batch
+// are its tokens at positions pos0 .. pos0 + count - 1 (its next positions: the
+// caller has reserved them in the KV cache).
+struct SeqSlice {
+  KvCache::SeqId seq = 0;
+  int32_t first = 0;
+  int32_t count = 0;
+  int64_t pos0 = 0;
+};
+
+// One forward step's inputs: tokens of any number of sequences, slice after slice.
+// Matrix products see every token at once; attention, KV writes and recurrent layers
+// run per slice (each sequence reads its own pages through its block table, with its
+// own causal limit; recurrent state is per sequence).
 struct ForwardBatch {
   std::span<const int32_t> tokens;
   std::span<const int32_t> positions;  // same length as tokens
-  KvCache::SeqId seq = 0;
-  bool all_logits = false;  // logits for every token (else only the last)
+  std::span<const SeqSlice> slices;    // non-empty, consecutive, covering every token
+  // Rows whose logits are wanted, ascending; empty means the last row only.
+  std::span<const int32_t> output_rows;
 };
 
 class Model {
@@ -49,7 +63,8 @@ class Model {
   // KV cache geometry for a context of n_ctx positions.
   virtual KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const = 0;
   // Append the nodes of one forward step to `graph`; returns the logits tensor
-  // (F32 [n_vocab, n_out]). The caller has reserved the KV positions.
+  // (F32 [n_vocab, rows]: one row per output row, in order). The caller has reserved
+  // the KV positions.
   virtual int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& batch) const = 0;
 };
 

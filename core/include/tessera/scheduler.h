@@ -4,13 +4,37 @@
 // backend's execute() (host tensors in, host tensors out) until a device backend
 // needs more.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tessera/backend.h"
 
 namespace tessera {
+
+// Time per (backend, op) accumulated by a profiled Scheduler::run().
+struct OpProfile {
+  struct Stat {
+    uint64_t ns = 0;     // total nanoseconds (std::chrono::steady_clock)
+    uint64_t nodes = 0;  // nodes executed
+  };
+  std::map<std::pair<std::string, Op>, Stat> stats;
+
+  void add(std::string_view backend, Op op, uint64_t ns);
+  void clear() { stats.clear(); }
+  // Nodes / nanoseconds recorded for (backend, op), 0 when none.
+  uint64_t nodes(std::string_view backend, Op op) const;
+  uint64_t ns(std::string_view backend, Op op) const;
+  uint64_t total_ns() const;
+  // One line per (backend, op), by time descending: backend, op, nodes, total ms,
+  // percent of the total; then a total line.
+  std::string table() const;
+};
 
 class Scheduler {
  public:
@@ -21,14 +45,51 @@ class Scheduler {
 
   // Backend index for each node; throws tessera::Error naming the node and every
   // backend's reason if no backend supports it.
+  //
+  // Placements are cached by a 64-bit signature of the graph's topology, so a graph
+  // of a shape seen before is placed without asking any backend's supports(). The
+  // signature covers the node count and, per node, the op, the src/dst tensor
+  // indices, i[] and f[] and the kv pointer, and for every tensor a node names its
+  // dtype, ne[], nb[] and whether its data is null. It leaves out what changes every
+  // step without changing the topology: i[1] (sequence) and i[2] (first position) of
+  // KvWrite and Attention, i[1] (sequence) of SsmConv and GatedDeltaNet. It does not
+  // cover tensor names, data addresses or the KV cache's contents.
+  // Assumption: a backend's supports() depends only on what the signature covers
+  // (a backend whose answer depends on anything else, say the context length an
+  // Attention node reaches, must not be used with this cache). Errors are never
+  // cached. At most kPlanCacheSize placements are kept (the cache is cleared when
+  // full). The cache makes place(), run() and describe() unsafe to call on one
+  // Scheduler from several threads at once.
   std::vector<int> place(const Graph& graph) const;
   // Place and execute the whole graph.
   void run(Graph& graph) const;
   // Human-readable placement: one line per node "op -> backend".
   std::string describe(const Graph& graph) const;
 
+  // The topology signature place() caches by (see above).
+  static uint64_t signature(const Graph& graph);
+  static constexpr size_t kPlanCacheSize = 64;
+  size_t plan_hits() const { return plan_hits_; }
+  size_t plan_misses() const { return plan_misses_; }
+
+  // With a profile set (nullptr = off), run() executes every node as its own
+  // execute() call, timed with std::chrono::steady_clock, and adds its time to the
+  // profile under (backend name, op). This disables a backend's fusion across nodes
+  // (and a GPU backend's single submission per run), so a profiled step is a little
+  // slower than an unprofiled one. The profile must outlive its use here.
+  void set_profile(OpProfile* profile) { profile_ = profile; }
+  OpProfile* profile() const { return profile_; }
+
  private:
+  // The cached placement for graph (computed and stored on a miss). The reference
+  // stays valid until the next call.
+  const std::vector<int>& placement(const Graph& graph) const;
+  std::vector<int> compute_placement(const Graph& graph) const;
+
   std::vector<std::shared_ptr<Backend>> backends_;
+  mutable std::unordered_map<uint64_t, std::vector<int>> plans_;
+  mutable size_t plan_hits_ = 0, plan_misses_ = 0;
+  OpProfile* profile_ = nullptr;
 };
 
 }  // namespace tessera

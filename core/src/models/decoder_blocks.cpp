@@ -61,9 +61,26 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
   return {pos, g.get_rows(g.input(e.tok_embd), ids)};
 }
 
+int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
+                        int32_t v, float scale) {
+  if (b.slices.size() == 1) {
+    const SeqSlice& s = b.slices.front();
+    g.kv_write(kv, layer, s.seq, s.pos0, k, v);
+    return g.attention(kv, layer, s.seq, s.pos0, q, scale);
+  }
+  // Each sequence's rows write its own pages and attend to them; the results land in
+  // their rows of one output, so nothing is gathered or concatenated.
+  const int32_t out = g.same_shape_f32(q);
+  for (const SeqSlice& s : b.slices) {
+    g.kv_write(kv, layer, s.seq, s.pos0, g.token_rows(k, s.first, s.count), g.token_rows(v, s.first, s.count));
+    g.attention(kv, layer, s.seq, s.pos0, g.token_rows(q, s.first, s.count), scale, g.token_rows(out, s.first, s.count));
+  }
+  return out;
+}
+
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,
                        const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode) {
-  const int64_t n = int64_t(b.tokens.size()), hd = i.head_dim, pos0 = b.positions.front();
+  const int64_t n = int64_t(b.tokens.size()), hd = i.head_dim;
   int32_t h = g.rms_norm(x, g.input(a.norm), i.rms_eps);
   int32_t q = g.reshape(g.matmul(g.input(a.wq), h), {hd, i.n_head, n});
   int32_t k = g.reshape(g.matmul(g.input(a.wk), h), {hd, i.n_head_kv, n});
@@ -74,8 +91,7 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
   }
   q = g.rope(q, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale);
   k = g.rope(k, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale);
-  g.kv_write(kv, layer, b.seq, pos0, k, v);
-  int32_t att = g.attention(kv, layer, b.seq, pos0, q, 1.0f / std::sqrt(float(hd)));
+  int32_t att = paged_attention(g, kv, layer, b, q, k, v, 1.0f / std::sqrt(float(hd)));
   return g.matmul(g.input(a.wo), g.reshape(att, {hd * i.n_head, n}));
 }
 
@@ -91,8 +107,17 @@ int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo&
   return g.moe_combine(down, weights);
 }
 
-int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& i, int32_t x, bool all_logits) {
-  if (!all_logits) x = g.last_row(x);
+int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& i, int32_t x, const ForwardBatch& b) {
+  const int64_t n = int64_t(b.tokens.size());
+  const auto& rows = b.output_rows;
+  if (rows.empty()) {
+    x = g.last_row(x);
+  } else if (int64_t(rows.back()) - rows.front() + 1 == int64_t(rows.size())) {
+    if (int64_t(rows.size()) != n) x = g.graph().view_rows(x, rows.front(), int64_t(rows.size()));  // consecutive rows
+  } else {
+    const int32_t ids = g.input(Tensor::contiguous(DType::I32, {int64_t(rows.size())}, const_cast<int32_t*>(rows.data())));
+    x = g.get_rows(x, ids);
+  }
   x = g.rms_norm(x, g.input(e.output_norm), i.rms_eps);
   return g.matmul(g.input(e.output), x);
 }

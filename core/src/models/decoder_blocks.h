@@ -52,7 +52,13 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
 // chosen ones, with k exponentials instead of n_expert), SwiGLU experts, weighted sum.
 int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo& info, int32_t h);
 
-// Final norm and output matrix, for the last token only unless all_logits.
-int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x, bool all_logits);
+// KV writes and attention of q, k, v [hd, heads, n] per slice of the batch (one pair
+// of nodes per sequence); returns the attention output [hd, n_head, n].
+int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
+                        int32_t v, float scale);
+
+// Final norm and output matrix for the batch's output rows (the last row by default).
+int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x,
+                      const ForwardBatch& b);
 
 }  // namespace tessera::models

@@ -1,5 +1,7 @@
 #include "models/graph_builder.h"
 
+#include "tessera/error.h"
+
 namespace tessera::models {
 
 int32_t GraphBuilder::same_shape_f32(int32_t like) {
@@ -61,10 +63,11 @@ void GraphBuilder::kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, i
   g_.add_node(n);
 }
 
-int32_t GraphBuilder::attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale) {
+int32_t GraphBuilder::attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale,
+                                int32_t dst) {
   Node n;
   n.op = Op::Attention;
-  n.dst = same_shape_f32(q);
+  n.dst = dst >= 0 ? dst : same_shape_f32(q);
   n.src = {q, -1, -1, -1};
   n.i[0] = layer;
   n.i[1] = seq;
@@ -126,10 +129,10 @@ int32_t GraphBuilder::rope_multi(int32_t x, int32_t pos, int n_dims, const std::
   return n.dst;
 }
 
-int32_t GraphBuilder::ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, int32_t kernel) {
+int32_t GraphBuilder::ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, int32_t kernel, int32_t dst) {
   Node n;
   n.op = Op::SsmConv;
-  n.dst = same_shape_f32(x);
+  n.dst = dst >= 0 ? dst : same_shape_f32(x);
   n.src = {x, kernel, -1, -1};
   n.i[0] = layer;
   n.i[1] = seq;
@@ -139,10 +142,10 @@ int32_t GraphBuilder::ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, i
 }
 
 int32_t GraphBuilder::gated_delta_net(KvCache& kv, int layer, int32_t seq, int32_t qkv, int32_t g, int32_t beta,
-                                      int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim, float eps) {
+                                      int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim, float eps, int32_t dst) {
   Node n;
   n.op = Op::GatedDeltaNet;
-  n.dst = g_.new_tensor(DType::F32, {head_dim, n_v_heads, g_.tensor(qkv).ne[1]});
+  n.dst = dst >= 0 ? dst : g_.new_tensor(DType::F32, {head_dim, n_v_heads, g_.tensor(qkv).ne[1]});
   n.src = {qkv, g, beta, -1};
   n.i[0] = layer;
   n.i[1] = seq;
@@ -152,6 +155,15 @@ int32_t GraphBuilder::gated_delta_net(KvCache& kv, int layer, int32_t seq, int32
   n.kv = &kv;
   g_.add_node(n);
   return n.dst;
+}
+
+int32_t GraphBuilder::token_rows(int32_t x, int64_t first, int64_t count) {
+  const Tensor& t = g_.tensor(x);
+  if (t.ne[2] == 1 && t.ne[3] == 1) return g_.view_rows(x, first, count);
+  const int64_t a = t.ne[0], b = t.ne[1];
+  if (t.ne[3] != 1) throw Error("token_rows: 4-D tensor");
+  const int32_t rows = g_.view_rows(g_.reshape(x, {a * b, t.ne[2]}), first, count);
+  return g_.reshape(rows, {a, b, count});
 }
 
 }  // namespace tessera::models

@@ -19,7 +19,8 @@ class GraphBuilder {
   int32_t matmul(int32_t weight, int32_t x);
   int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale);
   void kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t k, int32_t v);
-  int32_t attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale);
+  // dst: where to write (e.g. a slice of a batch's output); -1 = a new tensor.
+  int32_t attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale, int32_t dst = -1);
   int32_t swiglu(int32_t gate, int32_t up);
   int32_t add(int32_t a, int32_t b);
   int32_t softmax(int32_t x);
@@ -35,14 +36,17 @@ class GraphBuilder {
   int32_t strided_copy(int32_t x, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset);
   int32_t rope_multi(int32_t x, int32_t pos, int n_dims, const std::array<int32_t, 4>& sections, float base,
                      float scale);
-  int32_t ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, int32_t kernel);
+  int32_t ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, int32_t kernel, int32_t dst = -1);
   int32_t gated_delta_net(KvCache& kv, int layer, int32_t seq, int32_t qkv, int32_t g, int32_t beta, int64_t n_k_heads,
-                          int64_t n_v_heads, int64_t head_dim, float eps);
+                          int64_t n_v_heads, int64_t head_dim, float eps, int32_t dst = -1);
   int32_t reshape(int32_t x, std::initializer_list<int64_t> shape) { return g_.reshape(x, shape); }
   int32_t last_row(int32_t x) { return g_.view_rows(x, g_.tensor(x).ne[1] - 1, 1); }
+  // Token rows [first, first + count) of x [a, n] or [a, b, n] (contiguous), sharing its storage.
+  int32_t token_rows(int32_t x, int64_t first, int64_t count);
+  // A new F32 tensor of x's shape.
+  int32_t same_shape_f32(int32_t like);
 
  private:
-  int32_t same_shape_f32(int32_t like);
   int32_t node(Op op, int32_t dst, std::initializer_list<int32_t> src);
   Graph& g_;
 };

@@ -94,7 +94,7 @@ class LlamaModel final : public Model {
       int32_t ff = g.swiglu(gate, up);
       x = g.add(x, g.matmul(g.input(L.w_down), ff));
     }
-    return output_logits(g, embd_, info_, x, b.all_logits);
+    return output_logits(g, embd_, info_, x, b);
   }
 
  private:

@@ -168,7 +168,7 @@ class Qwen35MoeModel final : public Model {
       int32_t h2 = g.rms_norm(x, g.input(L.post_norm), info_.rms_eps);
       x = g.add(x, g.add(routed_experts(g, L.experts, info_, h2), shared_expert(g, L.shexp, h2)));
     }
-    return output_logits(g, embd_, info_, x, b.all_logits);
+    return output_logits(g, embd_, info_, x, b);
   }
 
  private:
@@ -198,9 +198,26 @@ class Qwen35MoeModel final : public Model {
     int32_t beta = g.sigmoid(g.matmul(g.input(d.beta), h));        // [n_v_heads, n]
     int32_t alpha = g.matmul(g.input(d.alpha), h);                 // [n_v_heads, n]
     int32_t decay = g.mul(g.softplus(g.add(alpha, g.input(d.dt_bias))), g.input(d.a));  // log decay
-    int32_t conv = g.silu(g.ssm_conv(kv, L.cache_layer, b.seq, qkv, g.input(d.conv1d)));
-    int32_t o = g.gated_delta_net(kv, L.cache_layer, b.seq, conv, decay, beta, n_k_heads_, n_v_heads_, S,
-                                  info_.rms_eps);                  // [S, n_v_heads, n]
+    const int32_t kernel = g.input(d.conv1d);
+    int32_t conv, o;  // [conv_dim, n], [S, n_v_heads, n]
+    if (b.slices.size() == 1) {
+      const KvCache::SeqId seq = b.slices.front().seq;
+      conv = g.silu(g.ssm_conv(kv, L.cache_layer, seq, qkv, kernel));
+      o = g.gated_delta_net(kv, L.cache_layer, seq, conv, decay, beta, n_k_heads_, n_v_heads_, S, info_.rms_eps);
+    } else {
+      // Each sequence runs its tokens in order through its own state slot, writing its
+      // rows of the shared outputs.
+      const int32_t raw = g.same_shape_f32(qkv);
+      for (const SeqSlice& s : b.slices)
+        g.ssm_conv(kv, L.cache_layer, s.seq, g.token_rows(qkv, s.first, s.count), kernel,
+                   g.token_rows(raw, s.first, s.count));
+      conv = g.silu(raw);
+      o = g.graph().new_tensor(DType::F32, {S, n_v_heads_, n});
+      for (const SeqSlice& s : b.slices)
+        g.gated_delta_net(kv, L.cache_layer, s.seq, g.token_rows(conv, s.first, s.count),
+                          g.token_rows(decay, s.first, s.count), g.token_rows(beta, s.first, s.count), n_k_heads_,
+                          n_v_heads_, S, info_.rms_eps, g.token_rows(o, s.first, s.count));
+    }
     int32_t normed = g.rms_norm(o, g.input(d.norm), info_.rms_eps);
     int32_t gated = g.swiglu(g.reshape(z, {S, n_v_heads_, n}), normed);  // silu(z) * norm(o)
     return g.matmul(g.input(d.out), g.reshape(gated, {S * n_v_heads_, n}));
@@ -209,7 +226,7 @@ class Qwen35MoeModel final : public Model {
   int32_t gated_attention(GraphBuilder& g, const Qwen35MoeLayer& L, KvCache& kv, const ForwardBatch& b, int32_t h,
                           int32_t pos) const {
     const GatedAttentionWeights& a = L.at;
-    const int64_t n = int64_t(b.tokens.size()), hd = info_.head_dim, nh = info_.n_head, pos0 = b.positions.front();
+    const int64_t n = int64_t(b.tokens.size()), hd = info_.head_dim, nh = info_.n_head;
     // The joint projection holds, per head, hd query values then hd gate values.
     int32_t qg = g.matmul(g.input(a.wq_gate), h);  // [2 * hd * nh, n]
     const size_t f = sizeof(float);
@@ -222,8 +239,7 @@ class Qwen35MoeModel final : public Model {
     k = g.rms_norm(k, g.input(a.k_norm), info_.rms_eps);
     q = g.rope_multi(q, pos, int(info_.rope_dims), sections_, info_.rope_freq_base, info_.rope_freq_scale);
     k = g.rope_multi(k, pos, int(info_.rope_dims), sections_, info_.rope_freq_base, info_.rope_freq_scale);
-    g.kv_write(kv, L.cache_layer, b.seq, pos0, k, v);
-    int32_t att = g.attention(kv, L.cache_layer, b.seq, pos0, q, 1.0f / std::sqrt(float(hd)));
+    int32_t att = paged_attention(g, kv, L.cache_layer, b, q, k, v, 1.0f / std::sqrt(float(hd)));
     int32_t gated = g.mul(g.reshape(att, {hd * nh, n}), g.sigmoid(g.reshape(gate, {hd * nh, n})));
     return g.matmul(g.input(a.wo), gated);
   }

@@ -85,7 +85,7 @@ class Qwen3MoeModel final : public Model {
       int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
       x = g.add(x, routed_experts(g, L.experts, info_, h));
     }
-    return output_logits(g, embd_, info_, x, b.all_logits);
+    return output_logits(g, embd_, info_, x, b);
   }
 
  private:

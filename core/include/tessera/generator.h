@@ -1,0 +1,109 @@
+// Continuous batching over the Engine: requests (a prompt, sampling parameters with
+// their own RNG, a token limit, stop tokens) are added at any time, and each step()
+// runs one forward pass that fills a token budget with one decode token for every
+// running sequence first, then chunks of prompts still being prefilled, then chunks
+// of newly admitted prompts (chunked prefill: a long prompt never stalls running
+// streams for more than one step). A request is admitted when the KV pool has pages
+// for its first chunk; when the pool runs dry mid-generation the most recently
+// admitted sequence is preempted (its pages freed, recomputed when it resumes).
+// Full KV pages are shared through the pool's prefix cache (kv_cache.h): a prompt
+// whose leading pages match cached ones adopts them and computes only the rest.
+// Not thread-safe: one thread adds, cancels and steps.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "tessera/kv_cache.h"
+#include "tessera/sampler.h"
+
+namespace tessera {
+
+class Engine;
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids (BOS included if wanted); not empty
+  SamplerParams sampling;
+  int max_tokens = 16;               // tokens to generate at most (>= 1)
+  bool ignore_eos = false;           // do not stop at the vocabulary's end-of-generation tokens
+  std::vector<int32_t> stop_tokens;  // further tokens that end the generation (not reported as text)
+};
+
+enum class FinishReason : uint8_t {
+  None,
+  Stop,         // an end-of-generation or stop token was sampled
+  Length,       // max_tokens generated
+  ContextFull,  // the sequence reached the context size
+  Cancelled,
+};
+const char* finish_reason_name(FinishReason r);
+
+// What one step produced for one request: a sampled token (token >= 0, unless the
+// token ended the generation as a stop token), and/or the reason it finished.
+struct GenerationEvent {
+  uint64_t id = 0;
+  int32_t token = -1;
+  FinishReason finish = FinishReason::None;
+};
+
+struct GeneratorOptions {
+  int64_t batch_tokens = 0;  // token budget per step; 0 = the engine's batch_tokens
+  int max_running = 0;       // sequences decoding at once; 0 = the engine's max_sequences
+  bool prefix_cache = true;  // share full KV pages of equal prefixes (not for recurrent models)
+};
+
+class Generator {
+ public:
+  Generator(Engine& engine, const GeneratorOptions& options = {});
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // Queue a request; returns its id. Throws tessera::Error for an empty prompt, a
+  // token out of range, max_tokens < 1, or a prompt that leaves no room in the context.
+  uint64_t add(GenerationRequest request);
+  // Drop a waiting or running request (its pages are released). Returns false for an
+  // unknown or finished id.
+  bool cancel(uint64_t id);
+  // One forward pass; returns the tokens sampled and the requests finished.
+  std::vector<GenerationEvent> step();
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  size_t running() const { return running_.size(); }
+  size_t waiting() const { return waiting_.size(); }
+
+  struct Stats {
+    int64_t steps = 0;
+    int64_t tokens_evaluated = 0;  // tokens run through the model
+    int64_t prefix_tokens_reused = 0;  // prompt tokens whose KV came from the prefix cache
+    int64_t preemptions = 0;
+    int64_t max_step_tokens = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  bool prefix_cache_enabled() const { return prefix_cache_; }
+  // The KV sequence of a running request (for tests), if it has one.
+  std::optional<KvCache::SeqId> sequence_of(uint64_t id) const;
+
+ private:
+  struct Seq;
+  Seq* find(uint64_t id) const;
+  bool admit(Seq& s);
+  bool grow(Seq& s, int64_t n_tokens, bool may_preempt);
+  void preempt(Seq& s);
+  void release(Seq& s);
+  void register_full_pages(Seq& s);
+  bool is_stop(const Seq& s, int32_t token) const;
+
+  Engine& engine_;
+  KvCache& kv_;
+  int64_t budget_ = 0;
+  int max_running_ = 0;
+  bool prefix_cache_ = false;
+  uint64_t next_id_ = 1;
+  std::vector<std::unique_ptr<Seq>> running_;  // in admission order
+  std::deque<std::unique_ptr<Seq>> waiting_;   // preempted ones at the front
+  Stats stats_;
+};
+
+}  // namespace tessera

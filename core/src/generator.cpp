@@ -1,0 +1,290 @@
+// Continuous batching (see generator.h).
+//
+// A sequence is its known tokens (prompt, then every sampled token) and how many of
+// them are in the KV cache (`computed`). Decode and prefill are the same thing: a
+// step feeds some of the tokens not yet computed; when a step computes the last known
+// token, its logits are sampled and the new token is appended. A preempted sequence
+// keeps its tokens and sampler and starts again from computed = 0 (or from what the
+// prefix cache still holds).
+#include "tessera/generator.h"
+
+#include <algorithm>
+
+#include "tessera/engine.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+#include "tessera/tokenizer.h"
+
+namespace tessera {
+
+struct Generator::Seq {
+  uint64_t id = 0;
+  GenerationRequest req;
+  Sampler sampler;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int generated = 0;
+  int64_t computed = 0;  // tokens whose KV is in the cache
+  std::optional<KvCache::SeqId> kv;
+  std::vector<KvCache::PageKey> keys;  // prefix-cache keys of the full pages computed so far
+  int64_t step_tokens = 0;  // tokens fed in the current step
+
+  Seq(uint64_t i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling), tokens(req.prompt) {}
+  int64_t remaining() const { return int64_t(tokens.size()) - computed; }
+};
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None: return "none";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::ContextFull: return "context_full";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The key of a full page: its tokens chained with the key of the page before (as
+// vLLM's automatic prefix caching keys blocks). 0 is reserved for "no key".
+KvCache::PageKey page_key(KvCache::PageKey before, std::span<const int32_t> tokens) {
+  uint64_t h = before ^ 0x9e3779b97f4a7c15ull;
+  for (int32_t t : tokens) {
+    h ^= uint64_t(uint32_t(t)) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return h ? h : 1;
+}
+
+}  // namespace
+
+Generator::Generator(Engine& engine, const GeneratorOptions& o) : engine_(engine), kv_(engine.kv()) {
+  budget_ = o.batch_tokens > 0 ? o.batch_tokens : engine.batch_tokens();
+  max_running_ = o.max_running > 0 ? o.max_running : std::max(1, kv_.total_pages() * kv_.config().page_tokens /
+                                                                      int(std::max<int64_t>(1, engine.n_ctx())));
+  // Recurrent state exists only at a sequence's end, so a shared page prefix would
+  // come without the state that goes with it (decision 41).
+  prefix_cache_ = o.prefix_cache && !kv_.has_recurrent();
+}
+
+Generator::~Generator() {
+  for (auto& s : running_) release(*s);
+  for (auto& s : waiting_) release(*s);
+}
+
+uint64_t Generator::add(GenerationRequest r) {
+  if (r.prompt.empty()) throw Error("the prompt is empty");
+  if (r.max_tokens < 1) throw Error("max_tokens must be at least 1, got " + std::to_string(r.max_tokens));
+  const int64_t V = engine_.n_vocab();
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= V)
+      throw Error("token id " + std::to_string(t) + " is out of range (vocabulary size " + std::to_string(V) + ")");
+  const int64_t capacity = std::min<int64_t>(engine_.n_ctx(), int64_t(kv_.total_pages()) * kv_.config().page_tokens);
+  if (int64_t(r.prompt.size()) >= capacity)
+    throw Error("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+                std::to_string(capacity) + " (one more is needed to generate)");
+  Sampler check(r.sampling);  // validates the sampling parameters now, not at the first step
+  (void)check;
+  const uint64_t id = next_id_++;
+  waiting_.push_back(std::make_unique<Seq>(id, std::move(r)));
+  for (int32_t t : waiting_.back()->tokens) waiting_.back()->sampler.accept(t);
+  return id;
+}
+
+Generator::Seq* Generator::find(uint64_t id) const {
+  for (const auto& s : running_)
+    if (s->id == id) return s.get();
+  for (const auto& s : waiting_)
+    if (s->id == id) return s.get();
+  return nullptr;
+}
+
+std::optional<KvCache::SeqId> Generator::sequence_of(uint64_t id) const {
+  const Seq* s = find(id);
+  return s ? s->kv : std::nullopt;
+}
+
+bool Generator::cancel(uint64_t id) {
+  auto drop = [&](auto& list) {
+    for (auto it = list.begin(); it != list.end(); ++it)
+      if ((*it)->id == id) {
+        release(**it);
+        list.erase(it);
+        return true;
+      }
+    return false;
+  };
+  return drop(running_) || drop(waiting_);
+}
+
+void Generator::release(Seq& s) {
+  if (s.kv) kv_.free_sequence(*s.kv);  // registered full pages stay cached
+  s.kv.reset();
+  s.computed = 0;
+  s.keys.clear();
+}
+
+void Generator::preempt(Seq& s) {
+  release(s);
+  ++stats_.preemptions;
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &s; });
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+// Reserve KV room for the sequence's first n_tokens positions. With may_preempt, the
+// most recently admitted other sequences are preempted until it fits; if it still
+// does not fit (or s itself is the most recent), s is preempted and false returned.
+bool Generator::grow(Seq& s, int64_t n_tokens, bool may_preempt) {
+  while (!kv_.reserve(*s.kv, n_tokens)) {
+    if (!may_preempt) return false;
+    Seq& victim = *running_.back();
+    preempt(victim);
+    if (&victim == &s) return false;
+  }
+  return true;
+}
+
+// A waiting sequence gets a KV sequence, adopts the cached pages of its longest
+// matching prefix, and reserves its first chunk (at most the budget left).
+bool Generator::admit(Seq& s) {
+  s.kv = kv_.create_sequence();
+  const int64_t pt = kv_.config().page_tokens;
+  if (prefix_cache_) {
+    // At least one token is computed, whose logits give the next token.
+    const int64_t max_pages = (int64_t(s.tokens.size()) - 1) / pt;
+    std::vector<int32_t> pages;
+    KvCache::PageKey key = 0;
+    for (int64_t p = 0; p < max_pages; ++p) {
+      std::span<const int32_t> toks(s.tokens.data() + p * pt, size_t(pt));
+      key = page_key(key, toks);
+      const int32_t page = kv_.find_cached_page(key, toks);
+      if (page < 0) break;
+      pages.push_back(page);
+      s.keys.push_back(key);
+    }
+    if (!pages.empty()) {
+      kv_.adopt_pages(*s.kv, pages);
+      s.computed = int64_t(pages.size()) * pt;
+      stats_.prefix_tokens_reused += s.computed;
+    }
+  }
+  return true;
+}
+
+void Generator::register_full_pages(Seq& s) {
+  if (!prefix_cache_) return;
+  const int64_t pt = kv_.config().page_tokens;
+  for (int64_t p = int64_t(s.keys.size()); (p + 1) * pt <= s.computed; ++p) {
+    std::span<const int32_t> toks(s.tokens.data() + p * pt, size_t(pt));
+    const KvCache::PageKey key = page_key(s.keys.empty() ? 0 : s.keys.back(), toks);
+    s.keys.push_back(key);
+    kv_.register_page(*s.kv, size_t(p), key, toks);  // false: an equal page is cached already
+  }
+}
+
+bool Generator::is_stop(const Seq& s, int32_t token) const {
+  for (int32_t t : s.req.stop_tokens)
+    if (t == token) return true;
+  if (s.req.ignore_eos) return false;
+  try {
+    return engine_.tokenizer().is_end_of_generation(token);
+  } catch (const Error&) {
+    return false;  // a file without tokenizer metadata has no end-of-generation tokens
+  }
+}
+
+std::vector<GenerationEvent> Generator::step() {
+  std::vector<GenerationEvent> events;
+  int64_t budget = budget_;
+  std::vector<Seq*> batch;
+
+  // 1. One decode token for every running sequence, oldest first.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Seq& s = *running_[i];
+    if (s.remaining() != 1) continue;
+    if (!grow(s, s.computed + 1, true)) {
+      --i;  // s was preempted: running_ shrank at its index
+      continue;
+    }
+    s.step_tokens = 1;
+    batch.push_back(&s);
+    --budget;
+  }
+  // 2. The next chunk of every running sequence still prefilling, then
+  // 3. newly admitted sequences, first come first served.
+  auto chunk = [&](Seq& s) {
+    int64_t n = std::min(s.remaining(), budget);
+    while (n > 0 && !grow(s, s.computed + n, false)) n /= 2;  // what the free pages allow
+    if (n == 0) return false;
+    s.step_tokens = n;
+    batch.push_back(&s);
+    budget -= n;
+    return true;
+  };
+  for (auto& p : running_)
+    if (budget > 0 && p->remaining() > 1) chunk(*p);
+  while (budget > 0 && !waiting_.empty() && int(running_.size()) < max_running_) {
+    Seq& s = *waiting_.front();
+    admit(s);
+    if (!chunk(s)) {
+      release(s);  // no pages for even one token now: try again next step
+      break;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (batch.empty()) {
+    if (!idle() && running_.empty())
+      throw Error("the KV cache cannot hold the waiting request's first token (the pool is too small)");
+    return events;
+  }
+
+  std::vector<Engine::Chunk> chunks;
+  chunks.reserve(batch.size());
+  for (Seq* s : batch) {
+    const bool last = s->computed + s->step_tokens == int64_t(s->tokens.size());
+    chunks.push_back({*s->kv, std::span<const int32_t>(s->tokens.data() + s->computed, size_t(s->step_tokens)),
+                      last ? Engine::Logits::Last : Engine::Logits::None});
+  }
+  const int64_t before = engine_.tokens_evaluated();
+  std::span<const float> logits = engine_.forward(chunks);
+  const int64_t step_tokens = engine_.tokens_evaluated() - before;
+  stats_.tokens_evaluated += step_tokens;
+  stats_.max_step_tokens = std::max(stats_.max_step_tokens, step_tokens);
+  ++stats_.steps;
+
+  const size_t V = size_t(engine_.n_vocab());
+  size_t row = 0;
+  std::vector<Seq*> finished;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Seq& s = *batch[i];
+    s.computed += s.step_tokens;
+    register_full_pages(s);
+    if (chunks[i].logits != Engine::Logits::Last) continue;
+    const int32_t tok = s.sampler.sample(logits.subspan(row++ * V, V));
+    s.sampler.accept(tok);
+    ++s.generated;
+    GenerationEvent ev{s.id, tok, FinishReason::None};
+    if (is_stop(s, tok)) {
+      ev.finish = FinishReason::Stop;
+      ev.token = -1;  // a stop token is not part of the text
+    } else if (s.generated >= s.req.max_tokens) {
+      ev.finish = FinishReason::Length;
+    } else if (int64_t(s.tokens.size()) + 1 > engine_.n_ctx()) {
+      ev.finish = FinishReason::ContextFull;
+    }
+    s.tokens.push_back(tok);
+    events.push_back(ev);
+    if (ev.finish != FinishReason::None) finished.push_back(&s);
+  }
+  for (Seq* s : finished) {
+    release(*s);
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == s; });
+    running_.erase(it);
+  }
+  return events;
+}
+
+}  // namespace tessera
