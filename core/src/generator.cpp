@@ -64,13 +64,49 @@ Generator::Generator(Engine& engine, const GeneratorOptions& o) : engine_(engine
   max_running_ = o.max_running > 0 ? o.max_running : std::max(1, kv_.total_pages() * kv_.config().page_tokens /
                                                                       int(std::max<int64_t>(1, engine.n_ctx())));
   // Recurrent state exists only at a sequence's end, so a shared page prefix would
-  // come without the state that goes with it (decision 41).
+  // come without the state that goes with it: such models keep whole finished
+  // sequences instead (decision 38).
   prefix_cache_ = o.prefix_cache && !kv_.has_recurrent();
+  if (o.prefix_cache && kv_.has_recurrent()) keep_finished_ = o.kept_sequences > 0 ? o.kept_sequences : max_running_;
 }
 
 Generator::~Generator() {
   for (auto& s : running_) release(*s);
   for (auto& s : waiting_) release(*s);
+  release_kept_sequences();
+}
+
+void Generator::release_kept_sequences() {
+  for (const Kept& k : kept_) kv_.free_sequence(k.kv);
+  kept_.clear();
+}
+
+// The least recently used kept sequence gives its pages back; false if none is kept.
+bool Generator::evict_kept() {
+  if (kept_.empty()) return false;
+  auto lru = std::min_element(kept_.begin(), kept_.end(),
+                              [](const Kept& a, const Kept& b) { return a.last_used < b.last_used; });
+  kv_.free_sequence(lru->kv);
+  kept_.erase(lru);
+  return true;
+}
+
+// A finished sequence: with whole-prefix reuse its KV and state are kept (the tokens
+// computed so far: the last sampled token was never fed), else released.
+void Generator::retire(Seq& s) {
+  if (keep_finished_ > 0 && s.kv && s.computed > 0) {
+    if (int(kept_.size()) >= keep_finished_) evict_kept();
+    kept_.push_back({std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + s.computed), *s.kv, ++clock_});
+    s.kv.reset();
+  }
+  release(s);
+}
+
+// Reserve KV positions [0, n_tokens) of s, releasing kept sequences when the pool is short.
+bool Generator::reserve(Seq& s, int64_t n_tokens) {
+  while (!kv_.reserve(*s.kv, n_tokens))
+    if (!evict_kept()) return false;
+  return true;
 }
 
 uint64_t Generator::add(GenerationRequest r) {
@@ -137,7 +173,7 @@ void Generator::preempt(Seq& s) {
 // most recently admitted other sequences are preempted until it fits; if it still
 // does not fit (or s itself is the most recent), s is preempted and false returned.
 bool Generator::grow(Seq& s, int64_t n_tokens, bool may_preempt) {
-  while (!kv_.reserve(*s.kv, n_tokens)) {
+  while (!reserve(s, n_tokens)) {
     if (!may_preempt) return false;
     Seq& victim = *running_.back();
     preempt(victim);
@@ -149,6 +185,22 @@ bool Generator::grow(Seq& s, int64_t n_tokens, bool may_preempt) {
 // A waiting sequence gets a KV sequence, adopts the cached pages of its longest
 // matching prefix, and reserves its first chunk (at most the budget left).
 bool Generator::admit(Seq& s) {
+  if (keep_finished_ > 0) {
+    // The longest kept sequence whose tokens the prompt extends (by at least one
+    // token, whose logits give the next token).
+    Kept* best = nullptr;
+    for (Kept& k : kept_)
+      if (k.tokens.size() < s.tokens.size() && (!best || k.tokens.size() > best->tokens.size()) &&
+          std::equal(k.tokens.begin(), k.tokens.end(), s.tokens.begin()))
+        best = &k;
+    if (best) {
+      s.kv = kv_.fork_sequence(best->kv);  // shares its pages, copies its recurrent state
+      s.computed = int64_t(best->tokens.size());
+      best->last_used = ++clock_;
+      stats_.prefix_tokens_reused += s.computed;
+      return true;
+    }
+  }
   s.kv = kv_.create_sequence();
   const int64_t pt = kv_.config().page_tokens;
   if (prefix_cache_) {
@@ -236,7 +288,7 @@ std::vector<GenerationEvent> Generator::step() {
     waiting_.pop_front();
   }
   if (batch.empty()) {
-    if (!idle() && running_.empty())
+    if (!waiting_.empty() && running_.empty() && !evict_kept())
       throw Error("the KV cache cannot hold the waiting request's first token (the pool is too small)");
     return events;
   }
@@ -280,7 +332,7 @@ std::vector<GenerationEvent> Generator::step() {
     if (ev.finish != FinishReason::None) finished.push_back(&s);
   }
   for (Seq* s : finished) {
-    release(*s);
+    retire(*s);
     auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == s; });
     running_.erase(it);
   }

@@ -7,7 +7,10 @@
 // for its first chunk; when the pool runs dry mid-generation the most recently
 // admitted sequence is preempted (its pages freed, recomputed when it resumes).
 // Full KV pages are shared through the pool's prefix cache (kv_cache.h): a prompt
-// whose leading pages match cached ones adopts them and computes only the rest.
+// whose leading pages match cached ones adopts them and computes only the rest. A
+// model with recurrent layers shares exact whole prefixes instead: a finished
+// sequence is kept (its pages and its recurrent state at its end) and a prompt that
+// extends its tokens forks it (decision 38).
 // Not thread-safe: one thread adds, cancels and steps.
 #pragma once
 #include <cstdint>
@@ -51,7 +54,8 @@ struct GenerationEvent {
 struct GeneratorOptions {
   int64_t batch_tokens = 0;  // token budget per step; 0 = the engine's batch_tokens
   int max_running = 0;       // sequences decoding at once; 0 = the engine's max_sequences
-  bool prefix_cache = true;  // share full KV pages of equal prefixes (not for recurrent models)
+  bool prefix_cache = true;  // share full KV pages of equal prefixes (recurrent models: whole prefixes)
+  int kept_sequences = 0;    // recurrent models: finished sequences kept for reuse; 0 = max_running
 };
 
 class Generator {
@@ -81,7 +85,11 @@ class Generator {
     int64_t max_step_tokens = 0;
   };
   const Stats& stats() const { return stats_; }
-  bool prefix_cache_enabled() const { return prefix_cache_; }
+  bool prefix_cache_enabled() const { return prefix_cache_ || keep_finished_ > 0; }
+  // Finished sequences kept for whole-prefix reuse (recurrent models), and their release
+  // (their pages return to the pool; it happens by itself when the pool runs short).
+  size_t kept_sequences() const { return kept_.size(); }
+  void release_kept_sequences();
   // The KV sequence of a running request (for tests), if it has one.
   std::optional<KvCache::SeqId> sequence_of(uint64_t id) const;
 
@@ -89,6 +97,9 @@ class Generator {
   struct Seq;
   Seq* find(uint64_t id) const;
   bool admit(Seq& s);
+  bool reserve(Seq& s, int64_t n_tokens);
+  bool evict_kept();
+  void retire(Seq& s);
   bool grow(Seq& s, int64_t n_tokens, bool may_preempt);
   void preempt(Seq& s);
   void release(Seq& s);
@@ -99,7 +110,15 @@ class Generator {
   KvCache& kv_;
   int64_t budget_ = 0;
   int max_running_ = 0;
-  bool prefix_cache_ = false;
+  bool prefix_cache_ = false;  // page sharing through the KV pool's registry
+  int keep_finished_ = 0;       // whole-prefix reuse: finished sequences kept at most
+  struct Kept {
+    std::vector<int32_t> tokens;  // the tokens whose KV and state it holds
+    KvCache::SeqId kv;
+    uint64_t last_used;
+  };
+  std::vector<Kept> kept_;
+  uint64_t clock_ = 0;
   uint64_t next_id_ = 1;
   std::vector<std::unique_ptr<Seq>> running_;  // in admission order
   std::deque<std::unique_ptr<Seq>> waiting_;   // preempted ones at the front
