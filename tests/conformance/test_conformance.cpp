@@ -234,6 +234,55 @@ struct StrayKvWrite : Wrapper {
   }
 };
 
+// Batched attention: a forked sequence's Attention reads its parent instead (the
+// sequence sharing its first page). Single-sequence cases are untouched.
+struct ParentReadingAttention : Wrapper {
+  ParentReadingAttention() : Wrapper("parent_attention") {}
+  bool custom(Graph& g, const Node& n, size_t) override {
+    if (n.op != Op::Attention) return false;
+    const auto& table = n.kv->block_table(n.i[1]);
+    for (KvCache::SeqId s = 0; s < n.i[1]; ++s)
+      if (n.kv->has_sequence(s) && !table.empty() && !n.kv->block_table(s).empty() &&
+          n.kv->block_table(s).front() == table.front()) {
+        Graph one;  // the same tensors, the node with the parent's id
+        for (size_t t = 0; t < g.tensor_count(); ++t) one.add_tensor(g.tensor(int32_t(t)));
+        Node m = n;
+        m.i[1] = s;
+        one.add_node(m);
+        one.allocate();
+        inner().execute(one, 0, 1);
+        ++redirected;
+        return true;
+      }
+    return false;
+  }
+  int redirected = 0;
+};
+
+// Attention that also writes one float just past its dst rows when that lands inside
+// a larger tensor (the next sequence's rows of a shared batch output); never past a
+// whole tensor, so only the batched cases can see it.
+struct OverrunningAttention : Wrapper {
+  OverrunningAttention() : Wrapper("overrunning_attention") {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::Attention) return false;
+    inner().execute(g, k, 1);
+    float* past = fdata(g, n.dst) + g.tensor(n.dst).nelements();
+    for (size_t t = 0; t < g.tensor_count(); ++t) {
+      const Tensor& b = g.tensor(int32_t(t));
+      const auto* lo = static_cast<const char*>(b.data);
+      if (b.is_contiguous() && lo && lo <= reinterpret_cast<const char*>(past) &&
+          reinterpret_cast<const char*>(past + 1) <= lo + b.nbytes()) {
+        *past = 1000.0f;
+        ++strays;
+        break;
+      }
+    }
+    return true;
+  }
+  int strays = 0;
+};
+
 // Refuses Q4_K MatMuls.
 struct NoQ4K : Wrapper {
   NoQ4K() : Wrapper("no_q4k") {}
@@ -310,12 +359,34 @@ TEST(ConformanceCases, AttentionCoversGqaPagesAndOffsets) {
     pages.insert(c.page);
     offsets.insert(c.pos0);
     hds.insert(c.k);
-    EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
+    if (!c.flag) EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
   }
   EXPECT_TRUE(heads.count({4, 2}) && heads.count({8, 8}));
   EXPECT_TRUE(pages.count(4) && pages.count(16));
   EXPECT_TRUE(offsets.count(0) && offsets.size() >= 2);
   EXPECT_TRUE(hds.count(64) && hds.count(128));
+}
+
+TEST(ConformanceCases, BatchedAttentionCoversGqaHeadDimsAndPages) {
+  std::set<std::pair<int, int>> heads;
+  std::set<int> pages, layouts;
+  std::set<int64_t> hds;
+  int n = 0;
+  for (const auto& c : conformance_cases(ConformanceFilter{"Attention", ""})) {
+    if (!c.flag) continue;
+    ++n;
+    EXPECT_EQ(c.shape.rfind("batch", 0), 0u) << c.name();
+    heads.insert({c.n_head, c.n_kv});
+    pages.insert(c.page);
+    hds.insert(c.k);
+    layouts.insert(int(c.n));
+  }
+  EXPECT_EQ(n, 16);
+  EXPECT_TRUE(heads.count({4, 2}) && heads.count({8, 8}));
+  EXPECT_TRUE(pages.count(4) && pages.count(16));
+  EXPECT_TRUE(hds.count(64) && hds.count(128));
+  EXPECT_TRUE(layouts.count(3) && layouts.count(4));
+  EXPECT_EQ(conformance_cases(ConformanceFilter{"batch", ""}).size(), size_t(n));
 }
 
 TEST(ConformanceCases, FilterByOpNameOrSubstring) {
@@ -416,6 +487,36 @@ TEST(SelfCheck, StrayKvWriteFails) {
     EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
     EXPECT_NE(r.message.find("was overwritten"), std::string::npos) << r.message;
   }
+}
+
+TEST(SelfCheck, ForkReadingItsParentFails) {
+  ParentReadingAttention be;
+  auto rs = run(be, "Attention");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    if (r.c.flag) {
+      EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+      EXPECT_NE(r.message.find("NMSE"), std::string::npos) << r.message;
+    } else {
+      EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << ": " << r.message;
+    }
+  }
+  EXPECT_GT(be.redirected, 0);
+}
+
+TEST(SelfCheck, AttentionOverrunIntoTheNextSequenceFails) {
+  OverrunningAttention be;
+  auto rs = run(be, "Attention");
+  ASSERT_FALSE(rs.empty());
+  for (const auto& r : rs) {
+    if (r.c.flag) {  // caught in the decode step, which runs the slices last row first
+      EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+      EXPECT_NE(r.message.find("'dst_decode': NMSE"), std::string::npos) << r.message;
+    } else {
+      EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << ": " << r.message;
+    }
+  }
+  EXPECT_GT(be.strays, 0);
 }
 
 TEST(SelfCheck, UnsupportedIsSkipWithReason) {

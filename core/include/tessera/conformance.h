@@ -2,7 +2,8 @@
 // computes, op by op, in the spirit of llama.cpp's test-backend-ops.
 //
 // A ConformanceCase is one small graph (one op, or KvWrite + Attention for a
-// prefill then a decode step) with a dtype and a shape. run_case() builds it twice
+// prefill then a decode step, or a batch of sequences doing both through row views
+// of shared batch tensors) with a dtype and a shape. run_case() builds it twice
 // from the same seeded random inputs, once for the backend under test and once for
 // the reference, calls prepare_weight() on the weight tensors (so repacked layouts
 // are exercised), executes both and compares the outputs:
@@ -46,7 +47,11 @@ struct ConformanceCase {
   //   Argmax    k = V, n = rows; flag = many ties
   //   KvWrite   k = head_dim, n_kv, m = tokens written at pos0, page = page tokens
   //   Attention k = head_dim, n_head, n_kv, page, pos0 (positions already cached),
-  //             m = prefill tokens, then one decode token
+  //             m = prefill tokens, then one decode token.
+  //             With flag: a batch of n sequences in one cache (n = 3 or 4 picks the
+  //             layout of histories, forks and slices, see docs/conformance.md), m =
+  //             rows of the first (mixed prefill / decode) step, then one decode row
+  //             per sequence; pos0 = 0
   //   Rope with mode kRopeImrope: also sections (t, h, w, e)
   //   Sigmoid / Softplus: as Silu; Cont: a [k, n, m] view taking every other k-block
   //             of its source (offset flag ? k : 0)

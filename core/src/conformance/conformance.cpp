@@ -88,6 +88,55 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer
 }
 
 // ---------------------------------------------------------------------------
+// Batched attention layouts (Attention cases with flag; c.n picks one). P = page
+// tokens. Sequences are created in list order (a fork after its parent); step 1 is
+// one batch of slices, consecutive rows of the batch tensors in `step1` order, each
+// sequence once; step 2 decodes one token of every sequence, rows in `step2` order.
+
+struct BatchSeq {
+  int parent;        // index of the sequence this one forks, or -1
+  int64_t fork_at;   // positions shared with the parent (0 for a root)
+  int64_t history;   // cached positions before step 1 (>= fork_at)
+};
+struct BatchSlice {
+  int seq;
+  int64_t count;  // rows (tokens) in the batch; 1 = a decode slice
+};
+struct BatchLayout {
+  std::vector<BatchSeq> seqs;
+  std::vector<BatchSlice> step1;
+  std::vector<int> step2;  // decode rows, by sequence
+  int64_t step1_rows() const {
+    int64_t n = 0;
+    for (const BatchSlice& s : step1) n += s.count;
+    return n;
+  }
+};
+
+BatchLayout batch_layout(int64_t n_seqs, int64_t P) {
+  BatchLayout l;
+  if (n_seqs == 4) {
+    // 0: a root with 2P+3 cached positions; 1: a new prompt (nothing cached);
+    // 2: a fork of 0 at the page boundary 2P (shares two full pages, appends into a
+    // page of its own); 3: a fork of 0 at P+2, inside a page 0 has filled further,
+    // so that page is copied when 3 reserves its next positions.
+    l.seqs = {{-1, 0, 2 * P + 3}, {-1, 0, 0}, {0, 2 * P, 2 * P}, {0, P + 2, P + 2}};
+    l.step1 = {{0, 1}, {1, P + 3}, {3, 1}, {2, 5}};  // decode, prefill, decode, prefill
+    l.step2 = {2, 3, 1, 0};
+  } else if (n_seqs == 3) {
+    // 0: a root with P+1 cached; 1: a fork of 0 at its end (P+1, inside a page): both
+    // then write into the page they share, 1 reserves first and copies it, 0 keeps it;
+    // 2: a root with a long history.
+    l.seqs = {{-1, 0, P + 1}, {0, P + 1, P + 1}, {-1, 0, 3 * P + 2}};
+    l.step1 = {{1, 4}, {2, 1}, {0, 3}};  // prefill, decode, prefill
+    l.step2 = {2, 0, 1};
+  } else {
+    throw Error("conformance: no batched attention layout with " + std::to_string(n_seqs) + " sequences");
+  }
+  return l;
+}
+
+// ---------------------------------------------------------------------------
 // The cases
 
 std::vector<ConformanceCase> make_cases() {
@@ -214,6 +263,26 @@ std::vector<ConformanceCase> make_cases() {
               "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(c.m) + "_dec1");
         }
 
+  // Batched attention: several sequences of different lengths in one cache, some
+  // forked from others (sharing pages, copy on write), one step mixing prefill and
+  // decode slices over row views of shared batch tensors (every Attention writing its
+  // rows of one shared dst), then a decode step of every sequence.
+  for (int64_t n_seqs : {4, 3})
+    for (auto [nh, nkv] : {std::pair<int32_t, int32_t>{4, 2}, {8, 8}})
+      for (int64_t hd : {64, 128})
+        for (int32_t page : {4, 16}) {
+          const BatchLayout l = batch_layout(n_seqs, page);
+          ConformanceCase c;
+          c.flag = true;
+          c.n = n_seqs;
+          c.k = hd, c.n_head = nh, c.n_kv = nkv, c.page = page, c.pos0 = 0;
+          c.m = l.step1_rows();
+          std::string rows;  // step 1's slices in batch order, e.g. "T1_7_1_5"
+          for (const BatchSlice& sl : l.step1) rows += (rows.empty() ? "_T" : "_") + s(sl.count);
+          add(c, Op::Attention, DType::F32,
+              "batch" + s(n_seqs) + "_hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + rows + "_dec1");
+        }
+
   // Mixture of experts. TopK: ids must be identical (ties go to the lower id).
   for (auto [E, k, n, ties] : {std::tuple<int64_t, int64_t, int64_t, bool>{8, 2, 1, false},
                                {8, 2, 17, false},
@@ -294,7 +363,8 @@ std::vector<ConformanceCase> make_cases() {
 // ---------------------------------------------------------------------------
 // Case graphs: tensors with their initial bytes, nodes, execution steps, outputs.
 
-enum class Role { Input, Weight, Output };
+// View: a view of another tensor (no storage; the base is checked and compared).
+enum class Role { Input, Weight, Output, View };
 
 struct TensorSpec {
   std::string name;
@@ -306,8 +376,23 @@ struct TensorSpec {
   int view_of = -1;
   std::array<size_t, 3> view_nb{};
   size_t view_offset = 0;
+  // rows_count > 0: instead, token rows [rows_first, rows_first + rows_count) of
+  // `view_of` (ne[1] is the row for 2-D, ne[2] for 3-D), built as the models do
+  // (GraphBuilder::token_rows: reshape to 2-D, Graph::view_rows, reshape back).
+  int64_t rows_first = 0, rows_count = 0;
 
   size_t bytes() const { return view_of >= 0 ? 0 : row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]); }
+};
+
+// One sequence of a batched case (KvSpec::seqs): forked from `parent` at fork_at or
+// a root (-1), `history` positions cached before the run, [history, history +
+// written) written by the run, [0, capacity) reserved (whole pages).
+struct KvSeqSpec {
+  int parent = -1;
+  int64_t fork_at = 0;
+  int64_t history = 0;
+  int64_t written = 0;
+  int64_t capacity = 0;
 };
 
 struct KvSpec {
@@ -320,6 +405,18 @@ struct KvSpec {
   // Recurrent-state cases: the tested layer (`layer`) and sequence may change their
   // conv state (conv) and / or recurrent state (rec); every other slot stays as set up.
   bool conv = false, rec = false;
+  // Batched cases: every sequence (node.i[1] is an index into this list) and the
+  // reserve() calls the engine makes before the steps, in order (sequence, positions).
+  // Empty for the single-sequence cases above.
+  std::vector<KvSeqSpec> seqs;
+  std::vector<std::pair<int, int64_t>> reserves;
+
+  // Batched cases: the sequence whose pages hold position `pos` of sequence `s` as set
+  // up (a fork reads its parent's positions below the fork point).
+  int owner(int s, int64_t pos) const {
+    while (seqs[size_t(s)].parent >= 0 && pos < seqs[size_t(s)].fork_at) s = seqs[size_t(s)].parent;
+    return s;
+  }
 };
 
 struct CaseGraph {
@@ -390,6 +487,95 @@ Node node(Op op, int dst, int s0, int s1 = -1) {
   n.src[0] = s0;
   n.src[1] = s1;
   return n;
+}
+
+// Token rows [first, first + count) of `base` ([.., .., n] or [.., n]) as a view.
+int rows_view(CaseGraph& g, int base, int64_t first, int64_t count, std::string name) {
+  const TensorSpec& b = g.tensors[size_t(base)];
+  TensorSpec t;
+  t.name = std::move(name);
+  t.type = b.type;
+  t.ne = b.ne;
+  t.ne[b.ne[2] > 1 ? 2 : 1] = count;
+  t.role = Role::View;
+  t.view_of = base;
+  t.rows_first = first;
+  t.rows_count = count;
+  g.tensors.push_back(std::move(t));
+  return int(g.tensors.size()) - 1;
+}
+
+// Batched attention (see batch_layout): per step one q, k, v and dst for the whole
+// batch; per slice, as models/decoder_blocks.cpp paged_attention does, a KvWrite of
+// its k / v rows and an Attention of its q rows into its rows of the shared dst.
+// Step 1 runs the slices in batch order, as the engine does; step 2 runs them in
+// reverse, so a kernel writing past its last dst row hits rows already computed.
+void build_batched_attention(const ConformanceCase& c, CaseGraph& g, Gen& r) {
+  const int64_t K = c.k;
+  const int32_t P = c.page;
+  const BatchLayout l = batch_layout(c.n, P);
+  g.kv.used = true;
+  g.kv.cfg.n_layers = 2;
+  g.kv.cfg.n_kv_heads = c.n_kv;
+  g.kv.cfg.head_dim = int(K);
+  g.kv.cfg.page_tokens = P;
+  std::vector<int64_t> pos;  // next position per sequence
+  int pages = 2;
+  for (const BatchSeq& b : l.seqs) {
+    KvSeqSpec s;
+    s.parent = b.parent;
+    s.fork_at = b.fork_at;
+    s.history = b.history;
+    s.written = 1;  // step 2
+    for (const BatchSlice& sl : l.step1)
+      if (sl.seq == int(g.kv.seqs.size())) s.written += sl.count;
+    s.capacity = (s.history + s.written + P - 1) / P * P;
+    pages += int(s.capacity / P);  // more than enough: forks share some
+    g.kv.seqs.push_back(s);
+    pos.push_back(s.history);
+  }
+  g.kv.cfg.n_pages = pages;
+
+  auto step = [&](const std::vector<BatchSlice>& slices, bool reverse, const std::string& sfx) {
+    int64_t n = 0;
+    std::vector<int64_t> first;
+    for (const BatchSlice& sl : slices) {
+      first.push_back(n);
+      n += sl.count;
+      g.kv.reserves.push_back({sl.seq, pos[size_t(sl.seq)] + sl.count});
+    }
+    int q = f32_input(g, r, "q" + sfx, {K, c.n_head, n, 1}, -1.0f, 1.0f);
+    int k = f32_input(g, r, "k" + sfx, {K, c.n_kv, n, 1}, -1.0f, 1.0f);
+    int v = f32_input(g, r, "v" + sfx, {K, c.n_kv, n, 1}, -1.0f, 1.0f);
+    int y = add_spec(g, "dst" + sfx, DType::F32, {K, c.n_head, n, 1}, Role::Output);
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const size_t i = reverse ? slices.size() - 1 - j : j;
+      const BatchSlice& sl = slices[i];
+      const std::string seq = "_seq" + std::to_string(sl.seq);
+      const int64_t p0 = pos[size_t(sl.seq)];
+      Node w = node(Op::KvWrite, -1, rows_view(g, k, first[i], sl.count, "k" + sfx + seq),
+                    rows_view(g, v, first[i], sl.count, "v" + sfx + seq));
+      w.i[0] = g.kv.layer;
+      w.i[1] = sl.seq;
+      w.i[2] = int32_t(p0);
+      w.kv = kKvPlaceholder;
+      g.nodes.push_back(w);
+      Node a = node(Op::Attention, rows_view(g, y, first[i], sl.count, "dst" + sfx + seq),
+                    rows_view(g, q, first[i], sl.count, "q" + sfx + seq));
+      a.i[0] = g.kv.layer;
+      a.i[1] = sl.seq;
+      a.i[2] = int32_t(p0);
+      a.f[0] = 1.0f / std::sqrt(float(K));
+      a.kv = kKvPlaceholder;
+      g.nodes.push_back(a);
+    }
+    for (const BatchSlice& sl : slices) pos[size_t(sl.seq)] += sl.count;
+    g.steps.push_back(2 * slices.size());
+  };
+  step(l.step1, false, "_batch");
+  std::vector<BatchSlice> decode;
+  for (int s : l.step2) decode.push_back({s, 1});
+  step(decode, true, "_decode");
 }
 
 CaseGraph build_case(const ConformanceCase& c) {
@@ -470,6 +656,10 @@ CaseGraph build_case(const ConformanceCase& c) {
     }
     case Op::KvWrite:
     case Op::Attention: {
+      if (c.kind == Op::Attention && c.flag) {
+        build_batched_attention(c, g, r);
+        break;
+      }
       const bool attn = c.kind == Op::Attention;
       const int64_t written = attn ? M + 1 : M;
       g.kv.used = true;
@@ -672,14 +862,72 @@ float rec_init(int seq, int layer, int kind, int64_t e) {
 // One backend's copy of a case graph.
 struct Instance {
   std::vector<std::unique_ptr<GuardedBuffer>> bufs;  // parallel to spec.tensors
+  std::vector<int32_t> index;  // spec tensor -> graph tensor (row views add reshapes)
   std::unique_ptr<KvCache> kv;
   KvCache::SeqId seq = -1, other_seq = -1;
+  std::vector<KvCache::SeqId> seqs;  // batched cases: per KvSpec::seqs entry
   Graph graph;
 };
 
+// Fills positions [from, to) of sequence `s` (every layer) with kv_init(tag, ...).
+void fill_kv(KvCache& kv, KvCache::SeqId s, int tag, int64_t from, int64_t to) {
+  const int64_t row = int64_t(kv.row_elems());
+  for (int layer = 0; layer < kv.config().n_layers; ++layer)
+    for (int64_t pos = from; pos < to; ++pos) {
+      uint16_t* k = kv.k_row(layer, s, pos);
+      uint16_t* v = kv.v_row(layer, s, pos);
+      for (int64_t e = 0; e < row; ++e) {
+        k[e] = kv_init(tag, layer, pos, 0, e);
+        v[e] = kv_init(tag, layer, pos, 1, e);
+      }
+    }
+}
+
+// Batched cases: create and fork the sequences, cache their histories (a fork's own
+// positions only: below the fork point it reads its parent's pages), make the
+// engine's reserve() calls (which copy shared pages about to be written), reserve
+// whole pages and give every position not yet written a known value.
+void setup_batched_kv(const KvSpec& spec, KvCache& kv, std::vector<KvCache::SeqId>& ids) {
+  for (size_t i = 0; i < spec.seqs.size(); ++i) {
+    const KvSeqSpec& s = spec.seqs[i];
+    const KvCache::SeqId id = s.parent < 0 ? kv.create_sequence() : kv.fork_sequence(ids.at(size_t(s.parent)), s.fork_at);
+    ids.push_back(id);
+    const int64_t from = s.parent < 0 ? 0 : s.fork_at;
+    if (s.history > from) {
+      if (!kv.reserve(id, s.history)) throw Error("conformance: KV pool too small");
+      fill_kv(kv, id, int(i), from, s.history);
+    }
+    kv.set_length(id, s.history);
+  }
+  for (auto [i, n] : spec.reserves)
+    if (!kv.reserve(ids.at(size_t(i)), n)) throw Error("conformance: KV pool too small");
+  const int64_t page = kv.config().page_tokens;
+  for (size_t i = 0; i < spec.seqs.size(); ++i) {
+    const KvSeqSpec& s = spec.seqs[i];
+    if (!kv.reserve(ids[i], s.capacity)) throw Error("conformance: KV pool too small");
+    // The case is what it claims: a fork still shares its parent's first page, one
+    // forked inside a page has its own copy of that page by now, and no page the run
+    // writes (or reserved past it) is shared.
+    const auto& table = kv.block_table(ids[i]);
+    if (s.parent >= 0 && s.fork_at > 0) {
+      const auto& parent = kv.block_table(ids[size_t(s.parent)]);
+      const size_t mid = size_t(s.fork_at / page);
+      if (table.front() != parent.front() || (s.fork_at % page != 0 && table.at(mid) == parent.at(mid)))
+        throw Error("conformance: internal error: fork " + std::to_string(i) + " does not share (or copy) its parent's pages");
+    }
+    for (size_t p = size_t(s.history / page); p < table.size(); ++p)
+      if (kv.page_refcount(table[p]) != 1)
+        throw Error("conformance: internal error: sequence " + std::to_string(i) + " would write a shared page");
+    fill_kv(kv, ids[i], int(i), s.history, s.capacity);
+  }
+}
+
 std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
   auto inst = std::make_unique<Instance>();
-  if (spec.kv.used) {
+  if (spec.kv.used && !spec.kv.seqs.empty()) {
+    inst->kv = std::make_unique<KvCache>(spec.kv.cfg);
+    setup_batched_kv(spec.kv, *inst->kv, inst->seqs);
+  } else if (spec.kv.used) {
     inst->kv = std::make_unique<KvCache>(spec.kv.cfg);
     KvCache& kv = *inst->kv;
     inst->other_seq = kv.create_sequence();
@@ -717,6 +965,25 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
       std::memset(buf->data(), 0xFF, ts.bytes());  // NaN / -1: an unwritten element shows
     else
       std::memcpy(buf->data(), ts.init.data(), ts.bytes());
+    if (ts.rows_count > 0) {  // token rows, exactly as GraphBuilder::token_rows builds them
+      Graph& g = inst->graph;
+      const int32_t base = inst->index.at(size_t(ts.view_of));
+      const std::array<int64_t, 4> ne{g.tensor(base).ne[0], g.tensor(base).ne[1], g.tensor(base).ne[2], g.tensor(base).ne[3]};
+      int32_t v;
+      if (ne[2] == 1 && ne[3] == 1) {
+        v = g.view_rows(base, ts.rows_first, ts.rows_count);
+      } else {
+        v = g.view_rows(g.reshape(base, {ne[0] * ne[1], ne[2]}), ts.rows_first, ts.rows_count);
+        v = g.reshape(v, {ne[0], ne[1], ts.rows_count});
+      }
+      Tensor& t = g.tensor(v);
+      for (int d = 0; d < 4; ++d)
+        if (t.ne[d] != ts.ne[size_t(d)]) throw Error("conformance: internal error: row view '" + ts.name + "' has the wrong shape");
+      t.name = ts.name;
+      inst->index.push_back(v);
+      inst->bufs.push_back(std::move(buf));
+      continue;
+    }
     Tensor t = Tensor::contiguous(ts.type, {ts.ne[0], ts.ne[1], ts.ne[2], ts.ne[3]}, buf->data());
     if (ts.view_of >= 0) {  // the source was created before the view
       t.data = inst->bufs[size_t(ts.view_of)]->data() + ts.view_offset;
@@ -724,24 +991,36 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
     }
     t.name = ts.name;
     if (ts.role == Role::Weight) be.prepare_weight(t);
-    inst->graph.add_tensor(t);
+    inst->index.push_back(inst->graph.add_tensor(t));
     inst->bufs.push_back(std::move(buf));
   }
   for (Node n : spec.nodes) {
     if (n.kv) {
       n.kv = inst->kv.get();
-      n.i[1] = inst->seq;
+      n.i[1] = spec.kv.seqs.empty() ? inst->seq : inst->seqs.at(size_t(n.i[1]));
     }
+    if (n.dst >= 0) n.dst = inst->index.at(size_t(n.dst));
+    for (int32_t& src : n.src)
+      if (src >= 0) src = inst->index.at(size_t(src));
     inst->graph.add_node(n);
   }
   inst->graph.allocate();
   return inst;
 }
 
+// Runs the steps. After each, as the engine does after a forward step, every
+// sequence a KvWrite of the step wrote gets its length set to the end of what was
+// written (kernels do not set lengths).
 void execute(const CaseGraph& spec, Instance& inst, Backend& be) {
   size_t first = 0;
   for (size_t count : spec.steps) {
     be.execute(inst.graph, first, count);
+    for (size_t k = first; k < first + count; ++k) {
+      const Node& n = inst.graph.nodes()[k];
+      if (n.op != Op::KvWrite) continue;
+      const int64_t end = int64_t(n.i[2]) + inst.graph.tensor(n.src[0]).ne[2];
+      if (n.kv->length(n.i[1]) < end) n.kv->set_length(n.i[1], end);
+    }
     first += count;
   }
 }
@@ -944,7 +1223,57 @@ ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, 
   // KV cache: the written positions of the tested layer and sequence equal the
   // reference's; everything else (history, the other layer and sequence, reserved
   // positions past the end) is untouched.
-  if (spec.kv.used) {
+  if (spec.kv.used && !spec.kv.seqs.empty()) {
+    // Batched: per sequence, the positions the run wrote (tested layer) equal the
+    // reference's; every other row holds what setup put there (below a fork point,
+    // the parent's values, read through the shared pages).
+    KvCache &rk = *ref->kv, &gk = *got->kv;
+    const int64_t row = int64_t(rk.row_elems());
+    std::vector<float> a, b;
+    std::string bystander;
+    for (size_t i = 0; i < spec.kv.seqs.size(); ++i) {
+      const KvSeqSpec& ss = spec.kv.seqs[i];
+      const KvCache::SeqId gs = got->seqs[i], rs = ref->seqs[i];
+      const std::string seq_name = "sequence " + std::to_string(i) +
+                                   (ss.parent >= 0 ? " (a fork of " + std::to_string(ss.parent) + " at " +
+                                                         std::to_string(ss.fork_at) + ")"
+                                                   : "");
+      if (gk.length(gs) != rk.length(rs))
+        errors.push_back("KV cache: " + seq_name + " has length " + std::to_string(gk.length(gs)) +
+                         " after the run, the reference has " + std::to_string(rk.length(rs)));
+      const int64_t end = ss.history + ss.written;
+      for (int layer = 0; layer < spec.kv.cfg.n_layers; ++layer)
+        for (int64_t pos = 0; pos < ss.capacity; ++pos) {
+          const bool written = layer == spec.kv.layer && pos >= ss.history && pos < end;
+          const int owner = spec.kv.owner(int(i), pos);
+          for (int kvsel = 0; kvsel < 2; ++kvsel) {
+            const uint16_t* gr = kvsel ? gk.v_row(layer, gs, pos) : gk.k_row(layer, gs, pos);
+            if (written) {
+              const uint16_t* rr = kvsel ? rk.v_row(layer, rs, pos) : rk.k_row(layer, rs, pos);
+              for (int64_t e = 0; e < row; ++e) {
+                a.push_back(quant::fp16_to_fp32(rr[e]));
+                b.push_back(quant::fp16_to_fp32(gr[e]));
+              }
+            } else if (bystander.empty()) {
+              for (int64_t e = 0; e < row; ++e)
+                if (gr[e] != kv_init(owner, layer, pos, kvsel, e)) {
+                  bystander = "KV cache: " + std::string(kvsel ? "V" : "K") + " of " + seq_name + ", layer " +
+                              std::to_string(layer) + ", position " + std::to_string(pos) +
+                              (owner != int(i) ? " (in a page shared with sequence " + std::to_string(owner) + ")" : "") +
+                              " was overwritten (the run writes only positions [" + std::to_string(ss.history) + ", " +
+                              std::to_string(end) + ") of layer " + std::to_string(spec.kv.layer) + ")";
+                  break;
+                }
+            }
+          }
+        }
+    }
+    if (!bystander.empty()) errors.push_back(bystander);
+    Compared cmp = compare_floats(a.data(), b.data(), a.size(), conformance_limit(Op::KvWrite), "KV cache contents");
+    if (cmp.error.empty() && cmp.nmse > cmp.limit)
+      cmp.error = "KV cache contents: NMSE " + fmt_double(cmp.nmse) + " > " + fmt_double(cmp.limit);
+    account(cmp);
+  } else if (spec.kv.used) {
     KvCache &rk = *ref->kv, &gk = *got->kv;
     if (gk.length(got->seq) != rk.length(ref->seq))
       errors.push_back("KV cache: sequence length " + std::to_string(gk.length(got->seq)) + " after the run, the reference has " +
