@@ -171,11 +171,35 @@ class CpuAvx512Backend final : public Backend {
     return s;
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override {
+  void execute(Graph& graph, size_t first, size_t count) override { execute_range(graph, first, count, false); }
+
+  // supports() runs only for the nodes whose validation reads run-time state
+  // (cpu_scalar::validation_reads_run_state), neither in the loop nor when grouping
+  // products (matmul_group, fused_swiglu); nodes left to the reference go to its
+  // execute_validated() (what this backend accepts, the reference accepts). The data
+  // pointers and the kernels' own checks (sequence exists, reserved KV positions,
+  // ids in range) stay for every node.
+  void execute_validated(Graph& graph, size_t first, size_t count) override {
+    execute_range(graph, first, count, true);
+  }
+
+ private:
+  // supports(graph, n) == yes, or true without asking in a validated run. Every
+  // node this is asked about lies in the range of the current execute call.
+  bool accepted(const Graph& graph, const Node& n) const {
+    return (validated_ && !cpu_scalar::validation_reads_run_state(n.op)) || supports(graph, n).supported;
+  }
+
+  void execute_range(Graph& graph, size_t first, size_t count, bool validated) {
     const auto& nodes = graph.nodes();
     if (first > nodes.size() || count > nodes.size() - first)
       throw Error("cpu_avx512: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
                   ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
+    struct Scope {  // validated_ holds for this call only, whatever it throws
+      bool& flag;
+      Scope(bool& f, bool v) : flag(f) { flag = v; }
+      ~Scope() { flag = false; }
+    } scope(validated_, validated);
     act_key_.valid = false;  // x may have been written since the last call
     next_.node = SIZE_MAX;    // found in another graph or call
     const size_t end = first + count;
@@ -198,15 +222,20 @@ class CpuAvx512Backend final : public Backend {
       }
       if (n.op != Op::MatMul) act_key_.valid = false;
       else if (k + 1 >= end || nodes[k + 1].op != Op::MatMul) prepare_next_product(graph, k + 1, first, end);
-      OpSupport s = supports(graph, n);
-      if (!s.supported) fail(graph, k, s.reason);
+      if (!validated || cpu_scalar::validation_reads_run_state(n.op)) {
+        OpSupport s = supports(graph, n);
+        if (!s.supported) fail(graph, k, s.reason);
+      }
       for (int i = 0; i < 4; ++i)
         if (n.src[i] >= 0 && !graph.tensor(n.src[i]).data) fail(graph, k, "src" + std::to_string(i) + " has no data");
       if (n.op != Op::KvWrite && n.dst >= 0 && !graph.tensor(n.dst).data) fail(graph, k, "dst has no data");
       try {
         if (!run_node(graph, n)) {
           act_key_.valid = false;
-          ref_->execute(graph, k, 1);
+          if (validated)
+            ref_->execute_validated(graph, k, 1);
+          else
+            ref_->execute(graph, k, 1);
         }
       } catch (const Error& e) {
         fail(graph, k, e.what());
@@ -214,7 +243,6 @@ class CpuAvx512Backend final : public Backend {
     }
   }
 
- private:
   [[noreturn]] static void fail(const Graph& g, size_t k, const std::string& why) {
     throw Error("cpu_avx512: " + describe_node(g, k) + ": " + why);
   }
@@ -465,7 +493,7 @@ class CpuAvx512Backend final : public Backend {
           kern::f32_to_f16_row(v.row<float>(h, t), kv_rows_[size_t(2 * t + 1)] + h * hd, hd);
         }
     });
-    if (kv.length(seq) < p0 + T) kv.set_length(seq, p0 + T);
+    // The length is the engine's to set, after the step (see KvCache::length).
     return true;
   }
 
@@ -713,7 +741,7 @@ class CpuAvx512Backend final : public Backend {
     if (!y.data || y.type != DType::F32 || gate.type != DType::F32 || up.type != DType::F32) return nullptr;
     if (!flat(y) || !flat(gate) || !flat(up) || !same_shape(y, gate) || !same_shape(y, up)) return nullptr;
     if (overlaps(y, gate) || overlaps(y, up) || overlaps(y, x) || overlaps_bytes(y, *grp.ws[0]) ||
-        overlaps_bytes(y, *grp.ws[1]) || !supports(g, sn).supported)
+        overlaps_bytes(y, *grp.ws[1]) || !accepted(g, sn))
       return nullptr;
     return &y;
   }
@@ -794,7 +822,7 @@ class CpuAvx512Backend final : public Backend {
       if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
       const Tensor& w = g.tensor(nd.src[0]);
       const Tensor& d = g.tensor(nd.dst);
-      if (!w.data || !d.data || !supports(g, nd).supported) break;
+      if (!w.data || !d.data || !accepted(g, nd)) break;
       if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
       const Repacked* r = lookup_repacked(w);
       if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
@@ -978,19 +1006,22 @@ class CpuAvx512Backend final : public Backend {
     if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
     const int64_t n_kv = kv.config().n_kv_heads;
     const int64_t group = n_head / n_kv;
-    if (kv.length(seq) < p0 + T)
-      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(p0 + T) +
-                  ") but the cache of sequence " + std::to_string(seq) + " holds " + std::to_string(kv.length(seq)) +
-                  " (KvWrite first)");
     const int64_t L = p0 + T;
     // Cache row pointers per position (a KV head's part starts kvh * hd into a row).
     // Gathered on this thread before the dispatch: one lookup per page, since a
     // checked k_row/v_row call per position and head was ~6 us per layer at 256.
+    // Positions [0, L) must be reserved; this step's ([p0, L), written by the KvWrite
+    // before) are not counted in length() yet: the engine sets it after the step.
     rows_.resize(size_t(2 * L));
     const uint16_t** krows = rows_.data();
     const uint16_t** vrows = rows_.data() + L;
-    kv.rows(layer, seq, 0, 0, L, krows);
-    kv.rows(layer, seq, 1, 0, L, vrows);
+    try {
+      kv.rows(layer, seq, 0, 0, L, krows);
+      kv.rows(layer, seq, 1, 0, L, vrows);
+    } catch (const Error& e) {
+      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(L) + ") of sequence " +
+                  std::to_string(seq) + ": " + e.what());
+    }
     // Items: (token, KV head, a slice of up to kSlice of its query heads), so the
     // query heads that share K/V rows run together (kern::attention_heads).
     constexpr int64_t kSlice = 4;
@@ -1060,6 +1091,7 @@ class CpuAvx512Backend final : public Backend {
   WorkSplit split_;     // the items of the current product dispatch
   ProductGroup next_;  // the next product's group, found for its idle prefetch
   bool repack_ = true;
+  bool validated_ = false;  // inside execute_validated (see accepted)
   int decode_tiles_ = 1;         // MatMulJob::decode_tiles for repacked products
   bool decode_prefetch_ = false;  // MatMulJob::decode_prefetch
   std::unordered_map<const void*, Repacked> repacked_;

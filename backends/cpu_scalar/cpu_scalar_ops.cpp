@@ -487,14 +487,25 @@ class CpuScalarBackend final : public Backend {
     return OpSupport::no(std::string(op_name(node.op)) + ": " + why);
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override {
+  void execute(Graph& graph, size_t first, size_t count) override { execute_range(graph, first, count, false); }
+
+  // The Checker runs only for the nodes whose validation reads run-time state
+  // (validation_reads_run_state); the data pointers and the kernels' own checks
+  // (sequence exists, reserved KV positions, ids in range) stay for every node.
+  void execute_validated(Graph& graph, size_t first, size_t count) override {
+    execute_range(graph, first, count, true);
+  }
+
+ private:
+  void execute_range(Graph& graph, size_t first, size_t count, bool validated) {
     const auto& nodes = graph.nodes();
     if (first > nodes.size() || count > nodes.size() - first)
       throw Error("cpu_scalar: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
                   ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
     for (size_t k = first; k < first + count; ++k) {
       const Node& n = nodes[k];
-      std::string why = Checker(graph, n).run();
+      std::string why;
+      if (!validated || validation_reads_run_state(n.op)) why = Checker(graph, n).run();
       if (why.empty()) why = check_data(graph, n);
       if (!why.empty()) fail(graph, k, why);
       try {
@@ -505,7 +516,6 @@ class CpuScalarBackend final : public Backend {
     }
   }
 
- private:
   [[noreturn]] static void fail(const Graph& g, size_t k, const std::string& why) {
     throw Error("cpu_scalar: " + describe_node(g, k) + ": " + why);
   }
@@ -701,7 +711,7 @@ class CpuScalarBackend final : public Backend {
         }
       }
     }
-    if (kv.length(seq) < p0 + T) kv.set_length(seq, p0 + T);
+    // The length is the engine's to set, after the step (see KvCache::length).
   }
 
   // --- Attention -----------------------------------------------------------
@@ -715,17 +725,19 @@ class CpuScalarBackend final : public Backend {
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
     const int64_t n_kv = kv.config().n_kv_heads;
     const int64_t group = n_head / n_kv;
-    if (kv.length(seq) < p0 + T)
-      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(p0 + T) +
-                  ") but the cache of sequence " + std::to_string(seq) + " holds " + std::to_string(kv.length(seq)) +
-                  " (KvWrite first)");
 
     // Row pointers of the cache, gathered once (the block table is read-only here).
+    // Positions [0, p0 + T) must be reserved; those of this step ([p0, p0 + T), written
+    // by the KvWrite before) are not counted in length() yet: the engine sets it after
+    // the step.
     const int64_t L = p0 + T;
     std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
-    for (int64_t j = 0; j < L; ++j) {
-      krows[size_t(j)] = kv.k_row(layer, seq, j);
-      vrows[size_t(j)] = kv.v_row(layer, seq, j);
+    try {
+      kv.rows(layer, seq, 0, 0, L, krows.data());
+      kv.rows(layer, seq, 1, 0, L, vrows.data());
+    } catch (const Error& e) {
+      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(L) + ") of sequence " +
+                  std::to_string(seq) + ": " + e.what());
     }
 
     // The weighted sum of V is kept in F16 between steps, as llama.cpp's CPU flash

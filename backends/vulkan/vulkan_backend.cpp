@@ -139,10 +139,45 @@ class VulkanBackend final : public Backend {
     }
   }
 
-  void execute(Graph& g, size_t first, size_t count) override;
+  void execute(Graph& g, size_t first, size_t count) override { execute_range(g, first, count, false); }
+  // supports() runs only for the nodes whose validation reads run-time state
+  // (cpu_scalar::validation_reads_run_state); the one check() that reads data
+  // addresses (a Rope's positions must not be computed in the graph) runs for every
+  // Rope, over sorted ranges (rope_positions_computed). Data pointers, sequences,
+  // reserved KV positions and ids stay checked as in execute().
+  void execute_validated(Graph& g, size_t first, size_t count) override { execute_range(g, first, count, true); }
 
  private:
+  void execute_range(Graph& g, size_t first, size_t count, bool validated);
+
   // --- validation ------------------------------------------------------------
+  // The first Rope node of [first, first + count) whose positions tensor overlaps a
+  // node's destination anywhere in the graph (check()'s Rope rule for all of them at
+  // once: the destinations sorted by start with the running maximum of their ends,
+  // one binary search per Rope), or SIZE_MAX.
+  static size_t rope_positions_computed(const Graph& g, size_t first, size_t count) {
+    const auto& nodes = g.nodes();
+    size_t k = first;
+    while (k < first + count && nodes[k].op != Op::Rope) ++k;
+    if (k == first + count) return SIZE_MAX;
+    std::vector<Range> writes;
+    writes.reserve(nodes.size());
+    for (const Node& o : nodes)
+      if (o.dst >= 0) writes.push_back(range_of(g.tensor(o.dst)));
+    std::sort(writes.begin(), writes.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+    std::vector<uintptr_t> max_hi(writes.size());
+    for (size_t i = 0; i < writes.size(); ++i) max_hi[i] = std::max(writes[i].hi, i ? max_hi[i - 1] : 0);
+    for (; k < first + count; ++k) {
+      if (nodes[k].op != Op::Rope) continue;
+      const Range pr = range_of(g.tensor(nodes[k].src[1]));
+      const size_t n = size_t(std::lower_bound(writes.begin(), writes.end(), pr.hi,
+                                               [](const Range& a, uintptr_t v) { return a.lo < v; }) -
+                              writes.begin());
+      if (n > 0 && max_hi[n - 1] > pr.lo) return k;
+    }
+    return SIZE_MAX;
+  }
+
   std::string check(const Graph& g, const Node& n) const {
     auto T = [&](int32_t i) -> const Tensor& { return g.tensor(i); };
     auto all_dense = [&](std::initializer_list<int32_t> ids) -> std::string {
@@ -441,6 +476,17 @@ void Run::plan() {
     if (!n.kv->has_sequence(n.i[1]))
       throw Error("vulkan: " + describe_node(g_, k) + ": sequence " + std::to_string(n.i[1]) + " does not exist in the KV cache");
     const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
+    // Positions [0, end) must be reserved (k_row throws outside that range). An
+    // Attention's own positions, written by the KvWrite before it, are not counted in
+    // length() yet: the engine sets it after the step.
+    if (end > 0) {
+      try {
+        (void)n.kv->k_row(n.i[0], n.i[1], end - 1);
+      } catch (const Error& e) {
+        throw Error("vulkan: " + describe_node(g_, k) + ": positions [" + std::to_string(n.i[2]) + ", " + std::to_string(end) +
+                    ") of sequence " + std::to_string(n.i[1]) + ": " + e.what());
+      }
+    }
     Mirror* m = nullptr;
     for (Mirror& x : mirrors_)
       if (x.kv == n.kv && x.layer == n.i[0] && x.seq == n.i[1]) m = &x;
@@ -558,15 +604,7 @@ void Run::plan() {
             void* hostrow = kv ? n.kv->v_row(n.i[0], n.i[1], p0 + t) : n.kv->k_row(n.i[0], n.i[1], p0 + t);
             downloads_.push_back({hostrow, m.row_bytes, (kv ? m.v : m.k) + (p0 + t) * m.row_bytes});
           }
-        if (n.kv->length(n.i[1]) < p0 + Tn) n.kv->set_length(n.i[1], p0 + Tn);
-        break;
-      }
-      case Op::Attention: {
-        const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
-        if (n.kv->length(n.i[1]) < end)
-          throw Error("vulkan: " + describe_node(g_, k) + ": attention over positions [" + std::to_string(n.i[2]) + ", " +
-                      std::to_string(end) + ") but the cache of sequence " + std::to_string(n.i[1]) + " holds " +
-                      std::to_string(n.kv->length(n.i[1])) + " (KvWrite first)");
+        // The length is the engine's to set, after the step (see KvCache::length).
         break;
       }
       default: break;
@@ -959,15 +997,21 @@ void Run::go() {
   for (const Download& d : downloads_) std::memcpy(d.dst, stage + d.stage, d.bytes);
 }
 
-void VulkanBackend::execute(Graph& g, size_t first, size_t count) {
+void VulkanBackend::execute_range(Graph& g, size_t first, size_t count, bool validated) {
   const auto& nodes = g.nodes();
   if (first > nodes.size() || count > nodes.size() - first)
     throw Error("vulkan: node range [" + std::to_string(first) + ", " + std::to_string(first + count) + ") exceeds the graph's " +
                 std::to_string(nodes.size()) + " nodes");
   if (count == 0) return;
+  if (validated) {
+    const size_t k = rope_positions_computed(g, first, count);
+    if (k != SIZE_MAX) throw Error("vulkan: " + describe_node(g, k) + ": Rope: positions computed inside the graph");
+  }
   for (size_t k = first; k < first + count; ++k) {
-    OpSupport s = supports(g, nodes[k]);
-    if (!s.supported) throw Error("vulkan: " + describe_node(g, k) + ": " + s.reason);
+    if (!validated || cpu_scalar::validation_reads_run_state(nodes[k].op)) {
+      OpSupport s = supports(g, nodes[k]);
+      if (!s.supported) throw Error("vulkan: " + describe_node(g, k) + ": " + s.reason);
+    }
     const Node& n = nodes[k];
     for (int i = 0; i < 4; ++i)
       if (n.src[i] >= 0 && !g.tensor(n.src[i]).data) throw Error("vulkan: " + describe_node(g, k) + ": src" + std::to_string(i) + " has no data");

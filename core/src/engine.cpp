@@ -53,7 +53,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   seq_ = kv_->create_sequence();
   // Host backends read scratch through plain pointers, so intermediates may share
   // memory by liveness; a device backend tracks host ranges per submission and gets
-  // distinct ranges (decision 40).
+  // distinct ranges (decision 37).
   bool host_only = true;
   for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
   graph_.set_memory_reuse(host_only);

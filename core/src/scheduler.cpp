@@ -208,7 +208,7 @@ void Scheduler::run(Graph& graph) const {
     for (size_t k = 0; k < placement.size(); ++k) {
       const size_t b = size_t(placement[k]);
       const auto t0 = std::chrono::steady_clock::now();
-      backends_[b]->execute(graph, k, 1);
+      backends_[b]->execute_validated(graph, k, 1);
       const auto t1 = std::chrono::steady_clock::now();
       profile_->add(names[b], nodes[k].op,
                     uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
@@ -219,7 +219,7 @@ void Scheduler::run(Graph& graph) const {
   while (first < placement.size()) {
     size_t end = first + 1;
     while (end < placement.size() && placement[end] == placement[first]) ++end;
-    backends_[size_t(placement[first])]->execute(graph, first, end - first);
+    backends_[size_t(placement[first])]->execute_validated(graph, first, end - first);
     first = end;
   }
 }

@@ -62,12 +62,15 @@ Node node(Op op, int32_t dst, int32_t s0, int32_t s1 = -1) {
   return n;
 }
 
+// Every node accepted by supports(), then the whole graph through
+// execute_validated(), as Scheduler::run() executes it (execute() itself, which
+// validates again, is what the conformance suite and the error tests call).
 void run(Backend& be, Graph& g) {
   for (const Node& n : g.nodes()) {
     OpSupport s = be.supports(g, n);
     ASSERT_TRUE(s.supported) << s.reason;
   }
-  be.execute(g, 0, g.nodes().size());
+  be.execute_validated(g, 0, g.nodes().size());
 }
 
 constexpr size_t kGuard = 64;  // floats of guard after each output
@@ -550,6 +553,154 @@ TEST_F(Avx512, GroupedMatMulsEqualEachProductAlone) {
   }
 }
 
+// execute_validated() (what Scheduler::run calls) computes exactly what execute()
+// does on a decode/prefill-like graph: grouped repacked products with the fused
+// SwiGlu, small ops, KvWrite + Attention and a node left to the reference (TopK);
+// and it keeps the run-time checks (sequence, reserved positions, start position,
+// data pointers, ids).
+TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
+  const int64_t K = 256, F = 128, M = 3, hd = 64, nh = 4, nkv = 2;
+  std::vector<uint8_t> wg = quantize_matrix(DType::Q4_0, randn(size_t(K * F), 81), K, F);
+  std::vector<uint8_t> wu = quantize_matrix(DType::Q4_0, randn(size_t(K * F), 82), K, F);
+  std::vector<uint8_t> wd = quantize_matrix(DType::Q8_0, randn(size_t(F * K), 83), F, K);
+  const std::vector<float> x0 = randn(size_t(K * M), 84), norm_w = randn(size_t(K), 85);
+  const std::vector<float> k0 = randn(size_t(hd * nkv * M), 86), v0 = randn(size_t(hd * nkv * M), 87);
+  const std::vector<float> q0 = randn(size_t(hd * nh * M), 88);
+  const KvCacheConfig cfg{1, int(nkv), int(hd), 4, 8, {}};
+  struct Result {
+    std::vector<float> y, attn;
+    std::vector<int32_t> top;
+    std::vector<uint16_t> krow;
+  };
+  auto go = [&](bool validated) {
+    auto be = cpu_avx512::make_backend(pool.get());
+    KvCache kv(cfg);
+    const KvCache::SeqId seq = kv.create_sequence();
+    EXPECT_TRUE(kv.reserve(seq, 2 + M));
+    for (int64_t p = 0; p < 2; ++p) {  // a history of two positions before this step
+      std::memset(kv.k_row(0, seq, p), 0, size_t(hd * nkv) * 2);
+      std::memset(kv.v_row(0, seq, p), 0, size_t(hd * nkv) * 2);
+    }
+    kv.set_length(seq, 2);
+    std::vector<float> x = x0, nw = norm_w, k = k0, v = v0, q = q0;
+    std::vector<float> xn(size_t(K * M)), gt(size_t(F * M)), ut(size_t(F * M)), h(size_t(F * M)), d(size_t(K * M));
+    Result r;
+    r.y.assign(size_t(K * M), 0.0f);
+    r.attn.assign(size_t(hd * nh * M), 0.0f);
+    r.top.assign(size_t(2 * M), -1);
+    Tensor tg = Tensor::contiguous(DType::Q4_0, {K, F}, wg.data()), tu = Tensor::contiguous(DType::Q4_0, {K, F}, wu.data()),
+           td = Tensor::contiguous(DType::Q8_0, {F, K}, wd.data());
+    be->prepare_weight(tg), be->prepare_weight(tu), be->prepare_weight(td);
+    Graph g;
+    const int ix = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
+    const int inw = g.add_tensor(Tensor::contiguous(DType::F32, {K}, nw.data()));
+    const int ixn = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, xn.data()));
+    const int ig = g.add_tensor(tg), iu = g.add_tensor(tu), id = g.add_tensor(td);
+    const int igt = g.add_tensor(Tensor::contiguous(DType::F32, {F, M}, gt.data()));
+    const int iut = g.add_tensor(Tensor::contiguous(DType::F32, {F, M}, ut.data()));
+    const int ih = g.add_tensor(Tensor::contiguous(DType::F32, {F, M}, h.data()));
+    const int idt = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, d.data()));
+    const int iy = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, r.y.data()));
+    const int itop = g.add_tensor(Tensor::contiguous(DType::I32, {2, M}, r.top.data()));
+    const int ik = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nkv, M}, k.data()));
+    const int iv = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nkv, M}, v.data()));
+    const int iq = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nh, M}, q.data()));
+    const int io = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nh, M}, r.attn.data()));
+    Node rn = node(Op::RmsNorm, ixn, ix, inw);
+    rn.f[0] = 1e-5f;
+    g.add_node(rn);
+    g.add_node(node(Op::MatMul, igt, ig, ixn));
+    g.add_node(node(Op::MatMul, iut, iu, ixn));
+    g.add_node(node(Op::SwiGlu, ih, igt, iut));  // fused into the two products (M > 1)
+    g.add_node(node(Op::MatMul, idt, id, ih));
+    g.add_node(node(Op::Add, iy, idt, ix));
+    g.add_node(node(Op::TopK, itop, iy));  // the reference's code
+    Node w = node(Op::KvWrite, -1, ik, iv);
+    w.i = {0, seq, 2};
+    w.kv = &kv;
+    g.add_node(w);
+    Node a = node(Op::Attention, io, iq);
+    a.i = {0, seq, 2};
+    a.f[0] = 0.125f;
+    a.kv = &kv;
+    g.add_node(a);
+    for (const Node& n : g.nodes()) EXPECT_TRUE(be->supports(g, n).supported) << op_name(n.op);
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the second call reuses the backend's state
+      if (validated)
+        be->execute_validated(g, 0, g.nodes().size());
+      else
+        be->execute(g, 0, g.nodes().size());
+    }
+    EXPECT_EQ(kv.length(seq), 2);  // the engine's to set
+    const uint16_t* kr = kv.k_row(0, seq, 3);
+    r.krow.assign(kr, kr + hd * nkv);
+    return r;
+  };
+  const Result plain = go(false), fast = go(true);
+  EXPECT_EQ(plain.y, fast.y);
+  EXPECT_EQ(plain.attn, fast.attn);
+  EXPECT_EQ(plain.top, fast.top);
+  EXPECT_EQ(plain.krow, fast.krow);
+  for (float f : fast.attn) ASSERT_TRUE(std::isfinite(f));
+
+  // Run-time checks stay.
+  KvCache kv(cfg);
+  const KvCache::SeqId seq = kv.create_sequence();
+  ASSERT_TRUE(kv.reserve(seq, 4));
+  std::vector<float> k = k0, v = v0, q = q0, out(q.size());
+  auto expect_error = [&](Graph& g, const char* what) {
+    try {
+      be2->execute_validated(g, 0, g.nodes().size());
+      ADD_FAILURE() << "expected tessera::Error containing '" << what << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto kv_graph = [&](Graph& g, int32_t s, int32_t p0, bool attention) {
+    const int ik = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nkv, M}, k.data()));
+    const int iv = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nkv, M}, v.data()));
+    const int iq = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nh, M}, q.data()));
+    const int io = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nh, M}, out.data()));
+    Node n = attention ? node(Op::Attention, io, iq) : node(Op::KvWrite, -1, ik, iv);
+    n.i = {0, s, p0};
+    n.f[0] = 0.125f;
+    n.kv = &kv;
+    g.add_node(n);
+  };
+  {
+    Graph g;
+    kv_graph(g, seq + 3, 0, false);
+    expect_error(g, "does not exist");
+  }
+  {
+    Graph g, h;
+    kv_graph(g, seq, 2, false);  // positions [2, 5), 4 not reserved
+    expect_error(g, "reserved range");
+    kv_graph(h, seq, 2, true);
+    expect_error(h, "reserved range");
+  }
+  {
+    Graph g;
+    kv_graph(g, seq, -1, true);
+    expect_error(g, "negative");
+  }
+  {
+    std::vector<float> table(size_t(16 * 3), 1.0f), rows(size_t(16 * 2));
+    std::vector<int32_t> ids = {0, 3};
+    Graph g;
+    const int it = g.add_tensor(Tensor::contiguous(DType::F32, {16, 3}, table.data()));
+    const int ii = g.add_tensor(Tensor::contiguous(DType::I32, {2}, ids.data()));
+    const int ir = g.add_tensor(Tensor::contiguous(DType::F32, {16, 2}, rows.data()));
+    g.add_node(node(Op::GetRows, ir, it, ii));
+    expect_error(g, "out of range");
+    Graph h;
+    const int ix = h.add_tensor(Tensor::contiguous(DType::F32, {16}, nullptr));
+    const int iy = h.add_tensor(Tensor::contiguous(DType::F32, {16}, rows.data()));
+    h.add_node(node(Op::Silu, iy, ix));
+    expect_error(h, "has no data");
+  }
+}
+
 TEST_F(Avx512, UnsupportedIsDeclinedWithReason) {
   std::vector<float> x(8), y(8);
   std::vector<int32_t> ids(1);
@@ -757,7 +908,9 @@ TEST_F(Avx512, KvWriteMatchesReferenceBitForBit) {
       g.add_node(w);
       run(*be, g);
     }
-    EXPECT_EQ(ka.length(sa), kr.length(sr));
+    // The kernels leave the length to the caller (the engine sets it after the step).
+    EXPECT_EQ(ka.length(sa), 0);
+    EXPECT_EQ(kr.length(sr), 0);
     for (int64_t p = 3; p < 3 + T; ++p) {
       EXPECT_EQ(std::memcmp(kr.k_row(1, sr, p), ka.k_row(1, sa, p), size_t(hd * n_kv) * 2), 0) << "K at " << p;
       EXPECT_EQ(std::memcmp(kr.v_row(1, sr, p), ka.v_row(1, sa, p), size_t(hd * n_kv) * 2), 0) << "V at " << p;
@@ -794,6 +947,8 @@ struct KvRun {
     g.add_node(w);
     g.add_node(a);
     run(be, g);
+    EXPECT_EQ(kv.length(seq), p0);  // the kernels leave the length to the caller
+    kv.set_length(seq, p0 + n);     // as the engine does after the step
     return out;
   }
 };

@@ -341,7 +341,8 @@ struct AttnFixture {
     g.add_node(w);
     g.add_node(a);
     run(*be, g);
-    EXPECT_EQ(kv.length(seq), p0 + n);
+    EXPECT_EQ(kv.length(seq), p0);  // the kernels leave the length to the caller (the engine)
+    kv.set_length(seq, p0 + n);
     return out;
   }
 };
@@ -439,12 +440,29 @@ TEST(CpuScalarAttention, ErrorsAreClear) {
   a.kv = &f.kv;
   g.add_node(a);
   EXPECT_TRUE(f.be->supports(g, a).supported);
-  // Nothing written yet: attention over positions the cache does not hold.
-  try {
-    f.be->execute(g, 0, 1);
-    FAIL() << "expected tessera::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();
+  // Positions [0, 2) are reserved: attention over them runs (length() is the
+  // engine's, set after the step; the kernels do not read it).
+  EXPECT_NO_THROW(f.be->execute(g, 0, 1));
+  EXPECT_EQ(f.kv.length(s), 0);
+  // Attention over positions [3, 5): 4 is not reserved.
+  Graph g5;
+  Node a5 = a;
+  a5.src[0] = add(g5, DType::F32, {AttnFixture::hd, AttnFixture::n_head, 2}, q);
+  a5.dst = add(g5, DType::F32, {AttnFixture::hd, AttnFixture::n_head, 2}, out);
+  a5.i[2] = 3;
+  g5.add_node(a5);
+  for (bool validated : {false, true}) {
+    try {
+      if (validated)
+        f.be->execute_validated(g5, 0, 1);
+      else
+        f.be->execute(g5, 0, 1);
+      FAIL() << "expected tessera::Error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("attention over positions [3, 5)"), std::string::npos) << m;
+      EXPECT_NE(m.find("reserved range"), std::string::npos) << m;
+    }
   }
   // 3 heads with 2 KV heads: not a multiple.
   std::vector<float> q3(static_cast<size_t>(AttnFixture::hd * 3));
@@ -460,6 +478,87 @@ TEST(CpuScalarAttention, ErrorsAreClear) {
 }
 
 // --- Softmax, Silu, SwiGlu, Add, Mul, Argmax -------------------------------
+
+// execute_validated() skips the checks that depend only on the graph's signature
+// (the caller vouches that supports() accepted each node), and keeps every check of
+// run-time state.
+TEST(CpuScalarValidated, SkipsShapeChecksKeepsRunTimeChecks) {
+  AttnFixture f;
+  const KvCache::SeqId s = f.kv.create_sequence();
+  ASSERT_TRUE(f.kv.reserve(s, 4));
+  const int64_t hd = AttnFixture::hd, nh = AttnFixture::n_head, nkv = AttnFixture::n_kv;
+  auto expect_error = [&](Graph& g, const char* what) {
+    try {
+      f.be->execute_validated(g, 0, g.nodes().size());
+      ADD_FAILURE() << "expected tessera::Error containing '" << what << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  std::vector<float> k(size_t(hd * nkv * 2), 0.5f), v = k, q(size_t(hd * nh * 2), 0.25f), out(q.size());
+  auto kv_graph = [&](Graph& g, int32_t seq, int32_t p0, bool attention) {
+    const int tk = add(g, DType::F32, {hd, nkv, 2}, k), tv = add(g, DType::F32, {hd, nkv, 2}, v);
+    const int tq = add(g, DType::F32, {hd, nh, 2}, q), to = add(g, DType::F32, {hd, nh, 2}, out);
+    Node n = attention ? node(Op::Attention, to, tq) : node(Op::KvWrite, -1, tk, tv);
+    n.i = {0, seq, p0};
+    n.f[0] = 0.5f;
+    n.kv = &f.kv;
+    g.add_node(n);
+  };
+  {  // Runs like execute(), which leaves the length alone.
+    Graph g;
+    kv_graph(g, s, 0, false);
+    kv_graph(g, s, 0, true);
+    f.be->execute_validated(g, 0, 2);
+    EXPECT_EQ(f.kv.length(s), 0);
+    EXPECT_EQ(f.kv.k_row(0, s, 1)[3], quant::fp32_to_fp16(0.5f));
+  }
+  {  // A sequence that does not exist.
+    Graph g;
+    kv_graph(g, s + 5, 0, false);
+    expect_error(g, "does not exist");
+  }
+  {  // Positions outside the reserved range [0, 4).
+    Graph g;
+    kv_graph(g, s, 3, false);
+    expect_error(g, "reserved range");
+    Graph h;
+    kv_graph(h, s, 3, true);
+    expect_error(h, "reserved range");
+  }
+  {  // A negative start position (the signature leaves positions out): still checked.
+    Graph g;
+    kv_graph(g, s, -1, true);
+    expect_error(g, "negative");
+  }
+  {  // Data pointers and ids inside tensors.
+    std::vector<float> table(8 * 3, 1.0f), rows(8 * 2);
+    std::vector<int32_t> ids = {1, 3};
+    Graph g;
+    const int tt = add(g, DType::F32, {8, 3}, table), ti = add(g, DType::I32, {2}, ids);
+    const int tr = add(g, DType::F32, {8, 2}, rows);
+    g.add_node(node(Op::GetRows, tr, tt, ti));
+    expect_error(g, "out of range");
+    Graph h;
+    const int tx = h.add_tensor(Tensor::contiguous(DType::F32, {8}, nullptr));
+    const int ty = add(h, DType::F32, {8}, rows);
+    h.add_node(node(Op::Silu, ty, tx));
+    expect_error(h, "has no data");
+  }
+  {  // A shape/parameter check is skipped: a node supports() refuses (a negative eps,
+     // harmless here) runs. Outside callers use execute(), which refuses it.
+    std::vector<float> x(8, 2.0f), y(8);
+    Graph g;
+    const int tx = add(g, DType::F32, {8}, x), ty = add(g, DType::F32, {8}, y);
+    Node n = node(Op::RmsNorm, ty, tx);
+    n.f[0] = -1e-30f;
+    g.add_node(n);
+    EXPECT_FALSE(f.be->supports(g, n).supported);
+    EXPECT_THROW(f.be->execute(g, 0, 1), Error);
+    EXPECT_NO_THROW(f.be->execute_validated(g, 0, 1));
+    EXPECT_FLOAT_EQ(y[0], 1.0f);
+  }
+}
 
 TEST_F(CpuScalar, Softmax) {
   std::vector<float> x = {1, 2, 3, 4, 1000, 1000, -1000, 0}, y(8);

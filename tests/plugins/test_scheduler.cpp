@@ -18,7 +18,8 @@ using namespace tessera;
 
 namespace {
 
-// Supports a fixed set of ops; records every execute() call.
+// Supports a fixed set of ops; records every execute() and execute_validated() call
+// (in calls; the latter also in validated_calls).
 class FakeBackend final : public Backend {
  public:
   FakeBackend(std::string name, std::set<Op> ops) : name_(std::move(name)), ops_(std::move(ops)) {}
@@ -29,7 +30,11 @@ class FakeBackend final : public Backend {
     return OpSupport::no(std::string("no ") + std::string(op_name(n.op)) + " in " + name_);
   }
   void execute(Graph&, size_t first, size_t count) override { calls.emplace_back(first, count); }
-  std::vector<std::pair<size_t, size_t>> calls;
+  void execute_validated(Graph& g, size_t first, size_t count) override {
+    validated_calls.emplace_back(first, count);
+    execute(g, first, count);
+  }
+  std::vector<std::pair<size_t, size_t>> calls, validated_calls;
   mutable size_t supports_calls = 0;
 
  private:
@@ -65,6 +70,9 @@ TEST(Scheduler, FallsBackDownTheRanking) {
   s.run(g);
   EXPECT_EQ(fast->calls, (std::vector<std::pair<size_t, size_t>>{{0, 2}, {4, 1}}));
   EXPECT_EQ(slow->calls, (std::vector<std::pair<size_t, size_t>>{{2, 2}}));
+  // Every node was validated by place(): run() says so.
+  EXPECT_EQ(fast->validated_calls, fast->calls);
+  EXPECT_EQ(slow->validated_calls, slow->calls);
 
   EXPECT_EQ(s.describe(g),
             "0 add y -> fast\n"
@@ -189,6 +197,9 @@ TEST(Scheduler, PlacementIsCachedByTopology) {
   EXPECT_EQ(slow->supports_calls, slow_calls);
   EXPECT_EQ(fast->calls, (std::vector<std::pair<size_t, size_t>>{{0, 2}, {4, 1}}));
   EXPECT_EQ(slow->calls, (std::vector<std::pair<size_t, size_t>>{{2, 2}}));
+  // Validated by the cached placement: execute_validated() without any supports().
+  EXPECT_EQ(fast->validated_calls, fast->calls);
+  EXPECT_EQ(slow->validated_calls, slow->calls);
   // The placement on a hit is a fresh scheduler's placement.
   Scheduler fresh({fast, slow});
   EXPECT_EQ(fresh.place(g2), s.place(g2));
@@ -302,6 +313,8 @@ TEST(Scheduler, ProfileTimesEveryNodeOnItsOwn) {
   s.run(g);
   EXPECT_EQ(fast->calls, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 1}, {4, 1}}));
   EXPECT_EQ(slow->calls, (std::vector<std::pair<size_t, size_t>>{{2, 1}, {3, 1}}));
+  EXPECT_EQ(fast->validated_calls, fast->calls);
+  EXPECT_EQ(slow->validated_calls, slow->calls);
   EXPECT_EQ(p.nodes("fast", Op::Add), 3u);
   EXPECT_EQ(p.nodes("slow", Op::Mul), 1u);
   EXPECT_EQ(p.nodes("slow", Op::Silu), 1u);

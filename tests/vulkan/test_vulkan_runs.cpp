@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/backend.h"
+#include "tessera/error.h"
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
 #include "tessera/plugin_registry.h"
@@ -141,7 +142,11 @@ TEST_F(VulkanRuns, KvCacheSharedWithAnotherBackend) {
   // Steps: (tokens, who writes K/V, who attends) -- 0 = vulkan, 1 = cpu_scalar.
   const int steps[][3] = {{5, 1, 0}, {3, 0, 1}, {1, 0, 1}, {1, 0, 0}, {3, 1, 0}, {4, 0, 0}, {1, 1, 0}};
   uint32_t seed = 10;
+  int step = 0;
   for (const auto& st : steps) {
+    // Odd steps through execute_validated() (Scheduler::run's call; supports() is
+    // asserted first), even ones through execute().
+    const bool validated = step++ % 2 == 1;
     const int64_t T = st[0];
     ASSERT_TRUE(ref_kv.reserve(rs, pos + T));
     ASSERT_TRUE(got_kv.reserve(gs, pos + T));
@@ -169,17 +174,91 @@ TEST_F(VulkanRuns, KvCacheSharedWithAnotherBackend) {
         ref_->execute(g, 0, 2);
         return;
       }
-      (st[1] == 0 ? *vk_ : *ref_).execute(g, 0, 1);
-      (st[2] == 0 ? *vk_ : *ref_).execute(g, 1, 1);
+      for (int i = 0; i < 2; ++i) {
+        Backend& be = st[1 + i] == 0 ? *vk_ : *ref_;
+        ASSERT_TRUE(be.supports(g, g.nodes()[size_t(i)]).supported);
+        if (validated)
+          be.execute_validated(g, size_t(i), 1);
+        else
+          be.execute(g, size_t(i), 1);
+      }
     };
     run_step(ref_kv, rs, out_ref, false);
     run_step(got_kv, gs, out_got, true);
+    // The kernels leave the length alone; the caller (the engine) sets it after the step.
+    EXPECT_EQ(got_kv.length(gs), pos);
+    EXPECT_EQ(ref_kv.length(rs), pos);
     pos += T;
-    EXPECT_EQ(got_kv.length(gs), ref_kv.length(rs));
+    ref_kv.set_length(rs, pos);
+    got_kv.set_length(gs, pos);
     EXPECT_LT(nmse(out_ref, out_got), 1e-7) << "step ending at position " << pos;
     for (int64_t p = 0; p < pos; ++p) {
       ASSERT_EQ(0, std::memcmp(ref_kv.k_row(1, rs, p), got_kv.k_row(1, gs, p), size_t(hd * n_kv) * 2)) << "K row " << p;
       ASSERT_EQ(0, std::memcmp(ref_kv.v_row(1, rs, p), got_kv.v_row(1, gs, p), size_t(hd * n_kv) * 2)) << "V row " << p;
+    }
+  }
+}
+
+// execute_validated() skips the per-node shape checks but keeps those of run-time
+// state: the one check() that reads data addresses (a Rope's positions must not be
+// computed inside the graph, which the scheduler's signature does not see), and KV
+// positions outside the sequence's reserved range.
+TEST_F(VulkanRuns, ValidatedRunsKeepRunTimeChecks) {
+  const int64_t hd = 16, heads = 2, T = 3, K = 8;
+  std::vector<float> a = randn(size_t(K * T), 30), x = randn(size_t(hd * heads * T), 31), y(x.size());
+  std::vector<int32_t> pos = {0, 1, 2};
+  Graph g;
+  const int at = g.add_tensor(Tensor::contiguous(DType::F32, {K, T}, a.data()));
+  const int pt = g.add_tensor(Tensor::contiguous(DType::I32, {T}, pos.data()));
+  const int xt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, heads, T}, x.data()));
+  const int yt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, heads, T}, y.data()));
+  g.add_node(node(Op::Argmax, pt, at));  // the positions come out of the graph
+  Node r = node(Op::Rope, yt, xt, pt);
+  r.i[0] = int32_t(hd);
+  r.f[0] = 10000.0f;
+  r.f[1] = 1.0f;
+  g.add_node(r);
+  EXPECT_FALSE(vk_->supports(g, g.nodes()[1]).supported);
+  for (size_t first : {size_t(0), size_t(1)}) {
+    try {
+      vk_->execute_validated(g, first, 2 - first);
+      ADD_FAILURE() << "expected tessera::Error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("positions computed inside the graph"), std::string::npos) << e.what();
+    }
+  }
+
+  KvCacheConfig kc;
+  kc.n_layers = 1;
+  kc.n_kv_heads = 2;
+  kc.head_dim = int(hd);
+  kc.page_tokens = 4;
+  kc.n_pages = 4;
+  KvCache kv(kc);
+  const KvCache::SeqId seq = kv.create_sequence();
+  ASSERT_TRUE(kv.reserve(seq, 4));
+  std::vector<float> k = randn(size_t(hd * 2 * T), 32), q = randn(size_t(hd * 4 * T), 33), o(q.size());
+  for (bool attention : {false, true}) {
+    Graph h;
+    const int kt = h.add_tensor(Tensor::contiguous(DType::F32, {hd, 2, T}, k.data()));
+    const int qt = h.add_tensor(Tensor::contiguous(DType::F32, {hd, 4, T}, q.data()));
+    const int ot = h.add_tensor(Tensor::contiguous(DType::F32, {hd, 4, T}, o.data()));
+    Node n = attention ? node(Op::Attention, ot, qt) : node(Op::KvWrite, -1, kt, kt);
+    n.i = {0, seq, 2};  // positions [2, 5): 4 is not reserved
+    n.f[0] = 0.25f;
+    n.kv = &kv;
+    h.add_node(n);
+    ASSERT_TRUE(vk_->supports(h, n).supported);
+    for (bool validated : {false, true}) {
+      try {
+        if (validated)
+          vk_->execute_validated(h, 0, 1);
+        else
+          vk_->execute(h, 0, 1);
+        ADD_FAILURE() << "expected tessera::Error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("reserved range"), std::string::npos) << e.what();
+      }
     }
   }
 }

@@ -62,7 +62,26 @@ class Backend {
   virtual void prepare_weight(Tensor& weight) {}
 
   // Execute graph.nodes()[first, first+count) in order. Throws tessera::Error.
+  // Validates every node first (what supports() checks, plus its data pointers):
+  // callers need not have asked supports().
   virtual void execute(Graph& graph, size_t first, size_t count) = 0;
+
+  // execute() for nodes the caller has validated: this backend's supports() said yes
+  // to each node of the range, for this graph or for one with the same
+  // Scheduler::signature() (op, i[], f[], kv pointer, src/dst indices and those
+  // tensors' dtypes, ne[], nb[] and null-ness; not i[1]/i[2] of KvWrite and
+  // Attention nor i[1] of SsmConv and GatedDeltaNet). Scheduler::run() calls it, once
+  // per run of consecutive nodes on this backend, each token.
+  //
+  // A backend may skip the per-node checks that supports() makes and that depend
+  // only on what the signature covers (dtypes, shapes, strides, parameters). It must
+  // keep every check of run-time state: that a sequence exists, that KV positions lie
+  // in the sequence's reserved range, what supports() reads through node.kv (the
+  // signature covers the pointer, not the cache behind it) or from i[1]/i[2], ids
+  // inside tensors, data addresses. A node that violates the contract may be run
+  // unchecked (undefined behaviour), so outside callers use execute().
+  // The default validates anyway.
+  virtual void execute_validated(Graph& graph, size_t first, size_t count) { execute(graph, first, count); }
 
   // The host bytes this backend streams when a product reads `weight`: its own
   // repacked copy where prepare_weight made one, else the tensor's bytes (empty for

@@ -58,7 +58,8 @@ class KvCache {
   // page holding positions >= length (copy on write). Returns false (changing
   // nothing) if the pool has too few free pages.
   bool reserve(SeqId seq, int64_t n_tokens);
-  // Positions written so far (set by the writer after a KvWrite).
+  // Positions written so far (set by the engine after each forward step; kernels
+  // write rows but do not change it).
   int64_t length(SeqId seq) const;
   void set_length(SeqId seq, int64_t n_tokens);
   // Drop positions >= n_tokens (frees whole pages no longer used). With recurrent

@@ -61,7 +61,10 @@ class Scheduler {
   // full). The cache makes place(), run() and describe() unsafe to call on one
   // Scheduler from several threads at once.
   std::vector<int> place(const Graph& graph) const;
-  // Place and execute the whole graph.
+  // Place and execute the whole graph. Every node was validated by its backend's
+  // supports() when its placement was computed (for this graph or, on a cache hit,
+  // one with the same signature), so each run of consecutive nodes goes to the
+  // backend's execute_validated(), which may skip the per-node shape/dtype checks.
   void run(Graph& graph) const;
   // Human-readable placement: one line per node "op -> backend".
   std::string describe(const Graph& graph) const;
@@ -73,8 +76,8 @@ class Scheduler {
   size_t plan_misses() const { return plan_misses_; }
 
   // With a profile set (nullptr = off), run() executes every node as its own
-  // execute() call, timed with std::chrono::steady_clock, and adds its time to the
-  // profile under (backend name, op). This disables a backend's fusion across nodes
+  // execute_validated() call, timed with std::chrono::steady_clock, and adds its time
+  // to the profile under (backend name, op). This disables a backend's fusion across nodes
   // (and a GPU backend's single submission per run), so a profiled step is a little
   // slower than an unprofiled one. The profile must outlive its use here.
   void set_profile(OpProfile* profile) { profile_ = profile; }
