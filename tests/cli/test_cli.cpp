@@ -177,6 +177,36 @@ TEST(Cli, BenchReportsPrefillAgainstTheArithmeticPeak) {
   EXPECT_FALSE(bench_json("-p 4 -n 0 -r 1 --peak-runs 0").contains("compute_peak"));  // skipped
 }
 
+// --parallel: the sequences run together and the figures are aggregates; the roofline
+// (per sequence) is not reported then. --profile prints a table per step.
+TEST(Cli, BenchParallelAndProfile) {
+  if (!fs::exists(fixture("models/qwen35moe-f16.gguf"))) GTEST_SKIP() << "fixtures not found";
+  const auto j = bench_json("-p 6 -n 3 -r 1 --parallel 3 --batch 8 --membw-mib 0 --peak-runs 0");
+  ASSERT_TRUE(j.contains("decode"));
+  EXPECT_EQ(j.at("parallel").get<int>(), 3);
+  EXPECT_EQ(j.at("batch_tokens").get<int>(), 8);
+  EXPECT_GT(j.at("decode").at("tok_s_median").get<double>(), 0.0);
+  EXPECT_FALSE(j.at("decode").contains("roofline_tok_s"));
+  Result r = run("bench -m " + fixture("models/qwen35moe-f16.gguf") +
+                 " -p 6 -n 2 -r 1 --membw-mib 0 --peak-runs 0 --threads 1 --profile");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("[profile: prefill step (6 tokens)]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[profile: decode step (1 token)]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gated_delta_net"), std::string::npos) << r.err;
+  expect_one_line_error("bench -m " + fixture("models/qwen35moe-f16.gguf") + " --parallel 0", "--parallel");
+  expect_one_line_error("run -p x --batch 0", "--batch");
+}
+
+// A prompt longer than --batch is prefilled in chunks and gives the same greedy text.
+TEST(Cli, RunChunkedPrefillGivesTheSameText) {
+  const std::string text = "\"Once upon a time there was a small town by the sea\"";
+  Result whole = run("run -p " + text + " -n 8 --temp 0 --threads 1");
+  Result chunked = run("run -p " + text + " -n 8 --temp 0 --threads 1 --batch 3");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  ASSERT_EQ(chunked.status, 0) << chunked.err;
+  EXPECT_EQ(chunked.out, whole.out);
+}
+
 TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {
   if (!fs::exists(fixture("vocab/ggml-vocab-llama-spm.gguf"))) GTEST_SKIP() << "fixtures not found";
   // "Hello world" -> 15043 3186 in the fixture's expected ids (llama-spm .inp/.out);

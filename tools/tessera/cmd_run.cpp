@@ -96,6 +96,7 @@ int cmd_run(int argc, char** argv) {
   out.write(prompt);
   int generated = 0;
   double t_prefill = 0, t_decode = 0;
+  std::vector<std::pair<std::string, OpProfile>> profiles;
   if (n_predict > 0) {
     Generator gen(*engine);
     GenerationRequest req;
@@ -116,8 +117,12 @@ int cmd_run(int argc, char** argv) {
       const auto events = gen.step();
       if (profile_now) {
         engine->set_profile(nullptr);
-        print_profile(prefill_profiled ? "decode step (1 token)" : "prefill step (" +
-                      std::to_string(std::min<int64_t>(o.batch, int64_t(ids.size()))) + " tokens)", prof);
+        // Printed after the text, which streams to stdout meanwhile.
+        profiles.emplace_back(prefill_profiled ? "decode step (1 token)"
+                                               : "prefill step (" +
+                                                     std::to_string(std::min<int64_t>(o.batch, int64_t(ids.size()))) +
+                                                     " tokens)",
+                              prof);
         (prefill_profiled ? decode_profiled : prefill_profiled) = true;
       }
       for (const GenerationEvent& ev : events) {
@@ -133,11 +138,16 @@ int cmd_run(int argc, char** argv) {
       }
     }
     t_decode = generated > 1 ? seconds_since(t0) : 0.0;
+  } else {  // -n 0: the prefill alone
+    auto t0 = std::chrono::steady_clock::now();
+    engine->eval(ids, false);
+    t_prefill = seconds_since(t0);
   }
   out.flush();
   std::printf("\n");
   std::fflush(stdout);  // the statistics below go to stderr: keep them after the text
   if (show_placement) std::fprintf(stderr, "%s", engine->placement().c_str());
+  for (const auto& [title, table] : profiles) print_profile(title, table);
   const int decoded = std::max(generated - 1, 0);  // the first token comes from the prefill's logits
   std::fprintf(stderr, "[prefill %zu tokens in %.3f s (%.1f tok/s); generated %d tokens, the %d after the first in "
                "%.3f s (%.1f tok/s); seed %llu; %d threads]\n",
