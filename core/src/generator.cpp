@@ -317,6 +317,7 @@ std::vector<GenerationEvent> Generator::step() {
     if (chunks[i].logits != Engine::Logits::Last) continue;
     const int32_t tok = s.sampler.sample(logits.subspan(row++ * V, V));
     s.sampler.accept(tok);
+    s.sampler.count_generated(tok);
     ++s.generated;
     GenerationEvent ev{s.id, tok, FinishReason::None};
     if (is_stop(s, tok)) {

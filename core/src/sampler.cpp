@@ -1,5 +1,6 @@
 // Token sampler (see sampler.h). The chain follows llama.cpp's default order:
-//   repetition penalty -> [temperature <= 0: argmax] -> top-k -> top-p -> min-p
+//   logit bias -> repetition penalty -> presence/frequency penalties
+//   -> [temperature <= 0: argmax] -> top-k -> top-p -> min-p
 //   -> temperature -> softmax -> seeded draw.
 // top-p and min-p therefore look at the temperature-1 distribution of the penalized
 // logits, as in llama.cpp; temperature only reshapes what survives them.
@@ -38,6 +39,15 @@ void validate(const SamplerParams& p) {
   if (!(p.repeat_penalty > 0.0f) || std::isinf(p.repeat_penalty))
     fail("repeat_penalty must be a finite value > 0 (1 = off), got " + std::to_string(p.repeat_penalty));
   if (p.repeat_last_n < 0) fail("repeat_last_n must be >= 0 (0 = off), got " + std::to_string(p.repeat_last_n));
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    fail("presence_penalty must be in [-2, 2], got " + std::to_string(p.presence_penalty));
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    fail("frequency_penalty must be in [-2, 2], got " + std::to_string(p.frequency_penalty));
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) fail("logit_bias: negative token id " + std::to_string(id));
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      fail("logit_bias of token " + std::to_string(id) + " must be in [-100, 100], got " + std::to_string(bias));
+  }
 }
 
 }  // namespace
@@ -48,6 +58,16 @@ void Sampler::accept(int32_t token) {
   if (p_.repeat_last_n <= 0) return;
   recent_.push_back(token);
   while (recent_.size() > size_t(p_.repeat_last_n)) recent_.pop_front();
+}
+
+void Sampler::count_generated(int32_t token) {
+  if (p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f) return;
+  for (auto& [id, times] : generated_)
+    if (id == token) {
+      ++times;
+      return;
+    }
+  generated_.emplace_back(token, 1);
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
@@ -65,7 +85,12 @@ int32_t Sampler::sample(std::span<const float> logits) {
     cand_[i] = Candidate{int32_t(i), l};
   }
 
-  // Repetition penalty, once per distinct recent token (cand_ is still indexed by id).
+  // Logit biases (ids outside the row ignored), then the penalties; cand_ is still
+  // indexed by id.
+  for (const auto& [id, bias] : p_.logit_bias)
+    if (size_t(id) < n && cand_[size_t(id)].logit != kNegInf) cand_[size_t(id)].logit += bias;
+
+  // Repetition penalty, once per distinct recent token.
   if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
     std::vector<int32_t> ids(recent_.begin(), recent_.end());
     std::sort(ids.begin(), ids.end());
@@ -76,6 +101,12 @@ int32_t Sampler::sample(std::span<const float> logits) {
       if (l == kNegInf) continue;
       l = l <= 0.0f ? l * p_.repeat_penalty : l / p_.repeat_penalty;
     }
+  }
+
+  for (const auto& [id, times] : generated_) {
+    if (id < 0 || size_t(id) >= n) continue;
+    float& l = cand_[size_t(id)].logit;
+    if (l != kNegInf) l -= p_.presence_penalty + p_.frequency_penalty * float(times);
   }
 
   // Greedy: argmax, lowest id on ties.

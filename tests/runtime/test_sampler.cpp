@@ -236,3 +236,61 @@ TEST(Sampler, DefaultChainRuns) {
     s.accept(t);
   }
 }
+
+namespace {
+
+TEST(Sampler, LogitBiasBansAndFavoursTokens) {
+  const std::vector<float> logits{3.0f, 2.0f, 1.0f, 0.0f};
+  SamplerParams p = plain(0.0f);
+  EXPECT_EQ(Sampler(p).sample(logits), 0);
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits), 1);  // the best token banned
+  p.logit_bias = {{0, -100.0f}, {3, 2.5f}};
+  EXPECT_EQ(Sampler(p).sample(logits), 3);  // 0 + 2.5 beats 2.0
+  p.logit_bias = {{99, 50.0f}};             // outside the row: ignored
+  EXPECT_EQ(Sampler(p).sample(logits), 0);
+  // At temperature 1 a banned token is never drawn.
+  SamplerParams t = plain(1.0f, 7);
+  t.logit_bias = {{0, -100.0f}};
+  Sampler s(t);
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(s.sample(logits), 0);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountGeneratedTokensOnly) {
+  const std::vector<float> logits{2.0f, 1.5f, 0.0f};
+  SamplerParams p = plain(0.0f);
+  p.presence_penalty = 0.4f;
+  p.frequency_penalty = 0.2f;
+  Sampler s(p);
+  s.accept(0);  // a prompt token: no presence / frequency penalty
+  EXPECT_EQ(s.sample(logits), 0);
+  s.count_generated(0);  // 2.0 - 0.4 - 0.2 = 1.4 < 1.5
+  EXPECT_EQ(s.sample(logits), 1);
+  s.count_generated(1);  // token 1: 1.5 - 0.6 = 0.9 < 1.4
+  EXPECT_EQ(s.sample(logits), 0);
+  s.count_generated(0);  // token 0 twice: 2.0 - 0.4 - 0.4 = 1.2 > 0.9
+  EXPECT_EQ(s.sample(logits), 0);
+  SamplerParams negative = plain(0.0f);
+  negative.presence_penalty = -2.0f;  // a negative penalty favours repeats
+  Sampler r(negative);
+  r.count_generated(2);  // 0.0 + 2.0 ties with token 0's 2.0: the lower id wins
+  EXPECT_EQ(r.sample(logits), 0);
+  r.count_generated(1);  // 1.5 + 2.0 = 3.5
+  EXPECT_EQ(r.sample(logits), 1);
+}
+
+TEST(Sampler, PenaltyAndBiasRangesAreChecked) {
+  SamplerParams p = plain();
+  p.presence_penalty = 2.5f;
+  EXPECT_THROW(Sampler{p}, tessera::Error);
+  p = plain();
+  p.frequency_penalty = -3.0f;
+  EXPECT_THROW(Sampler{p}, tessera::Error);
+  p = plain();
+  p.logit_bias = {{1, 101.0f}};
+  EXPECT_THROW(Sampler{p}, tessera::Error);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(Sampler{p}, tessera::Error);
+}
+
+}  // namespace

@@ -1,10 +1,12 @@
-// Token sampler: repetition penalty, then greedy (temperature <= 0) or top-k, top-p,
-// min-p and temperature followed by a seeded draw. Deterministic for a given seed.
+// Token sampler: logit biases, repetition, presence and frequency penalties, then
+// greedy (temperature <= 0) or top-k, top-p, min-p and temperature followed by a
+// seeded draw. Deterministic for a given seed.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace tessera {
@@ -16,6 +18,12 @@ struct SamplerParams {
   float min_p = 0.05f;       // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
   int repeat_last_n = 64;
+  // OpenAI's penalties over the generated tokens (not the prompt): a token's logit
+  // loses presence_penalty once if it was generated, and frequency_penalty per time.
+  float presence_penalty = 0.0f;   // [-2, 2]
+  float frequency_penalty = 0.0f;  // [-2, 2]
+  // Added to a token's logit first (OpenAI's logit_bias, [-100, 100]).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0;
 };
 
@@ -26,6 +34,8 @@ class Sampler {
   int32_t sample(std::span<const float> logits);
   // Record a token for the repetition penalty (prompt tokens and generated ones).
   void accept(int32_t token);
+  // Record a generated token for the presence and frequency penalties.
+  void count_generated(int32_t token);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -33,6 +43,7 @@ class Sampler {
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
+  std::vector<std::pair<int32_t, int32_t>> generated_;  // (token, times), in first-seen order
   std::vector<Candidate> cand_;  // reused across calls
 };
 
