@@ -16,6 +16,9 @@
 //   BM_Attention/<backend>/hd<D>/h<H>kv<KV>/L<L>   decode attention (one token over L
 //       cached positions) in each of 22 layers of one KV cache, run as one graph like a
 //       decode step (the cache exceeds L2): time per layer, KV bytes/s
+//   BM_AttentionPrefill/<backend>/hd<D>/h<H>kv<KV>/T<T>   prefill attention: one node of
+//       T queries from position 0 over a cache of T random positions: time per node,
+//       (query, head, position) triples per second (the causal count, T (T + 1) / 2 x H)
 // K = inputs (row length), N = output rows. $TESSERA_BENCH_M sets the matmul M
 // (comma-separated list, default 64).
 #include <benchmark/benchmark.h>
@@ -436,6 +439,51 @@ void bm_attention(benchmark::State& state, const std::string& backend, AttnShape
   state.counters["KV_GB/s"] = benchmark::Counter(kv_bytes * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+void bm_attention_prefill(benchmark::State& state, const std::string& backend, AttnShape sh, int64_t T) {
+  Backend& be = *globals().backends.at(backend);
+  const int64_t page = 16;
+  KvCacheConfig cfg{1, int(sh.kv_heads), int(sh.hd), int(page), int((T + page - 1) / page), {}};
+  KvCache kv(cfg);
+  const KvCache::SeqId seq = kv.create_sequence();
+  if (!kv.reserve(seq, T)) {
+    state.SkipWithError("KV cache reserve failed");
+    return;
+  }
+  // Positions [0, T) hold random F16 K/V, as the step's KvWrite would leave them.
+  std::vector<float> kvf(size_t(sh.hd * sh.kv_heads));
+  for (int64_t j = 0; j < T; ++j)
+    for (int v = 0; v < 2; ++v) {
+      uint16_t* row = v ? kv.v_row(0, seq, j) : kv.k_row(0, seq, j);
+      fill_random(kvf.data(), int64_t(kvf.size()), uint64_t(j * 2 + v + 1));
+      for (size_t i = 0; i < kvf.size(); ++i) row[i] = quant::fp32_to_fp16(kvf[i] * 2.0f);
+    }
+  Graph g;
+  const int32_t q = g.new_tensor(DType::F32, {sh.hd, sh.heads, T}, "q");
+  const int32_t out = g.new_tensor(DType::F32, {sh.hd, sh.heads, T}, "out");
+  Node nd;
+  nd.op = Op::Attention;
+  nd.dst = out;
+  nd.src = {q, -1, -1, -1};
+  nd.i = {0, seq, 0};
+  nd.f[0] = 1.0f / std::sqrt(float(sh.hd));
+  nd.kv = &kv;
+  g.add_node(nd);
+  g.allocate();
+  fill_random(static_cast<float*>(g.tensor(q).data), g.tensor(q).nelements(), 9);
+  OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return;
+  }
+  be.execute(g, 0, 1);
+  for (auto _ : state) {
+    be.execute(g, 0, 1);
+    benchmark::ClobberMemory();
+  }
+  const double triples = double(T * (T + 1) / 2 * sh.heads);
+  state.counters["triples/s"] = benchmark::Counter(triples, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 std::vector<int64_t> matmul_ms() {
   std::vector<int64_t> ms;
   if (const char* e = std::getenv("TESSERA_BENCH_M")) {
@@ -537,6 +585,18 @@ void register_matmul_benchmarks() {
         benchmark::RegisterBenchmark(name.c_str(), [be, sh, L](benchmark::State& s) { bm_attention(s, be, sh, L); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
+      }
+
+  for (AttnShape sh : {AttnShape{64, 32, 4}, AttnShape{128, 32, 8}})
+    for (int64_t T : {int64_t(256), int64_t(2048)})
+      for (const auto& be : names) {
+        const std::string name = "BM_AttentionPrefill/" + be + "/hd" + std::to_string(sh.hd) + "/h" +
+                                 std::to_string(sh.heads) + "kv" + std::to_string(sh.kv_heads) + "/T" +
+                                 std::to_string(T);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [be, sh, T](benchmark::State& s) { bm_attention_prefill(s, be, sh, T); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
       }
 }
 

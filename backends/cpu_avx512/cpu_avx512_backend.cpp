@@ -1022,20 +1022,50 @@ class CpuAvx512Backend final : public Backend {
       throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(L) + ") of sequence " +
                   std::to_string(seq) + ": " + e.what());
     }
-    // Items: (token, KV head, a slice of up to kSlice of its query heads), so the
-    // query heads that share K/V rows run together (kern::attention_heads).
-    constexpr int64_t kSlice = 4;
-    const int64_t slices = (group + kSlice - 1) / kSlice;
-    parallel_for(T * n_kv * slices, [&](int64_t b, int64_t e) {
-      const float* qs[kSlice];
-      float* outs[kSlice];
-      for (int64_t item = b; item < e; ++item) {
-        const int64_t t = item / (n_kv * slices), kvh = item / slices % n_kv, h0 = kvh * group + item % slices * kSlice;
-        const int n = int(std::min(kSlice, (kvh + 1) * group - h0));
-        for (int i = 0; i < n; ++i) qs[i] = q.row<float>(h0 + i, t), outs[i] = dst.row<float>(h0 + i, t);
-        kern::attention_heads(qs, n, hd, krows, vrows, kvh * hd, p0 + t + 1, scale, outs);
+    if (group <= 0 || T <= 0) return true;
+    // Items: (KV head, a slice of up to 16 of its query heads, a tile of consecutive
+    // tokens), 16 query rows where the group allows (kern::attention_tile), in KV head
+    // order so an executor's items reuse one head's K/V rows from its caches. Items
+    // grow with the token (causal), so they are handed out by split_, which balances
+    // the executors by stealing.
+    const int64_t gs = std::min<int64_t>(group, 16), slices = (group + gs - 1) / gs;
+    const int64_t tq = std::max<int64_t>(1, 16 / gs), tiles = (T + tq - 1) / tq;
+    struct Ctx {
+      const Tensor *q, *dst;
+      const uint16_t *const *krows, *const *vrows;
+      int64_t hd, group, gs, slices, tq, tiles, T, p0;
+      float scale;
+      WorkSplit* split;
+      void run(int64_t b, int64_t e) const {
+        const float* qs[16];
+        float* outs[16];
+        int64_t len[16];
+        for (int64_t item = b; item < e; ++item) {
+          const int64_t kvh = item / (slices * tiles), slice = item / tiles % slices, t0 = item % tiles * tq;
+          const int64_t h0 = kvh * group + slice * gs, nh = std::min(gs, group - slice * gs);
+          const int64_t nt = std::min(tq, T - t0);
+          int n = 0;
+          for (int64_t t = t0; t < t0 + nt; ++t)
+            for (int64_t h = h0; h < h0 + nh; ++h, ++n)
+              qs[n] = q->row<float>(h, t), outs[n] = dst->row<float>(h, t), len[n] = p0 + t + 1;
+          kern::attention_tile(qs, outs, len, n, hd, krows, vrows, kvh * hd, scale);
+        }
       }
-    });
+    } ctx{&q, &dst, krows, vrows, hd, group, gs, slices, tq, tiles, T, p0, scale, &split_};
+    const int64_t count = n_kv * slices * tiles;
+    const int execs = pool_ ? pool_->executorCount() : 1;
+    if (execs <= 1 || count < 2) {
+      ctx.run(0, count);
+      return true;
+    }
+    split_.reset(count, execs, 1);
+    pool_->parallel(
+        [](void* p, int index) {
+          const Ctx& c = *static_cast<const Ctx*>(p);
+          int64_t b, e;
+          while (c.split->next(index, b, e)) c.run(b, e);
+        },
+        &ctx);
     return true;
   }
 

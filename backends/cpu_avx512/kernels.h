@@ -64,11 +64,12 @@ void exp_row(const float* x, float* y, int64_t K);
 // element in a cache row); out: hd floats.
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
                     int64_t off, int64_t L, float scale, float* out);
-// n query heads that read the same KV head over the same L positions: each head's
-// result equals attention_item's bit for bit; head sizes 64 and 128 interleave the
-// heads in registers, other sizes run attention_item per head.
-void attention_heads(const float* const* q, int n, int64_t hd, const uint16_t* const* krows,
-                     const uint16_t* const* vrows, int64_t off, int64_t L, float scale, float* const* out);
+// Up to 16 query rows (tokens x heads) that read the same KV head, row r over the
+// first len[r] positions (len non-decreasing, at least 1): each row's result equals
+// attention_item's bit for bit; head sizes 64 and 128 run the rows across the vector
+// lanes, other sizes attention_item per row.
+void attention_tile(const float* const* q, float* const* out, const int64_t* len, int rows, int64_t hd,
+                    const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale);
 
 }  // namespace tessera::cpu_avx512::kern
 

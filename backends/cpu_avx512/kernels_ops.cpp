@@ -205,6 +205,8 @@ inline void load_row_ahead(const uint16_t* const* rows, int64_t off, int64_t j, 
   for (int c = 0; c < NCH; ++c) out[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 16 * c)));
 }
 
+inline __m512i lane_idx() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+
 // The horizontal sums of 16 vectors as one vector, each sum paired exactly as
 // _mm512_reduce_add_ps pairs it (lanes i and i + 8, then i and i + 4 of those, then k
 // and k ^ 2, then 0 and 1), so every sum is bit-identical to it, in 45 instructions
@@ -232,110 +234,156 @@ inline __m512 reduce_add16(const __m512* v) {
   return c4(c3(l2[0], l2[1]), c3(l2[2], l2[3]));
 }
 
-// G query heads of one KV head, head size 16 * NCH, in registers. Per position each
-// head's running max, sum and F16 accumulator advance exactly as in attention_item
-// (same operations in the same order), in three passes over blocks of positions:
-//   1. the scores (each as attention_item computes it), for the G heads at once, so
-//      each K row is loaded once for the G heads; 16 positions' dot products are
-//      summed across their lanes together (reduce_add16);
-//   2. the running maxima, in order, and the one exp each position needs (of the old
-//      max minus a new maximum, or of the score minus the max), 16 at a time (exp16,
-//      equal to libm's expf);
-//   3. the F16 accumulators and sums, in order: the only pass with a dependency chain
-//      per position, now G independent chains of mul/add/F16 round trips.
-template <int NCH, int G>
-void attention_heads_fixed(const float* const* q, const uint16_t* const* krows, const uint16_t* const* vrows,
-                           int64_t off, int64_t L, float scale, float* const* out) {
-  constexpr int64_t kBlock = 64;
-  __m512 qf[G][NCH], acc[G][NCH];
-  float M[G], S[G];
-  alignas(64) float e[G][kBlock];     // pass 1: scores; pass 2: their exps
-  bool newmax[G][kBlock];
-  for (int g = 0; g < G; ++g) {
-    M[g] = -INFINITY, S[g] = 0.0f;
+// A tile of up to 16 query rows (query tokens x heads) that read one KV head, each
+// row's running max, sum and F16 accumulator advancing exactly as in attention_item,
+// in three passes over blocks of positions. The vector lanes hold RG rows x 16 / RG
+// positions (RG = 16 for a prefill's 16 rows, 8 or 4 for a decode step's query heads,
+// so the lanes stay full):
+//   1. the scores: each K row is loaded once for all rows, 16 dot products summed
+//      across their lanes together (reduce_add16);
+//   2. per position, the rows' running maxima and sums, and the exps of 16 lanes at
+//      once (exp16);
+//   3. per position, each row's F16 accumulator, which stays in memory (vcvtph2ps
+//      from it, vcvtps2ph to it: faster here than the register round trip), the rows
+//      giving every position several independent chains.
+// Rows are in order of non-decreasing length; a row takes no part past its length.
+template <int NCH, int RG>
+void attention_tile_fixed(const float* const* q, float* const* out, const int64_t* len, int R,
+                          const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale) {
+  constexpr int P = 16 / RG;                // positions per vector
+  constexpr int64_t kBlock = 64, kGroups = kBlock / P;
+  constexpr int HD = 16 * NCH;
+  alignas(64) float qf[RG][HD];        // F16-rounded queries; rows past R are zero
+  alignas(64) uint16_t acc[RG][HD];    // F16 accumulators
+  alignas(64) float e[kGroups][16];    // lane p * RG + r: pass 1 the scores, pass 2 the weights
+  alignas(64) float ms[kGroups][16];   // pass 2: the factors on what was summed so far
+  __mmask16 newmax[kGroups];
+  alignas(64) int32_t lens[16];
+  for (int r = 0; r < RG; ++r)
     for (int c = 0; c < NCH; ++c) {
-      qf[g][c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q[g] + 16 * c), _MM_FROUND_TO_NEAREST_INT));
-      acc[g][c] = _mm512_setzero_ps();
+      const __m512 v = r < R ? _mm512_loadu_ps(q[r] + 16 * c) : _mm512_setzero_ps();
+      _mm512_store_ps(qf[r] + 16 * c, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r] + 16 * c), _mm256_setzero_si256());
     }
-  }
+  for (int l = 0; l < 16; ++l) lens[l] = l % RG < R ? int32_t(len[l % RG]) : 0;
+  const __m512i vlen = _mm512_load_si512(lens);
+  const __m512i lane_pos = _mm512_srli_epi32(lane_idx(), __builtin_ctz(RG));  // lane's position in its vector
+  const int64_t L = len[R - 1];
+  // Running max and sum of row r in lane r.
+  __m512 M = _mm512_set1_ps(-INFINITY), S = _mm512_setzero_ps();
+  const __m512 vscale = _mm512_set1_ps(scale), one = _mm512_set1_ps(1.0f);
+  int rb = 0;  // rows [rb, R) are still within their length
   for (int64_t j0 = 0; j0 < L; j0 += kBlock) {
-    const int64_t n = std::min(kBlock, L - j0);
-    const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t j = 0; j < n; j += 16) {
-      __m512 d[G][16];  // position j + i's lane products at d[g][kTransposed[i]]
-      const int m = int(std::min<int64_t>(16, n - j));
-      for (int i = 0; i < m; ++i) {
+    const int64_t n = std::min(kBlock, L - j0), ng = (n + P - 1) / P;
+    for (int64_t g = 0; g < ng; ++g) {
+      __m512 d[16];
+      for (int p = 0; p < P; ++p) {
+        const int64_t j = g * P + p;
+        if (P > 1 && j >= n) {
+          for (int r = 0; r < RG; ++r) d[kTransposed[p * RG + r]] = _mm512_setzero_ps();
+          continue;
+        }
         __m512 k[NCH];
-        load_row_ahead<NCH>(krows, off, j0 + j + i, L, k);
-        for (int g = 0; g < G; ++g) {
+        load_row_ahead<NCH>(krows, off, j0 + j, L, k);
+        for (int r = 0; r < RG; ++r) {
           __m512 s = _mm512_setzero_ps();
-          for (int c = 0; c < NCH; ++c) s = _mm512_fmadd_ps(qf[g][c], k[c], s);
-          d[g][kTransposed[i]] = s;
+          for (int c = 0; c < NCH; ++c) s = _mm512_fmadd_ps(_mm512_load_ps(qf[r] + 16 * c), k[c], s);
+          d[kTransposed[p * RG + r]] = s;
         }
       }
-      for (int i = m; i < 16; ++i)
-        for (int g = 0; g < G; ++g) d[g][kTransposed[i]] = _mm512_setzero_ps();
-      for (int g = 0; g < G; ++g) _mm512_store_ps(e[g] + j, _mm512_mul_ps(reduce_add16(d[g]), vscale));
+      _mm512_store_ps(e[g], _mm512_mul_ps(reduce_add16(d), vscale));
     }
-    for (int g = 0; g < G; ++g) {
-      float m = M[g];
-      for (int64_t j = 0; j < n; ++j) {
-        const float sc = e[g][j];
-        newmax[g][j] = sc > m;
-        if (sc > m) {
-          e[g][j] = m - sc;  // exp of this is the factor on what was summed so far
-          m = sc;
+    for (int64_t g = 0; g < ng; ++g) {
+      // lanes whose position is within their row's length
+      const __mmask16 act =
+          _mm512_cmplt_epi32_mask(_mm512_add_epi32(_mm512_set1_epi32(int32_t(j0 + g * P)), lane_pos), vlen);
+      const __m512 sc = _mm512_maskz_load_ps(act, e[g]);
+      // exp of sc - M is the position's weight, of M - sc (a new maximum) the factor
+      // on what was summed so far; the positions of a vector in order (P > 1: each
+      // moved to lanes [0, RG) for its step); lanes past their length see exp(0)
+      __mmask16 gt = 0;
+      __m512 x = _mm512_setzero_ps();
+      for (int p = 0; p < P; ++p) {
+        const __mmask16 ap = __mmask16((act >> (p * RG)) & tail_mask(RG));
+        const __m512i down = _mm512_add_epi32(lane_idx(), _mm512_set1_epi32(p * RG));
+        const __m512 sp = p ? _mm512_permutexvar_ps(down, sc) : sc;
+        const __mmask16 gp = _mm512_mask_cmp_ps_mask(ap, sp, M, _CMP_GT_OQ);
+        const __m512 xp = _mm512_maskz_mov_ps(ap, _mm512_mask_sub_ps(_mm512_sub_ps(sp, M), gp, M, sp));
+        M = _mm512_mask_mov_ps(M, gp, sp);
+        if (P == 1) {
+          x = xp;
+          gt = gp;
         } else {
-          e[g][j] = sc - m;  // exp of this is the position's weight
+          x = _mm512_mask_permutexvar_ps(x, __mmask16(tail_mask(RG) << (p * RG)),
+                                         _mm512_sub_epi32(lane_idx(), _mm512_set1_epi32(p * RG)), xp);
+          gt = __mmask16(gt | (gp << (p * RG)));
         }
       }
-      M[g] = m;
-      for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 mk = tail_mask(n - j);
-        _mm512_mask_storeu_ps(e[g] + j, mk, exp16(_mm512_maskz_loadu_ps(mk, e[g] + j)));
+      const __m512 ex = exp16(x);
+      const __m512 vm = _mm512_mask_mov_ps(one, gt, ex), vs = _mm512_mask_mov_ps(ex, gt, one);
+      for (int p = 0; p < P; ++p) {
+        const __mmask16 ap = __mmask16((act >> (p * RG)) & tail_mask(RG));
+        const __m512i down = _mm512_add_epi32(lane_idx(), _mm512_set1_epi32(p * RG));
+        const __m512 mp = p ? _mm512_permutexvar_ps(down, vm) : vm, wp = p ? _mm512_permutexvar_ps(down, vs) : vs;
+        S = _mm512_mask_add_ps(S, ap, _mm512_mul_ps(S, mp), wp);
       }
+      _mm512_store_ps(e[g], vs);
+      _mm512_store_ps(ms[g], vm);
+      newmax[g] = gt;
     }
     for (int64_t j = 0; j < n; ++j) {
+      while (rb < R && len[rb] <= j0 + j) ++rb;
       __m512 v[NCH];
       load_row_ahead<NCH>(vrows, off, j0 + j, L, v);
-      for (int g = 0; g < G; ++g) {
-        float ms = 1.0f, vs = 1.0f;
-        if (newmax[g][j]) {
-          ms = e[g][j];
-          const __m512 vms = _mm512_set1_ps(ms);
-          for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_mul_ps(acc[g][c], vms));
-        } else {
-          vs = e[g][j];
+      const int64_t g = j / P, l0 = j % P * RG;
+      for (unsigned m = unsigned(newmax[g] >> l0) & ((1u << RG) - 1); m; m &= m - 1) {
+        const int r = __builtin_ctz(m);
+        const __m512 f = _mm512_set1_ps(ms[g][l0 + r]);
+        for (int c = 0; c < NCH; ++c) {
+          __m256i* a = reinterpret_cast<__m256i*>(acc[r] + 16 * c);
+          _mm256_store_si256(a, _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256(a)), f),
+                                                _MM_FROUND_TO_NEAREST_INT));
         }
-        const __m512 vvs = _mm512_set1_ps(vs);
-        for (int c = 0; c < NCH; ++c) acc[g][c] = round_f16(_mm512_add_ps(acc[g][c], _mm512_mul_ps(v[c], vvs)));
-        S[g] = S[g] * ms + vs;
+      }
+      for (int r = rb; r < R; ++r) {
+        const __m512 w = _mm512_set1_ps(e[g][l0 + r]);
+        for (int c = 0; c < NCH; ++c) {
+          __m256i* a = reinterpret_cast<__m256i*>(acc[r] + 16 * c);
+          const __m512 t = _mm512_add_ps(_mm512_cvtph_ps(_mm256_load_si256(a)), _mm512_mul_ps(v[c], w));
+          _mm256_store_si256(a, _mm512_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT));
+        }
       }
     }
   }
-  for (int g = 0; g < G; ++g) {
-    const __m512 inv = _mm512_set1_ps(S[g] == 0.0f ? 0.0f : 1.0f / S[g]);
-    for (int c = 0; c < NCH; ++c) _mm512_storeu_ps(out[g] + 16 * c, _mm512_mul_ps(acc[g][c], inv));
+  alignas(64) float inv[16];
+  _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(S, _mm512_setzero_ps(), _CMP_NEQ_UQ), one, S));
+  for (int r = 0; r < R; ++r) {
+    const __m512 f = _mm512_set1_ps(inv[r]);
+    for (int c = 0; c < NCH; ++c) {
+      const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r] + 16 * c));
+      _mm512_storeu_ps(out[r] + 16 * c, _mm512_mul_ps(_mm512_cvtph_ps(a), f));
+    }
   }
 }
 
-template <int NCH, int G>
-void attention_heads_by(const float* const* q, int n, const uint16_t* const* krows, const uint16_t* const* vrows,
-                        int64_t off, int64_t L, float scale, float* const* out) {
-  int g = 0;
-  for (; g + G <= n; g += G) attention_heads_fixed<NCH, G>(q + g, krows, vrows, off, L, scale, out + g);
-  for (; g < n; ++g) attention_heads_fixed<NCH, 1>(q + g, krows, vrows, off, L, scale, out + g);
+template <int NCH>
+void attention_tile_by(const float* const* q, float* const* out, const int64_t* len, int R,
+                       const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale) {
+  if (R <= 4) return attention_tile_fixed<NCH, 4>(q, out, len, R, krows, vrows, off, scale);
+  if (R <= 8) return attention_tile_fixed<NCH, 8>(q, out, len, R, krows, vrows, off, scale);
+  return attention_tile_fixed<NCH, 16>(q, out, len, R, krows, vrows, off, scale);
 }
 
 }  // namespace
 
-void attention_heads(const float* const* q, int n, int64_t hd, const uint16_t* const* krows,
-                     const uint16_t* const* vrows, int64_t off, int64_t L, float scale, float* const* out) {
+void attention_tile(const float* const* q, float* const* out, const int64_t* len, int rows, int64_t hd,
+                    const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale) {
+  if (rows <= 0) return;
   switch (hd) {
-    case 64: return attention_heads_by<4, 4>(q, n, krows, vrows, off, L, scale, out);
-    case 128: return attention_heads_by<8, 2>(q, n, krows, vrows, off, L, scale, out);
+    case 64: return attention_tile_by<4>(q, out, len, rows, krows, vrows, off, scale);
+    case 128: return attention_tile_by<8>(q, out, len, rows, krows, vrows, off, scale);
     default:
-      for (int g = 0; g < n; ++g) attention_item(q[g], hd, krows, vrows, off, L, scale, out[g]);
+      for (int r = 0; r < rows; ++r) attention_item(q[r], hd, krows, vrows, off, len[r], scale, out[r]);
   }
 }
 

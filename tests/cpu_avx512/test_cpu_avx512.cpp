@@ -982,23 +982,23 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
   }
 }
 
-// The grouped kernel (query heads that share a KV head, interleaved in registers)
-// must give each head exactly the single-head kernel's result: head sizes with a
-// register path (64, 128) in full groups and remainders, and a fallback size (80);
-// lengths within one block of positions, across blocks, and with partial 16-position
-// groups (the scores are summed 16 positions at a time). Besides random keys: keys
-// that grow with the position (a head whose score rises gets a new maximum at every
-// position, one whose score falls never after the first) and equal keys (every score
-// ties with the maximum), for the running maximum and its new-maximum steps.
-TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
+// The tile kernel (query rows = tokens x heads, across the vector lanes) must give
+// each row exactly the single-head kernel's result: every row count up to 16 (lanes of
+// 16 rows, or 8 or 4 rows x 2 or 4 positions), rows whose lengths differ (a prefill's
+// consecutive tokens) and end inside or at the edge of a block of positions, head
+// sizes with a lane path (64, 128) and a fallback size (80). Besides random keys:
+// keys that grow with the position (a row whose score rises gets a new maximum at
+// every position, one whose score falls never after the first) and equal keys (every
+// score ties with the maximum), for the running maximum and its new-maximum steps.
+TEST_F(Avx512, AttentionTileEqualsTheSingleHeadKernelBitForBit) {
   enum class Keys { Random, Growing, Equal };
   for (Keys keys : {Keys::Random, Keys::Growing, Keys::Equal})
-  for (auto [hd, n] : {std::pair<int64_t, int>{64, 1}, {64, 4}, {64, 7}, {128, 2}, {128, 3}, {80, 2}}) {
-    SCOPED_TRACE("keys=" + std::to_string(int(keys)) + " hd=" + std::to_string(hd) + " heads=" + std::to_string(n));
+  for (int64_t hd : {int64_t(64), int64_t(128), int64_t(80)}) {
+    SCOPED_TRACE("keys=" + std::to_string(int(keys)) + " hd=" + std::to_string(hd));
     // Cache rows of two KV heads; the kernels read the second (off = hd).
-    const int64_t L = 150, off = hd;
+    const int64_t L = 200, off = hd;
     std::vector<uint16_t> k(size_t(L * 2 * hd)), v(size_t(L * 2 * hd));
-    std::vector<float> kf = randn(k.size(), 11, 1.5f), vf = randn(v.size(), 12);
+    std::vector<float> kf = randn(k.size(), 21, 1.5f), vf = randn(v.size(), 22);
     for (size_t i = 0; i < k.size(); ++i) {
       const size_t row = i / size_t(2 * hd), col = i % size_t(2 * hd);
       if (keys == Keys::Growing) kf[i] = kf[col] * (1.0f + 0.05f * float(row));
@@ -1007,17 +1007,78 @@ TEST_F(Avx512, AttentionHeadsEqualTheSingleHeadKernelBitForBit) {
     }
     std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
     for (int64_t j = 0; j < L; ++j) krows[size_t(j)] = k.data() + j * 2 * hd, vrows[size_t(j)] = v.data() + j * 2 * hd;
-    std::vector<float> q = randn(size_t(hd * n), 13, 2.0f), grouped(size_t(hd * n)), single(size_t(hd * n));
-    std::vector<const float*> qs;
-    std::vector<float*> outs;
-    for (int h = 0; h < n; ++h) qs.push_back(q.data() + h * hd), outs.push_back(grouped.data() + h * hd);
+    const std::vector<float> q = randn(size_t(hd * 16), 23, 2.0f);
     const float scale = 1.0f / std::sqrt(float(hd));
-    for (int64_t len : {int64_t(1), int64_t(16), int64_t(53), int64_t(64), L}) {
-      cpu_avx512::kern::attention_heads(qs.data(), n, hd, krows.data(), vrows.data(), off, len, scale, outs.data());
-      for (int h = 0; h < n; ++h)
-        cpu_avx512::kern::attention_item(qs[size_t(h)], hd, krows.data(), vrows.data(), off, len, scale,
-                                         single.data() + h * hd);
-      EXPECT_EQ(std::memcmp(grouped.data(), single.data(), sizeof(float) * grouped.size()), 0) << "L=" << len;
+    // (rows, heads per token, first row's length): tokens of `heads` rows each, one
+    // position longer per token.
+    struct C { int rows, heads; int64_t len0; };
+    for (C c : {C{1, 1, 1}, C{1, 1, 53}, C{16, 8, 1}, C{16, 8, 64}, C{16, 8, 127}, C{16, 4, 61}, C{14, 7, 100},
+                C{15, 3, 130}, C{16, 1, 50}, C{16, 16, 185}, C{12, 12, 64}, C{5, 5, 17}, C{8, 8, 199}, C{8, 4, 63},
+                C{6, 2, 126}, C{4, 4, 16}, C{4, 2, 63}, C{3, 1, 129}, C{2, 2, 200}}) {
+      SCOPED_TRACE("rows=" + std::to_string(c.rows) + " heads=" + std::to_string(c.heads) + " len0=" +
+                   std::to_string(c.len0));
+      std::vector<const float*> qs;
+      std::vector<float*> outs;
+      std::vector<int64_t> len;
+      std::vector<float> tile(size_t(hd * c.rows)), single(size_t(hd * c.rows));
+      for (int r = 0; r < c.rows; ++r) {
+        qs.push_back(q.data() + r * hd);
+        outs.push_back(tile.data() + r * hd);
+        len.push_back(std::min(L, c.len0 + r / c.heads));
+      }
+      cpu_avx512::kern::attention_tile(qs.data(), outs.data(), len.data(), c.rows, hd, krows.data(), vrows.data(), off,
+                                       scale);
+      for (int r = 0; r < c.rows; ++r)
+        cpu_avx512::kern::attention_item(qs[size_t(r)], hd, krows.data(), vrows.data(), off, len[size_t(r)], scale,
+                                         single.data() + r * hd);
+      for (int r = 0; r < c.rows; ++r)
+        EXPECT_EQ(std::memcmp(tile.data() + r * hd, single.data() + r * hd, sizeof(float) * size_t(hd)), 0)
+            << "row " << r;
+    }
+  }
+}
+
+// A long prefill through the backend: 300 tokens from position 0, then 300 after
+// them, then a decode step; GQA 8:1 and 4:2 (and 7:1, whose tiles have 14 rows), head
+// sizes 64 and 128, pages of 4 and 16 positions. Every output equals the single-head
+// kernel over the same cache rows bit for bit (so no path of the op changes a
+// result), one and two threads agree bit for bit, and cpu_scalar (which sums the dot
+// products in another order) agrees to its NMSE limit.
+TEST_F(Avx512, AttentionLongPrefillEqualsTheSingleHeadKernelBitForBit) {
+  struct C { int64_t hd, n_head, n_kv, page; };
+  for (const C& c : {C{64, 8, 1, 16}, C{64, 4, 2, 4}, C{128, 8, 1, 4}, C{128, 4, 2, 16}, C{64, 7, 1, 16}}) {
+    SCOPED_TRACE("hd=" + std::to_string(c.hd) + " heads=" + std::to_string(c.n_head) + "/" + std::to_string(c.n_kv) +
+                 " page=" + std::to_string(c.page));
+    KvCacheConfig cfg{2, int(c.n_kv), int(c.hd), int(c.page), int(601 / c.page + 1), {}};
+    KvRun r(cfg), a1(cfg), a2(cfg);
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    const int64_t group = c.n_head / c.n_kv;
+    uint32_t seed = 700;
+    for (auto [p0, T] : {std::pair<int64_t, int64_t>{0, 300}, {300, 300}, {600, 1}}) {
+      SCOPED_TRACE("p0=" + std::to_string(p0));
+      std::vector<float> k = randn(size_t(c.hd * c.n_kv * T), seed++), v = randn(size_t(c.hd * c.n_kv * T), seed++);
+      std::vector<float> q = randn(size_t(c.hd * c.n_head * T), seed++, 2.0f);
+      Out o = r.step(*ref, 1, p0, T, c.hd, c.n_head, c.n_kv, k, v, q, scale);
+      Out x1 = a1.step(*be1, 1, p0, T, c.hd, c.n_head, c.n_kv, k, v, q, scale);
+      Out x2 = a2.step(*be2, 1, p0, T, c.hd, c.n_head, c.n_kv, k, v, q, scale);
+      const double e = tessera::nmse(o.data(), x1.data(), o.n);
+      EXPECT_LE(e, 1e-6) << "nmse " << e;
+      EXPECT_EQ(std::memcmp(x1.data(), x2.data(), sizeof(float) * o.n), 0);
+      EXPECT_TRUE(x1.guard_ok());
+      EXPECT_TRUE(x2.guard_ok());
+      std::vector<const uint16_t*> krows(size_t(p0 + T)), vrows(size_t(p0 + T));
+      a1.kv.rows(1, a1.seq, 0, 0, p0 + T, krows.data());
+      a1.kv.rows(1, a1.seq, 1, 0, p0 + T, vrows.data());
+      std::vector<float> single(size_t(c.hd));
+      int64_t differ = 0;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < c.n_head; ++h) {
+          const size_t at = size_t((t * c.n_head + h) * c.hd);
+          cpu_avx512::kern::attention_item(q.data() + at, c.hd, krows.data(), vrows.data(), h / group * c.hd,
+                                           p0 + t + 1, scale, single.data());
+          differ += std::memcmp(single.data(), x1.data() + at, sizeof(float) * size_t(c.hd)) != 0;
+        }
+      EXPECT_EQ(differ, 0) << "of " << T * c.n_head << " (token, head) outputs";
     }
   }
 }
