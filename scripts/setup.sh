@@ -9,6 +9,8 @@ PACKAGES=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The server's HTTP library (header-only).
+  libcpp-httplib-dev
   # Vulkan backend: headers and the shader compiler at build time; Mesa's drivers
   # (lavapipe, a CPU Vulkan device) so its conformance tests run without a GPU.
   libvulkan-dev glslang-tools mesa-vulkan-drivers
@@ -25,6 +27,21 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Node.js and npm for the server's tests with the official OpenAI client (a machine
+# may already have both from elsewhere: then Debian's packages are not needed).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs npm"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+
 BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# The official OpenAI client for the server tests, into the build tree (not committed).
+if [ ! -f "$BUILD_DIR/node/node_modules/openai/package.json" ]; then
+  mkdir -p "$BUILD_DIR/node"
+  npm install --prefix "$BUILD_DIR/node" --no-audit --no-fund --loglevel=error openai@4.95.0 >/dev/null
+fi

@@ -15,6 +15,8 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_conformance(int argc, char** argv);
+int cmd_chat_template(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 }  // namespace tessera::cli
 
 namespace {
@@ -33,12 +35,14 @@ constexpr Command kCommands[] = {
     {"logits", tessera::cli::cmd_logits, "write the logits of a token list (one batched prefill) to a file"},
     {"bench", tessera::cli::cmd_bench, "measure prefill and decode tokens/s"},
     {"conformance", tessera::cli::cmd_conformance, "check backends op by op against the cpu_scalar oracle"},
+    {"chat-template", tessera::cli::cmd_chat_template, "render a chat template (Jinja2) with a JSON file's variables"},
+    {"serve", tessera::cli::cmd_serve, "serve the model over an OpenAI-compatible HTTP API"},
 };
 
 void usage(std::ostream& os) {
   os << "tessera — a modular LLM inference runtime\n\n"
         "usage: tessera <command> [options]     (tessera <command> --help for its options)\n\ncommands:\n";
-  for (const auto& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
+  for (const auto& c : kCommands) os << "  " << c.name << std::string(std::strlen(c.name) < 14 ? 14 - std::strlen(c.name) : 1, ' ') << c.summary << "\n";
   os << "\nenvironment:\n"
         "  TESSERA_PLUGINS_TOML   plugins.toml to use\n"
         "  TESSERA_PLUGIN_PATH    extra plugin folders (colon-separated), searched first\n"

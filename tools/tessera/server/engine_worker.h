@@ -1,0 +1,81 @@
+// The server's one thread that owns the Engine's Generator: HTTP handlers submit
+// jobs and read each job's events from its own queue; the worker admits new jobs,
+// cancels abandoned ones, runs Generator::step() and hands out the tokens. A job
+// whose client went away is cancelled at the next step, freeing its KV pages.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/metrics.h"
+#include "tessera/generator.h"
+
+namespace tessera {
+class Engine;
+}
+
+namespace tessera::server {
+
+// One request's generation as the handler sees it.
+class Job {
+ public:
+  struct Event {
+    int32_t token = -1;  // a generated token (-1: none, e.g. only a finish)
+    FinishReason finish = FinishReason::None;
+    std::string error;   // set if the engine failed
+  };
+  explicit Job(GenerationRequest r) : request(std::move(r)) {}
+  // Wait for the next events (up to `timeout`); returns them (maybe none).
+  std::vector<Event> wait(std::chrono::milliseconds timeout);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  GenerationRequest request;
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+
+ private:
+  friend class EngineWorker;
+  void push(Event e);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  std::atomic<bool> cancelled_{false};
+  uint64_t id_ = 0;  // the Generator's id once admitted
+  bool first_token_seen_ = false;
+  std::chrono::steady_clock::time_point last_token_;
+};
+
+class EngineWorker {
+ public:
+  // max_waiting: jobs queued beyond the running ones before submit() refuses.
+  EngineWorker(Engine& engine, const GeneratorOptions& options, size_t max_waiting, Metrics& metrics);
+  ~EngineWorker();
+  EngineWorker(const EngineWorker&) = delete;
+  EngineWorker& operator=(const EngineWorker&) = delete;
+
+  // Queue a job; false when the queue is full (the caller answers 503).
+  bool submit(const std::shared_ptr<Job>& job);
+  void stop();
+
+ private:
+  void run();
+  Engine& engine_;
+  Generator gen_;
+  size_t max_waiting_;
+  Metrics& metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Job>> incoming_;
+  std::vector<std::shared_ptr<Job>> active_;  // admitted to the Generator
+  std::atomic<size_t> pending_{0};            // incoming + waiting in the Generator
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::server

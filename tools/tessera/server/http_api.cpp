@@ -1,0 +1,224 @@
+#include "server/http_api.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+
+#include "server/text_stream.h"
+#include "tessera/tokenizer.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+namespace {
+
+// Generated text can hold invalid UTF-8 (a model may emit any byte); JSON gets U+FFFD.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+std::string new_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, (unsigned long long)(salt ^ (++counter * 0x9e3779b97f4a7c15ull)));
+  return buf;
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// Everything one generation request needs while its answer is produced.
+struct Exchange {
+  ParsedRequest req;
+  ResponseIds ids;
+  std::shared_ptr<Job> job;
+  TextStream text;
+  int64_t completion_tokens = 0;
+  bool role_sent = false, finished = false;
+  Exchange(ParsedRequest r, ResponseIds i, const Tokenizer& t)
+      : req(std::move(r)), ids(std::move(i)), text(t, req.stop) {}
+  // Feed the job's events; returns the text to send and sets `finish` when done.
+  std::string advance(const std::vector<Job::Event>& events, const char*& finish, std::string& error) {
+    std::string out;
+    for (const Job::Event& e : events) {
+      if (finished) break;
+      if (!e.error.empty()) {
+        error = e.error;
+        finished = true;
+        break;
+      }
+      if (e.token >= 0) {
+        ++completion_tokens;
+        out += text.push(e.token);
+        if (text.stopped()) {
+          job->cancel();  // the stop string ends it; the worker frees its pages
+          finish = "stop";
+          finished = true;
+          break;
+        }
+      }
+      if (e.finish != FinishReason::None) {
+        out += text.finish();
+        finish = openai_finish_reason(e.finish, false);
+        finished = true;
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+void HttpApi::attach(EngineWorker* worker, Metrics* metrics, ModelContext model) {
+  std::atomic_store(&ready_, std::make_shared<const Ready>(Ready{worker, metrics, std::move(model)}));
+}
+
+void HttpApi::install(httplib::Server& svr) {
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (api_key_.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth != "Bearer " + api_key_) {
+      send_error(res, 401,
+                 error_body(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
+                            "invalid_request_error", "", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404)
+      send_error(res, 404, error_body("unknown path " + req.path, "invalid_request_error", "", "not_found"));
+    else
+      send_error(res, res.status, error_body("HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""));
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, 500, error_body(what, "server_error", "", ""));
+  });
+
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (!std::atomic_load(&ready_)) {
+      send_error(res, 503, error_body("the model is loading", "unavailable", "", "loading"));
+      return;
+    }
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+
+  auto ready_or_503 = [this](httplib::Response& res) -> std::shared_ptr<const Ready> {
+    auto r = std::atomic_load(&ready_);
+    if (!r) send_error(res, 503, error_body("the model is loading", "unavailable", "", "loading"));
+    return r;
+  };
+
+  svr.Get("/metrics", [ready_or_503](const httplib::Request&, httplib::Response& res) {
+    if (auto r = ready_or_503(res)) res.set_content(r->metrics->render(), "text/plain; version=0.0.4");
+  });
+
+  svr.Get("/v1/models", [ready_or_503](const httplib::Request&, httplib::Response& res) {
+    auto r = ready_or_503(res);
+    if (!r) return;
+    json m = {{"id", r->model.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tessera"}};
+    res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+
+  auto generate = [ready_or_503](bool chat) {
+    return [ready_or_503, chat](const httplib::Request& req, httplib::Response& res) {
+      auto r = ready_or_503(res);
+      if (!r) return;
+      ParsedRequest parsed;
+      try {
+        json body = json::parse(req.body);
+        parsed = chat ? parse_chat_request(body, nlohmann::ordered_json::parse(req.body), r->model)
+                      : parse_completion_request(body, r->model);
+      } catch (const json::exception& e) {
+        ++r->metrics->request_errors_total;
+        send_error(res, 400, error_body(std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "",
+                                        "invalid_json"));
+        return;
+      } catch (const ApiError& e) {
+        ++r->metrics->request_errors_total;
+        send_error(res, e.status, error_body(e));
+        return;
+      }
+      ResponseIds ids{new_id(chat ? "chatcmpl" : "cmpl"),
+                      std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count(),
+                      r->model.model_id};
+      auto ex = std::make_shared<Exchange>(std::move(parsed), std::move(ids), *r->model.tokenizer);
+      ex->job = std::make_shared<Job>(ex->req.gen);
+      if (!r->worker->submit(ex->job)) {
+        ++r->metrics->request_errors_total;
+        send_error(res, 503, error_body("the server is busy: too many requests are waiting; retry later",
+                                        "server_error", "", "queue_full"));
+        return;
+      }
+      const int64_t prompt_tokens = int64_t(ex->req.gen.prompt.size());
+      if (!ex->req.stream) {
+        const char* finish = "stop";
+        std::string error, text;
+        while (!ex->finished) text += ex->advance(ex->job->wait(std::chrono::milliseconds(200)), finish, error);
+        if (!error.empty()) {
+          ++r->metrics->request_errors_total;
+          const bool user = error.find("out of range") != std::string::npos || error.find("prompt") != std::string::npos;
+          send_error(res, user ? 400 : 500, error_body(error, user ? "invalid_request_error" : "server_error", "", ""));
+          return;
+        }
+        res.set_content(dump(completion_response(ex->ids, chat, text, finish, prompt_tokens, ex->completion_tokens)),
+                        "application/json");
+        return;
+      }
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [ex, chat, prompt_tokens](size_t, httplib::DataSink& sink) {
+            auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+            if (chat && !ex->role_sent) {
+              ex->role_sent = true;
+              if (!write(sse(stream_chunk(ex->ids, true, "", nullptr, true)))) return ex->job->cancel(), false;
+            }
+            while (!ex->finished) {
+              if (!sink.is_writable()) {
+                ex->job->cancel();  // the client went away
+                return false;
+              }
+              const char* finish = nullptr;
+              std::string error;
+              const std::string text = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
+              if (!error.empty()) {
+                write(sse(error_body(error, "server_error", "", "")));
+                break;
+              }
+              if (!text.empty() && !write(sse(stream_chunk(ex->ids, chat, text, nullptr)))) {
+                ex->job->cancel();
+                return false;
+              }
+              if (finish) write(sse(stream_chunk(ex->ids, chat, "", finish)));
+            }
+            if (ex->req.include_usage) write(sse(usage_chunk(ex->ids, chat, prompt_tokens, ex->completion_tokens)));
+            write("data: [DONE]\n\n");
+            sink.done();
+            return true;
+          },
+          [ex](bool success) {
+            if (!success || !ex->finished) ex->job->cancel();
+          });
+    };
+  };
+  svr.Post("/v1/completions", generate(false));
+  svr.Post("/v1/chat/completions", generate(true));
+}
+
+}  // namespace tessera::server
