@@ -1,9 +1,10 @@
 // Load on a running `tessera serve`: C concurrent streaming clients, each sending R
 // completions of a ~50-word prompt with a fixed answer length; reports the aggregate
 // generated tokens/s and the time to first token (p50, p99).
-//   node bench/server_load.cjs URL [clients=8] [requests_per_client=2] [max_tokens=64]
+//   node bench/server_load.cjs URL [clients=8] [requests_per_client=2] [max_tokens=64] [salt=0]
+// (a different salt gives different prompts: no prefix-cache hits across runs)
 'use strict';
-const [url, clients = '8', perClient = '2', maxTokens = '64'] = process.argv.slice(2);
+const [url, clients = '8', perClient = '2', maxTokens = '64', salt = '0'] = process.argv.slice(2);
 if (!url) {
   console.error('usage: node bench/server_load.cjs URL [clients] [requests_per_client] [max_tokens]');
   process.exit(2);
@@ -11,7 +12,7 @@ if (!url) {
 const words = 'the of and to in a is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their has been would when who will more if no out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man'.split(' ');
 
 function prompt(seed) {
-  let x = seed * 2654435761 % 4294967296;
+  let x = (seed + Number(salt) * 7919) * 2654435761 % 4294967296;
   const out = [];
   for (let i = 0; i < 50; ++i) {
     x = (x * 1103515245 + 12345) % 2147483648;
