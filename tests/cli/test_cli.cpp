@@ -207,6 +207,39 @@ TEST(Cli, RunChunkedPrefillGivesTheSameText) {
   EXPECT_EQ(chunked.out, whole.out);
 }
 
+// tessera chat, its input piped: turns through the template, the second turn reusing
+// the first's KV pages, /reset, and the same answers for the same seed.
+TEST(Cli, ChatTurnsReuseTheConversation) {
+  const std::string model = fixture("models/llama-q8_0.gguf");
+  const std::string tmpl = fixture("chat_templates/templates/Qwen-Qwen3-0.6B.jinja");
+  if (!fs::exists(model) || !fs::exists(tmpl)) GTEST_SKIP() << "fixtures not found";
+  const std::string input = testing::TempDir() + "/tessera_chat_input_" + std::to_string(getpid()) + ".txt";
+  {
+    std::ofstream f(input);
+    f << "Tell me a long story about the sea and the ships and the sailors who went far away\n"
+         "And then what happened?\n/reset\nTell me a long story about the sea and the ships and the sailors who "
+         "went far away\n";
+  }
+  const std::string cmd = "chat -m " + model + " --chat-template " + tmpl + " --temp 0 -n 6 --threads 1 < " + input;
+  Result r = run(cmd);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("[turn 1: prompt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[conversation cleared]"), std::string::npos) << r.err;
+  // Turn 2 extends turn 1: its leading pages come from the prefix cache.
+  const size_t t2 = r.err.find("[turn 2: prompt ");
+  ASSERT_NE(t2, std::string::npos) << r.err;
+  const size_t reused = r.err.find("tokens, ", t2);
+  ASSERT_NE(reused, std::string::npos);
+  EXPECT_GT(std::stoi(r.err.substr(reused + 8)), 0) << r.err;
+  // Three answers, one per line; after /reset the first question gets the first answer again.
+  std::vector<std::string> answers;
+  std::stringstream ss(r.out);
+  for (std::string line; std::getline(ss, line);) answers.push_back(line);
+  ASSERT_EQ(answers.size(), 3u) << r.out;
+  EXPECT_EQ(answers[2], answers[0]);
+  expect_one_line_error("chat -m " + model + " < /dev/null", "no chat template");
+}
+
 TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {
   if (!fs::exists(fixture("vocab/ggml-vocab-llama-spm.gguf"))) GTEST_SKIP() << "fixtures not found";
   // "Hello world" -> 15043 3186 in the fixture's expected ids (llama-spm .inp/.out);

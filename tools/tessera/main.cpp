@@ -17,6 +17,7 @@ int cmd_bench(int argc, char** argv);
 int cmd_conformance(int argc, char** argv);
 int cmd_chat_template(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 }  // namespace tessera::cli
 
 namespace {
@@ -37,6 +38,7 @@ constexpr Command kCommands[] = {
     {"conformance", tessera::cli::cmd_conformance, "check backends op by op against the cpu_scalar oracle"},
     {"chat-template", tessera::cli::cmd_chat_template, "render a chat template (Jinja2) with a JSON file's variables"},
     {"serve", tessera::cli::cmd_serve, "serve the model over an OpenAI-compatible HTTP API"},
+    {"chat", tessera::cli::cmd_chat, "chat with the model in the terminal (its chat template, streaming)"},
 };
 
 void usage(std::ostream& os) {
