@@ -54,3 +54,20 @@ test('--queue: requests beyond the running ones and the queue get 503', async ()
     await s.stop();
   }
 });
+
+test('a conversation the template refuses is a 400 with its message', async () => {
+  const tmpl = path.join(h.FIXTURES, 'chat_templates', 'templates', 'google-gemma-2-2b-it.jinja');
+  const s = await h.startServer(['-m', MODEL, '--threads', '1', '--chat-template', tmpl]);
+  try {
+    const r = await h.postJson(s.url + '/v1/chat/completions',
+                               { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }] });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.code, 'chat_template_error');
+    assert.match(r.json.error.message, /System role not supported/);
+    const ok = await h.postJson(s.url + '/v1/chat/completions',
+                                { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
+    assert.equal(ok.status, 200, ok.text);
+  } finally {
+    await s.stop();
+  }
+});
