@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -82,6 +84,15 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
 
 void print_profile(const std::string& title, const OpProfile& profile) {
   std::fprintf(stderr, "[profile: %s]\n%s", title.c_str(), profile.table().c_str());
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read " + what);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path + ": cannot read " + what);
+  return ss.str();
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

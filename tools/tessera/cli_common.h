@@ -40,6 +40,9 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
 // Prints a --profile table for one step to stderr under a title.
 void print_profile(const std::string& title, const OpProfile& profile);
 
+// The whole file; throws tessera::Error naming `what` if it cannot be read.
+std::string read_text_file(const std::string& path, const std::string& what);
+
 std::vector<std::string> split(const std::string& s, char sep);
 // "1,2,3" -> ids; throws tessera::Error naming the bad item.
 std::vector<int32_t> parse_token_list(const std::string& s);

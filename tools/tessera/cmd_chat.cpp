@@ -64,11 +64,7 @@ int cmd_chat(int argc, char** argv) {
   const Tokenizer& tok = engine->tokenizer();
   std::string template_text;
   if (!template_file.empty()) {
-    std::ifstream in(template_file, std::ios::binary);
-    if (!in) throw Error(template_file + ": cannot read the chat template");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    template_text = ss.str();
+    template_text = read_text_file(template_file, "the chat template");
   } else {
     template_text = engine->file().metadata().get_string("tokenizer.chat_template").value_or("");
   }

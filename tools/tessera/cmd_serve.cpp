@@ -52,11 +52,7 @@ int cmd_serve(int argc, char** argv) {
   if (http_threads < 0) throw Error("--http-threads must be >= 0");
   std::string template_text;
   if (!template_file.empty()) {
-    std::ifstream in(template_file, std::ios::binary);
-    if (!in) throw Error(template_file + ": cannot read the chat template");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    template_text = ss.str();
+    template_text = read_text_file(template_file, "the chat template");
   }
 
   httplib::Server svr;
