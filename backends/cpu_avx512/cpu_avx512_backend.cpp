@@ -165,6 +165,8 @@ class CpuAvx512Backend final : public Backend {
     // it accepts is executed here, by a kernel or by the reference code.
     OpSupport s = ref_->supports(graph, node);
     if (!s.supported) return s;
+    if (node.op == Op::Rope && node.src[2] >= 0)
+      return OpSupport::no("Rope: frequency factors (src2) are left to the reference backend");
     if (node.op == Op::MatMul && !kern::matmul_type_supported(graph.tensor(node.src[0]).type))
       return OpSupport::no("MatMul: no AVX-512 kernel for this weight dtype");
     // MatMulId with another weight dtype runs the reference code (run_node).

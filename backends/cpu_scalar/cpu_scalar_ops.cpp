@@ -6,10 +6,11 @@
 //  - RmsNorm:   sum of float squares accumulated in double, mean and scale in float
 //               (scale = 1/sqrtf(mean + eps)), y = x * scale, then y * weight.
 //  - MatMul:    each activation column converted once to quant::vec_dot_type(weight)
-//               (F32 as is; F16/BF16 rounding; Q8_0/Q8_K blocks), then quant::vec_dot
+//               (F32 as is; F16/BF16 rounding; Q8_0/Q8_1/Q8_K blocks), then quant::vec_dot
 //               per weight row.
 //  - Rope:      ggml's cache: theta starts at p and is multiplied by
-//               theta_scale = powf(base, -2/n_dims) per pair; angle = freq_scale*theta.
+//               theta_scale = powf(base, -2/n_dims) per pair; angle = freq_scale*theta
+//               (freq_scale*(theta/ff[i]) with src2's frequency factors ff).
 //  - KvWrite:   F32 -> F16 (round to nearest even).
 //  - Attention: q rounded to F16, score = scale * (F32 sum of f16(q)*K), online
 //               ("flash") softmax in F32, the V (F16) weighted sum kept in F16 (llama.cpp).
@@ -77,9 +78,17 @@ bool known_matrix_type(DType t) {
     case DType::BF16:
     case DType::Q8_0:
     case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+    case DType::MXFP4:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::IQ4_XS:
       return true;
     default:
       return false;
@@ -244,6 +253,12 @@ class Checker {
       }
       if (n_.i[2] + n_.i[3] + n_.i[4] <= 0) return "multi-section rope needs a t, h or w section (i[2..4])";
       if (total > n_dims / 2) return "rope sections (i[2..5]) cover more than the n_dims / 2 rotated pairs";
+    }
+    if (n_.src[2] >= 0) {
+      const Tensor& ff = t(n_.src[2]);
+      TRY(plain(ff, DType::F32, "frequency factors (src2)"));
+      if (ff.ne[0] < n_dims / 2 || ff.nrows() != 1)
+        return "frequency factors " + desc(ff) + " must be [" + std::to_string(n_dims / 2) + "] (one per rotated pair)";
     }
     if (!(n_.f[0] > 0.0f) || !std::isfinite(n_.f[0])) return "freq_base (f[0]) must be > 0";
     if (!(n_.f[1] > 0.0f) || !std::isfinite(n_.f[1])) return "freq_scale (f[1]) must be > 0";
@@ -544,7 +559,9 @@ class CpuScalarBackend final : public Backend {
       case Op::RmsNorm:
         return rms_norm(g.tensor(n.src[0]), n.src[1] >= 0 ? &g.tensor(n.src[1]) : nullptr, g.tensor(n.dst), n.f[0]);
       case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
-      case Op::Rope: return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
+      case Op::Rope:
+        return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n,
+                    n.src[2] >= 0 ? static_cast<const float*>(g.tensor(n.src[2]).data) : nullptr);
       case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), n);
       case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
       case Op::Softmax: return softmax(g.tensor(n.src[0]), g.tensor(n.dst));
@@ -635,7 +652,8 @@ class CpuScalarBackend final : public Backend {
   }
 
   // --- Rope ----------------------------------------------------------------
-  static void rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n) {
+  // ff: the optional frequency factors (src2) or null.
+  static void rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n, const float* ff) {
     const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
     const int32_t n_dims = n.i[0];
     const bool neox = n.i[1] == kRopeNeox || n.i[1] == kRopeImrope;
@@ -645,6 +663,7 @@ class CpuScalarBackend final : public Backend {
     const float freq_base = n.f[0], freq_scale = n.f[1];
     const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
     const int32_t* p = static_cast<const int32_t*>(pos.data);
+    // Frequency factors: pair i's angle is theta / ff[i] (ggml's rope cache).
     std::vector<float> cs(static_cast<size_t>(n_dims));  // cos, sin per pair
     for (int64_t t = 0; t < T; ++t) {
       // ggml_rope_cache_init: theta = p, times theta_scale for each next pair.
@@ -659,7 +678,7 @@ class CpuScalarBackend final : public Backend {
                              (sector % 3 == 0 && sector < 3 * sec[0]);
           if (!t_h_w) th = theta_e;
         }
-        const float ang = freq_scale * th;
+        const float ang = freq_scale * (ff ? th / ff[i0 / 2] : th);
         cs[size_t(i0)] = std::cos(ang);
         cs[size_t(i0) + 1] = std::sin(ang);
         theta *= theta_scale;

@@ -223,6 +223,7 @@ class VulkanBackend final : public Backend {
       case Op::Rope: {
         if (n.i[1] != kRopeNormal && n.i[1] != kRopeNeox && n.i[1] != kRopeImrope)
           return "Rope: mode " + std::to_string(n.i[1]) + " is not implemented by the vulkan backend";
+        if (n.src[2] >= 0) return "Rope: frequency factors (src2) are not implemented by the vulkan backend";
         // cos/sin are tabulated on the host from the positions, which must be a
         // graph input (not computed by a node).
         const Range pr = range_of(T(n.src[1]));

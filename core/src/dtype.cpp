@@ -11,17 +11,26 @@ namespace tessera {
 namespace {
 
 // Block geometry is GGUF's: bytes per block include the fp16/fp32 scales.
-constexpr std::array<DTypeTraits, 10> kTraits = {{
+constexpr std::array<DTypeTraits, 19> kTraits = {{
     {DType::F32, "f32", 1, 4, false},
     {DType::F16, "f16", 1, 2, false},
     {DType::Q4_0, "q4_0", 32, 18, true},
+    {DType::Q4_1, "q4_1", 32, 20, true},
+    {DType::Q5_0, "q5_0", 32, 22, true},
+    {DType::Q5_1, "q5_1", 32, 24, true},
     {DType::Q8_0, "q8_0", 32, 34, true},
+    {DType::Q8_1, "q8_1", 32, 36, true},
+    {DType::Q2_K, "q2_K", 256, 84, true},
+    {DType::Q3_K, "q3_K", 256, 110, true},
     {DType::Q4_K, "q4_K", 256, 144, true},
     {DType::Q5_K, "q5_K", 256, 176, true},
     {DType::Q6_K, "q6_K", 256, 210, true},
     {DType::Q8_K, "q8_K", 256, 292, true},
+    {DType::IQ4_NL, "iq4_nl", 32, 18, true},
+    {DType::IQ4_XS, "iq4_xs", 256, 136, true},
     {DType::I32, "i32", 1, 4, false},
     {DType::BF16, "bf16", 1, 2, false},
+    {DType::MXFP4, "mxfp4", 32, 17, true},
 }};
 
 // Names of every ggml_type id, as llama.cpp's ggml_type_name spells them. Ids that

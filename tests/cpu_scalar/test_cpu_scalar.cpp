@@ -221,7 +221,10 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, CpuScalarMatMul,
                          ::testing::Values(MatMulCase{DType::F32, 1e-6}, MatMulCase{DType::F16, 1e-5},
                                            MatMulCase{DType::BF16, 1e-5}, MatMulCase{DType::Q8_0, 1e-3},
                                            MatMulCase{DType::Q4_0, 1e-3}, MatMulCase{DType::Q4_K, 1e-3},
-                                           MatMulCase{DType::Q5_K, 1e-3}, MatMulCase{DType::Q6_K, 1e-3}),
+                                           MatMulCase{DType::Q5_K, 1e-3}, MatMulCase{DType::Q6_K, 1e-3},
+                                           MatMulCase{DType::Q4_1, 1e-3}, MatMulCase{DType::Q5_0, 1e-3},
+                                           MatMulCase{DType::Q5_1, 1e-3}, MatMulCase{DType::IQ4_NL, 1e-3},
+                                           MatMulCase{DType::MXFP4, 1e-3}),
                          [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 TEST(CpuScalarThreads, MatMulAndAttentionBitIdenticalAcrossThreadCounts) {

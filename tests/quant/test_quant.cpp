@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "gguf_reader.h"
+#include "gguf_writer.h"
 #include "tessera/dtype.h"
 #include "tessera/error.h"
 #include "tessera/quant.h"
@@ -87,7 +89,7 @@ TEST(DType, TraitsAndRowBytes) {
   EXPECT_FALSE(dtype_traits(DType::BF16).quantized);
   ASSERT_NE(dtype_traits(14u), nullptr);
   EXPECT_EQ(dtype_traits(14u)->type, DType::Q6_K);
-  EXPECT_EQ(dtype_traits(3u), nullptr);   // q4_1: not supported
+  EXPECT_EQ(dtype_traits(16u), nullptr);  // iq2_xxs: not supported
   EXPECT_EQ(dtype_traits(999u), nullptr);
 }
 
@@ -99,7 +101,15 @@ TEST(DType, Names) {
   EXPECT_EQ(dtype_from_name("Q6_K"), DType::Q6_K);
   EXPECT_EQ(dtype_from_name("q6_k"), DType::Q6_K);
   EXPECT_EQ(dtype_from_name("bf16"), DType::BF16);
-  EXPECT_FALSE(dtype_from_name("q4_1").has_value());
+  EXPECT_FALSE(dtype_from_name("iq2_xxs").has_value());
+  EXPECT_EQ(dtype_from_name("q4_1"), DType::Q4_1);
+  EXPECT_EQ(dtype_from_name("Q5_0"), DType::Q5_0);
+  EXPECT_EQ(dtype_from_name("q5_1"), DType::Q5_1);
+  EXPECT_EQ(dtype_from_name("q2_k"), DType::Q2_K);
+  EXPECT_EQ(dtype_from_name("Q3_K"), DType::Q3_K);
+  EXPECT_EQ(dtype_from_name("IQ4_NL"), DType::IQ4_NL);
+  EXPECT_EQ(dtype_from_name("iq4_xs"), DType::IQ4_XS);
+  EXPECT_EQ(dtype_from_name("mxfp4"), DType::MXFP4);
   EXPECT_FALSE(dtype_from_name("").has_value());
 
   EXPECT_EQ(ggml_type_name(0), "f32");
@@ -419,7 +429,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{DType::BF16, 2.5e-3, 2.5e-3}, RoundTrip{DType::Q8_0, 7e-3, 1.1e-2},
                       RoundTrip{DType::Q8_K, 9e-3, 2.5e-2}, RoundTrip{DType::Q6_K, 2.3e-2, 3.3e-2},
                       RoundTrip{DType::Q5_K, 4.5e-2, 5.3e-2}, RoundTrip{DType::Q4_K, 9e-2, 1.05e-1},
-                      RoundTrip{DType::Q4_0, 1.07e-1, 1.75e-1}),
+                      RoundTrip{DType::Q4_0, 1.07e-1, 1.75e-1}, RoundTrip{DType::Q8_1, 7e-3, 1.1e-2},
+                      RoundTrip{DType::Q4_1, 1.2e-1, 2.5e-1}, RoundTrip{DType::Q5_0, 6e-2, 9e-2},
+                      RoundTrip{DType::Q5_1, 6e-2, 1.2e-1}, RoundTrip{DType::IQ4_NL, 1.1e-1, 1.75e-1},
+                      RoundTrip{DType::MXFP4, 2.2e-1, 2.5e-1}),
     [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 // ------------------------------------------------------------------ dot products
@@ -433,8 +446,17 @@ TEST(VecDot, Types) {
   EXPECT_EQ(vec_dot_type(DType::Q4_K), DType::Q8_K);
   EXPECT_EQ(vec_dot_type(DType::Q5_K), DType::Q8_K);
   EXPECT_EQ(vec_dot_type(DType::Q6_K), DType::Q8_K);
+  EXPECT_EQ(vec_dot_type(DType::Q5_0), DType::Q8_0);
+  EXPECT_EQ(vec_dot_type(DType::IQ4_NL), DType::Q8_0);
+  EXPECT_EQ(vec_dot_type(DType::MXFP4), DType::Q8_0);
+  EXPECT_EQ(vec_dot_type(DType::Q4_1), DType::Q8_1);
+  EXPECT_EQ(vec_dot_type(DType::Q5_1), DType::Q8_1);
+  EXPECT_EQ(vec_dot_type(DType::Q2_K), DType::Q8_K);
+  EXPECT_EQ(vec_dot_type(DType::Q3_K), DType::Q8_K);
+  EXPECT_EQ(vec_dot_type(DType::IQ4_XS), DType::Q8_K);
   EXPECT_THROW(vec_dot_type(DType::I32), Error);
   EXPECT_THROW(vec_dot_type(DType::Q8_K), Error);
+  EXPECT_THROW(vec_dot_type(DType::Q8_1), Error);
 }
 
 class VecDot : public ::testing::TestWithParam<DType> {};
@@ -468,7 +490,8 @@ TEST_P(VecDot, MatchesDequantizedDot) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, VecDot,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                                           DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                           DType::Q5_0, DType::IQ4_NL, DType::MXFP4),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(VecDot, F16RoundsActivations) {
@@ -484,11 +507,22 @@ TEST(Errors, UnsupportedTypes) {
   EXPECT_THROW(dequantize_row(DType::I32, y, x, 32), Error);
   EXPECT_THROW(quantize_row(DType::I32, x, y, 32), Error);
   EXPECT_THROW(quantize_row(DType::Q4_K, x, y, 32), Error);  // not a multiple of 256
-  EXPECT_THROW(dtype_traits(static_cast<DType>(3)), Error);
+  EXPECT_THROW(dtype_traits(static_cast<DType>(16)), Error);
   try {
-    (void)dtype_traits(static_cast<DType>(3));
+    (void)dtype_traits(static_cast<DType>(16));
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q4_1"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos);
+  }
+  // Formats read from files only: no quantizer, a clear error.
+  std::vector<float> big(256, 0.f);
+  std::vector<uint8_t> out(1024);
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_XS}) {
+    try {
+      quantize_row(t, big.data(), out.data(), 256);
+      ADD_FAILURE() << dtype_name(t);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(dtype_name(t))), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -642,4 +676,465 @@ TEST(Fixtures, Q5_KDequantizesToF16Weights) {
     ++checked;
   }
   EXPECT_GT(checked, 0);
+}
+
+// ------------------------------------------------------------------ formats of issue #20
+// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS (and Q8_1 activations).
+
+TEST(NewFormats, TraitsAndRowBytes) {
+  struct G {
+    DType t;
+    uint32_t id;
+    int64_t elems;
+    size_t bytes;
+    const char* name;
+  };
+  for (const G& g : {G{DType::Q4_1, 3, 32, 20, "q4_1"}, G{DType::Q5_0, 6, 32, 22, "q5_0"},
+                     G{DType::Q5_1, 7, 32, 24, "q5_1"}, G{DType::Q8_1, 9, 32, 36, "q8_1"},
+                     G{DType::Q2_K, 10, 256, 84, "q2_K"}, G{DType::Q3_K, 11, 256, 110, "q3_K"},
+                     G{DType::IQ4_NL, 20, 32, 18, "iq4_nl"}, G{DType::IQ4_XS, 23, 256, 136, "iq4_xs"},
+                     G{DType::MXFP4, 39, 32, 17, "mxfp4"}}) {
+    ASSERT_NE(dtype_traits(g.id), nullptr) << g.name;
+    EXPECT_EQ(dtype_traits(g.id)->type, g.t);
+    EXPECT_EQ(uint32_t(g.t), g.id);
+    EXPECT_EQ(dtype_traits(g.t).block_elems, g.elems) << g.name;
+    EXPECT_EQ(dtype_traits(g.t).block_bytes, g.bytes) << g.name;
+    EXPECT_TRUE(dtype_traits(g.t).quantized);
+    EXPECT_EQ(dtype_name(g.t), g.name);
+    EXPECT_EQ(ggml_type_name(g.id), g.name);
+    // A row is blocks x block bytes; a partial block is refused.
+    for (int64_t blocks : {1, 3, 16}) EXPECT_EQ(row_bytes(g.t, blocks * g.elems), size_t(blocks) * g.bytes);
+    EXPECT_THROW(row_bytes(g.t, g.elems + 16), Error);
+  }
+  EXPECT_EQ(sizeof(BlockQ4_1), 20u);
+  EXPECT_EQ(sizeof(BlockQ5_0), 22u);
+  EXPECT_EQ(sizeof(BlockQ5_1), 24u);
+  EXPECT_EQ(sizeof(BlockQ8_1), 36u);
+  EXPECT_EQ(sizeof(BlockQ2_K), 84u);
+  EXPECT_EQ(sizeof(BlockQ3_K), 110u);
+  EXPECT_EQ(sizeof(BlockIQ4_NL), 18u);
+  EXPECT_EQ(sizeof(BlockIQ4_XS), 136u);
+  EXPECT_EQ(sizeof(BlockMXFP4), 17u);
+}
+
+namespace {
+// The IQ4_NL grid and the E2M1 values, written out (not taken from the library).
+constexpr float kNl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr float kE2M1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+}  // namespace
+
+TEST(NewFormats, Q4_1Layout) {
+  BlockQ4_1 b{};
+  b.d = h(0.5f);
+  b.m = h(-1.f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row(DType::Q4_1, &b, y, 32);
+  EXPECT_EQ(y[0], -1.f);     // 0.5*0 - 1
+  EXPECT_EQ(y[3], 0.5f);     // 0.5*3 - 1
+  EXPECT_EQ(y[15], 6.5f);    // 0.5*15 - 1
+  EXPECT_EQ(y[16], 6.5f);    // high nibble of byte 0: 15
+  EXPECT_EQ(y[31], -1.f);    // high nibble of byte 15: 0
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * j - 1.f);
+    EXPECT_EQ(y[j + 16], 0.5f * (15 - j) - 1.f);
+  }
+}
+
+TEST(NewFormats, Q5_0Layout) {
+  BlockQ5_0 b{};
+  b.d = h(0.25f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+  // Fifth bit set for elements 0..15 (qh bits 0..15), clear for 16..31.
+  b.qh[0] = 0xFF;
+  b.qh[1] = 0xFF;
+  float y[32];
+  dequantize_row(DType::Q5_0, &b, y, 32);
+  EXPECT_EQ(y[0], 0.f);       // (0|16) - 16
+  EXPECT_EQ(y[5], 1.25f);     // (5|16) - 16 = 5
+  EXPECT_EQ(y[16], -0.25f);   // 15 - 16
+  EXPECT_EQ(y[31], -4.f);     // 0 - 16
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.25f * j);
+    EXPECT_EQ(y[j + 16], 0.25f * (-1 - j));
+  }
+  // One bit of the second half: qh bit 16 + 3 -> element 19.
+  b.qh[2] = 0x08;
+  dequantize_row(DType::Q5_0, &b, y, 32);
+  EXPECT_EQ(y[19], 0.25f * (12 + 16 - 16));
+}
+
+TEST(NewFormats, Q5_1Layout) {
+  BlockQ5_1 b{};
+  b.d = h(0.5f);
+  b.m = h(2.f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+  b.qh[2] = 0xFF;  // fifth bit set for elements 16..31
+  b.qh[3] = 0xFF;
+  float y[32];
+  dequantize_row(DType::Q5_1, &b, y, 32);
+  EXPECT_EQ(y[0], 2.f);
+  EXPECT_EQ(y[16], 17.5f);  // 0.5 * 31 + 2
+  EXPECT_EQ(y[31], 10.f);   // 0.5 * 16 + 2
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * j + 2.f);
+    EXPECT_EQ(y[j + 16], 0.5f * (31 - j) + 2.f);
+  }
+}
+
+TEST(NewFormats, IQ4_NLLayout) {
+  BlockIQ4_NL b{};
+  b.d = h(0.5f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row(DType::IQ4_NL, &b, y, 32);
+  EXPECT_EQ(y[0], -63.5f);
+  EXPECT_EQ(y[8], 0.5f);
+  EXPECT_EQ(y[16], 56.5f);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * kNl[j]);
+    EXPECT_EQ(y[j + 16], 0.5f * kNl[15 - j]);
+  }
+}
+
+TEST(NewFormats, MXFP4Layout) {
+  BlockMXFP4 b{};
+  b.e = 127;  // scale 2^0
+  for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  EXPECT_EQ(y[7], 6.f);
+  EXPECT_EQ(y[15], -6.f);
+  EXPECT_EQ(y[16], -6.f);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], kE2M1[j]);
+    EXPECT_EQ(y[j + 16], kE2M1[15 - j]);
+  }
+  b.e = 130;  // scale 2^3
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  EXPECT_EQ(y[5], 24.f);
+  b.e = 0;    // scale 2^-127 (subnormal half-scale path)
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  EXPECT_EQ(y[1], std::ldexp(0.5f, -127));
+  b.e = 1;
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  EXPECT_EQ(y[7], std::ldexp(6.f, -126));
+}
+
+TEST(NewFormats, Q2_KLayout) {
+  BlockQ2_K b{};
+  b.d = h(0.5f);
+  b.dmin = h(0.25f);
+  for (int s = 0; s < 16; ++s) b.scales[s] = uint8_t((s % 16) | ((s % 4) << 4));
+  // Byte 0 of the first 128-chunk: bit pairs (from low) 1, 2, 3, 0 -> elements 0, 32, 64, 96.
+  b.qs[0] = uint8_t(1 | (2 << 2) | (3 << 4) | (0 << 6));
+  // Byte 17 of the second chunk (qs[32 + 17]): pair 2 (bits 4-5) = 3 -> element 128 + 64 + 17.
+  b.qs[32 + 17] = uint8_t(3 << 4);
+  float y[256];
+  dequantize_row(DType::Q2_K, &b, y, 256);
+  // element e: sub-block e/16 with scale s%16 and min s%4.
+  EXPECT_EQ(y[0], 0.5f * 0 * 1 - 0.25f * 0);    // sub-block 0: scale 0
+  EXPECT_EQ(y[32], 0.5f * 2 * 2 - 0.25f * 2);   // sub-block 2: scale 2, min 2
+  EXPECT_EQ(y[64], 0.5f * 4 * 3 - 0.25f * 0);   // sub-block 4: scale 4, min 0
+  EXPECT_EQ(y[96], 0.5f * 6 * 0 - 0.25f * 2);   // sub-block 6
+  EXPECT_EQ(y[209], 0.5f * 13 * 3 - 0.25f * 1);  // sub-block 13: scale 13, min 1
+  EXPECT_EQ(y[1], 0.f);
+  EXPECT_EQ(y[17], -0.25f);                      // sub-block 1: q 0, min 1
+  int nonzero_q = 0;
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 16;
+    const float base = -0.25f * float(s % 4);
+    if (y[e] != base) ++nonzero_q;
+  }
+  EXPECT_EQ(nonzero_q, 3);  // elements 32, 64, 209 (element 0 has scale 0)
+}
+
+TEST(NewFormats, Q3_KLayout) {
+  BlockQ3_K b{};
+  b.d = h(0.5f);
+  // Scales: byte 0 = 0x21 -> low nibbles of scales 0 (1) and 8 (2); byte 8 = 0xE4 -> high
+  // bit pairs of scales 0, 4, 8, 12 = 0, 1, 2, 3. So scale0 = 1, scale4 = 16,
+  // scale8 = 34, scale12 = 48, others 0; the value uses scale - 32.
+  b.scales[0] = 0x21;
+  b.scales[8] = 0xE4;
+  std::memset(b.hmask, 0xFF, sizeof(b.hmask));  // high bit set: no -4
+  float y[256];
+  dequantize_row(DType::Q3_K, &b, y, 256);
+  for (float v : y) EXPECT_EQ(v, 0.f);  // all q = 0
+  b.qs[0] = 0xFF;        // elements 0, 32, 64, 96 -> q 3
+  b.hmask[0] = 0xFE;     // element 0: high bit clear -> q = 3 - 4 = -1
+  b.qs[32 + 16] = 0x0C;  // second chunk, byte 16, pair 1 -> element 128 + 32 + 16 = 176, q 3
+  b.hmask[16] = 0xDF;    // bit 5 (chunk 1, pair 1) clear for byte 16 -> element 176: q = -1
+  dequantize_row(DType::Q3_K, &b, y, 256);
+  EXPECT_EQ(y[0], 0.5f * (1 - 32) * -1);    // sub-block 0
+  EXPECT_EQ(y[32], 0.5f * (0 - 32) * 3);    // sub-block 2: scale 0
+  EXPECT_EQ(y[64], 0.5f * (16 - 32) * 3);   // sub-block 4
+  EXPECT_EQ(y[96], 0.5f * (0 - 32) * 3);    // sub-block 6
+  EXPECT_EQ(y[176], 0.5f * (0 - 32) * -1);  // sub-block 11
+  EXPECT_EQ(y[1], 0.f);
+  // A clear high bit alone gives q = -4: element 128 + 16 (sub-block 9, scale 0), and
+  // element 128 (sub-block 8, scale 34) with hmask byte 0 bit 4 clear.
+  b.hmask[16] = 0xEF;
+  b.hmask[0] = 0xEE;
+  b.qs[32 + 16] = 0;
+  dequantize_row(DType::Q3_K, &b, y, 256);
+  EXPECT_EQ(y[144], 0.5f * (0 - 32) * -4);
+  EXPECT_EQ(y[128], 0.5f * (34 - 32) * -4);
+  EXPECT_EQ(y[176], 0.f);
+}
+
+TEST(NewFormats, IQ4_XSLayout) {
+  BlockIQ4_XS b{};
+  b.d = h(0.25f);
+  // Sub-block ib scale: low 4 bits = nibble ib%2 of scales_l[ib/2], high 2 = bits 2ib of scales_h.
+  b.scales_l[0] = 0x21;      // ib0 lo 1, ib1 lo 2
+  b.scales_l[3] = 0xF0;      // ib6 lo 0, ib7 lo 15
+  b.scales_h = uint16_t(2u | (3u << 2) | (1u << 14));  // ib0 hi 2, ib1 hi 3, ib7 hi 1
+  for (int j = 0; j < 16; ++j) {
+    b.qs[j] = uint8_t(j | ((15 - j) << 4));         // sub-block 0
+    b.qs[16 + j] = 0x98;                              // sub-block 1: lo 8 (1), hi 9 (13)
+    b.qs[7 * 16 + j] = 0x0F;                          // sub-block 7: lo 15 (113), hi 0 (-127)
+  }
+  float y[256];
+  dequantize_row(DType::IQ4_XS, &b, y, 256);
+  // ib0: ls = 1 | 2<<4 = 33 -> dl = 0.25; ib1: 2 | 48 = 50 -> 4.5; ib7: 15 | 16 = 31 -> -0.25.
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.25f * kNl[j]);
+    EXPECT_EQ(y[16 + j], 0.25f * kNl[15 - j]);
+    EXPECT_EQ(y[32 + j], 4.5f * 1);
+    EXPECT_EQ(y[48 + j], 4.5f * 13);
+    EXPECT_EQ(y[224 + j], -0.25f * 113);
+    EXPECT_EQ(y[240 + j], -0.25f * -127);
+  }
+  // ib2..ib6: scale 0 - 32, all nibbles 0 -> -8 * -127.
+  EXPECT_EQ(y[64], 0.25f * -32 * -127);
+  EXPECT_EQ(y[223], 0.25f * -32 * -127);
+}
+
+TEST(NewFormats, Q8_1Activations) {
+  // Q8_0's quantization plus s = d * sum(q) in fp16.
+  const auto x = gaussian(256, 77, 3.f, 0.5f);
+  const auto q1 = quantize(DType::Q8_1, x);
+  const auto q0 = quantize(DType::Q8_0, x);
+  const auto* b1 = reinterpret_cast<const BlockQ8_1*>(q1.data());
+  const auto* b0 = reinterpret_cast<const BlockQ8_0*>(q0.data());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(b1[i].d, b0[i].d);
+    EXPECT_EQ(std::memcmp(b1[i].qs, b0[i].qs, 32), 0);
+    int sum = 0;
+    float amax = 0.f;
+    for (int j = 0; j < 32; ++j) {
+      sum += b1[i].qs[j];
+      amax = std::max(amax, std::fabs(x[size_t(32 * i + j)]));
+    }
+    EXPECT_EQ(b1[i].s, h(float(sum) * (amax / 127.f)));
+  }
+  EXPECT_EQ(dequantize(DType::Q8_1, q1, 256), dequantize(DType::Q8_0, q0, 256));
+}
+
+namespace {
+
+// Random bytes with sane scales: a valid block of any layout (every bit pattern of the
+// quant fields is a valid level).
+std::vector<uint8_t> random_blocks(DType t, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> q(row_bytes(t, n));
+  for (auto& b : q) b = uint8_t(rng());
+  std::uniform_real_distribution<float> u(0.001f, 0.05f);
+  std::uniform_int_distribution<int> sign(0, 1);
+  auto hs = [&](bool signed_) { return h((signed_ && sign(rng)) ? -u(rng) : u(rng)); };
+  const size_t bb = dtype_traits(t).block_bytes;
+  for (size_t off = 0; off < q.size(); off += bb) {
+    uint8_t* p = q.data() + off;
+    auto put = [&](size_t at, uint16_t v) { std::memcpy(p + at, &v, 2); };
+    switch (t) {
+      case DType::Q4_1: put(0, hs(true)); put(2, hs(true)); break;
+      case DType::Q5_1: put(0, hs(true)); put(2, hs(true)); break;
+      case DType::Q5_0:
+      case DType::IQ4_NL:
+      case DType::IQ4_XS: put(0, hs(true)); break;
+      case DType::MXFP4: p[0] = uint8_t(118 + rng() % 12); break;
+      case DType::Q2_K: put(80, hs(false)); put(82, hs(false)); break;
+      case DType::Q3_K: put(108, hs(true)); break;
+      default: ADD_FAILURE() << "no random blocks for " << dtype_name(t);
+    }
+  }
+  return q;
+}
+
+}  // namespace
+
+class NewFormatDot : public ::testing::TestWithParam<DType> {};
+
+// The integer dot product equals the float dot of the dequantized weights with the
+// dequantized activations, up to float rounding (and, for Q8_1 partners, the fp16
+// rounding of the activation block sums s the reference also stores).
+TEST_P(NewFormatDot, MatchesDequantizedDot) {
+  const DType wt = GetParam();
+  const DType at = vec_dot_type(wt);
+  const int64_t n = 2048;
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    const auto qw = random_blocks(wt, n, 300 + seed);
+    const auto a = gaussian(size_t(n), 400 + seed, 2.f, seed == 2 ? -1.f : 0.f);
+    const auto qa = quantize(at, a);
+    const auto dw = dequantize(wt, qw, size_t(n));
+    const auto da = dequantize(at, qa, size_t(n));
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ref += double(dw[size_t(i)]) * double(da[size_t(i)]);
+      mag += std::fabs(double(dw[size_t(i)]) * double(da[size_t(i)]));
+    }
+    double tol = 1e-5 * mag + 1e-30;
+    if (at == DType::Q8_1) {
+      // m * s with s = fp16(d * sum q): half an fp16 ulp of s per block.
+      const auto* ab = reinterpret_cast<const BlockQ8_1*>(qa.data());
+      const size_t bb = dtype_traits(wt).block_bytes;
+      for (int64_t b = 0; b < n / 32; ++b) {
+        uint16_t m;
+        std::memcpy(&m, qw.data() + size_t(b) * bb + 2, 2);
+        tol += std::fabs(double(fp16_to_fp32(m)) * double(fp16_to_fp32(ab[b].s))) * std::ldexp(1.0, -11);
+      }
+    }
+    const float got = vec_dot(wt, n, qw.data(), qa.data());
+    EXPECT_NEAR(got, ref, tol) << dtype_name(wt) << " seed " << seed;
+    EXPECT_GT(mag, 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllNewTypes, NewFormatDot,
+                         ::testing::Values(DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
+                                           DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::IQ4_XS),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The weights of the fixture files in these formats were quantized by ggml from the
+// same f32 weights as llama-f32.gguf: dequantizing them must land within each
+// format's quantization error (a wrong layout gives errors of 50% and more).
+TEST(Fixtures, NewFormatsDequantizeToF32Weights) {
+  const std::string f32_path = fixture("llama-f32.gguf");
+  if (!std::filesystem::exists(f32_path)) GTEST_SKIP() << "no fixtures at " << f32_path;
+  const MiniGguf ref(f32_path);
+  std::map<DType, int> checked;
+  for (const char* file : {"llama-q4_1.gguf", "llama-q5_0.gguf", "llama-q5_1.gguf", "llama-iq4_nl.gguf",
+                           "llama-q2_k.gguf", "llama-q3_k_m.gguf", "llama-iq4_xs.gguf"}) {
+    if (!std::filesystem::exists(fixture(file))) continue;
+    const MiniGguf q(fixture(file));
+    for (const auto& [name, t] : q.tensors) {
+      const auto* traits = dtype_traits(t.type);
+      ASSERT_NE(traits, nullptr) << file << " " << name << " " << ggml_type_name(t.type);
+      const DType dt = traits->type;
+      if (!(dt == DType::Q4_1 || dt == DType::Q5_0 || dt == DType::Q5_1 || dt == DType::IQ4_NL ||
+            dt == DType::Q2_K || dt == DType::Q3_K || dt == DType::IQ4_XS))
+        continue;
+      const auto& rt = ref.tensors.at(name);
+      int64_t n = 1;
+      for (auto d : t.dims) n *= int64_t(d);
+      std::vector<float> got(static_cast<size_t>(n));
+      dequantize_row(dt, t.data, got.data(), n);
+      std::vector<float> want(reinterpret_cast<const float*>(rt.data), reinterpret_cast<const float*>(rt.data) + n);
+      const double e = rel_rms(want, got);
+      // Measured: Q2_K 0.30, Q3_K 0.15, Q4_1 0.078, IQ4_NL 0.076, IQ4_XS 0.077, Q5_0 0.042, Q5_1 0.038.
+      const double bound = dt == DType::Q2_K ? 0.35 : dt == DType::Q3_K ? 0.18
+                           : (dt == DType::Q5_0 || dt == DType::Q5_1) ? 0.05 : 0.09;
+      EXPECT_LT(e, bound) << file << " " << name;
+      if (std::getenv("TESSERA_PRINT_ERRORS"))
+        std::printf("%s %s %s %.3g\n", file, name.c_str(), std::string(dtype_name(dt)).c_str(), e);
+      // Integer dot on real ggml blocks == float dot of the dequantized rows.
+      const int64_t row = int64_t(t.dims[0]);
+      const auto act = gaussian(size_t(row), 11);
+      const DType at = vec_dot_type(dt);
+      const auto qa = quantize(at, act);
+      const auto da = dequantize(at, qa, size_t(row));
+      double r = 0, mag = 0;
+      for (int64_t j = 0; j < row; ++j) {
+        r += double(got[size_t(j)]) * da[size_t(j)];
+        mag += std::fabs(double(got[size_t(j)]) * da[size_t(j)]);
+      }
+      EXPECT_NEAR(vec_dot(dt, row, t.data, qa.data()), r, 1e-3 * mag) << file << " " << name;
+      ++checked[dt];
+    }
+  }
+  for (DType dt : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::IQ4_XS})
+    EXPECT_GT(checked[dt], 0) << dtype_name(dt);
+}
+
+// MXFP4 appears only in the MoE fixture: compare with its f32 twin.
+TEST(Fixtures, MXFP4DequantizesToF32Weights) {
+  const std::string qpath = fixture("qwen3moe-mxfp4_moe.gguf");
+  const std::string fpath = fixture("qwen3moe-f32.gguf");
+  if (!std::filesystem::exists(qpath) || !std::filesystem::exists(fpath)) GTEST_SKIP() << "no fixtures";
+  const MiniGguf q(qpath), f(fpath);
+  int checked = 0;
+  for (const auto& [name, t] : q.tensors) {
+    if (t.type != uint32_t(DType::MXFP4)) continue;
+    const auto& ft = f.tensors.at(name);
+    ASSERT_EQ(ft.type, uint32_t(DType::F32));
+    int64_t n = 1;
+    for (auto d : t.dims) n *= int64_t(d);
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(DType::MXFP4, t.data, a.data(), n);
+    dequantize_row(DType::F32, ft.data, b.data(), n);
+    const double e = rel_rms(b, a);
+    EXPECT_LT(e, 0.14) << name;  // measured 0.115
+    if (std::getenv("TESSERA_PRINT_ERRORS")) std::printf("mxfp4 %s %.3g\n", name.c_str(), e);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// A tensor's byte size follows from its dtype and shape: a file whose data for a tensor
+// of one of these formats is shorter than that is refused at load, naming the tensor.
+TEST(NewFormats, TensorSizeMismatchRejectedAtLoad) {
+  using namespace tessera::gguf;
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K,
+                  DType::Q3_K, DType::IQ4_XS}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const int64_t K = 512, N = 2;
+    const size_t want = row_bytes(t, K) * N;
+    // The writer checks sizes itself.
+    {
+      GgufWriter w;
+      std::vector<uint8_t> bytes(want - 1);
+      try {
+        w.add_tensor("blk.0.ffn_down.weight", t, {K, N}, bytes.data(), bytes.size());
+        ADD_FAILURE() << "writer accepted a short tensor";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down.weight"), std::string::npos) << e.what();
+      }
+    }
+    // The right size loads, with nbytes = rows x blocks x block bytes.
+    {
+      GgufWriter w;
+      w.set_string("general.architecture", "llama");
+      w.add_tensor_raw("blk.0.ffn_down.weight", uint32_t(t), {K, N}, std::vector<uint8_t>(want, 0));
+      auto f = GgufFile::from_bytes(w.to_bytes(), "ok.gguf");
+      ASSERT_EQ(f->tensors().size(), 1u);
+      EXPECT_EQ(f->tensors()[0].type, t);
+      EXPECT_EQ(f->tensors()[0].nbytes, want);
+    }
+    // Short data: the last tensor runs past the end of the file.
+    {
+      GgufWriter w;
+      w.set_string("general.architecture", "llama");
+      w.add_tensor_raw("blk.0.ffn_down.weight", uint32_t(t), {K, N}, std::vector<uint8_t>(want / 2, 0));
+      try {
+        GgufFile::from_bytes(w.to_bytes(), "bad.gguf");
+        ADD_FAILURE() << "accepted a tensor shorter than its shape";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down.weight"), std::string::npos) << e.what();
+      }
+    }
+    // Short data followed by another tensor: the two would overlap.
+    {
+      GgufWriter w;
+      w.set_string("general.architecture", "llama");
+      w.add_tensor_raw("blk.0.ffn_up.weight", uint32_t(t), {K, N}, std::vector<uint8_t>(want - row_bytes(t, K), 0));
+      w.add_tensor_raw("blk.0.ffn_gate.weight", uint32_t(t), {K, N}, std::vector<uint8_t>(want, 0));
+      try {
+        GgufFile::from_bytes(w.to_bytes(), "bad.gguf");
+        ADD_FAILURE() << "accepted overlapping tensors";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();
+      }
+    }
+  }
 }

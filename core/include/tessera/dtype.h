@@ -12,13 +12,22 @@ enum class DType : uint32_t {
   F32 = 0,
   F16 = 1,
   Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q8_1 = 9,  // activation-only format (dot-product partner of Q4_1 and Q5_1)
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,  // activation-only format (dot-product partner of the K-quants)
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   I32 = 26,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct DTypeTraits {

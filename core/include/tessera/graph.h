@@ -21,8 +21,9 @@ enum class Op : uint16_t {
   GetRows,    // src0 table [K, V] any dtype, src1 ids I32 [n] -> F32 [K, n]
   RmsNorm,    // src0 x F32 [K, n], optional src1 weight F32 [K]; f[0] = eps -> F32 [K, n]
   MatMul,     // src0 weight [K, N] any dtype, src1 x F32 [K, M] -> F32 [N, M]
-  Rope,       // src0 x F32 [hd, heads, n], src1 pos I32 [n]; i[0] = n_dims, i[1] = mode
-              // (RopeMode), f[0] = freq_base, f[1] = freq_scale -> F32 same shape
+  Rope,       // src0 x F32 [hd, heads, n], src1 pos I32 [n], optional src2 frequency factors
+              // F32 [n_dims/2] (Llama 3.1: pair i's angle is divided by factor i); i[0] = n_dims,
+              // i[1] = mode (RopeMode), f[0] = freq_base, f[1] = freq_scale -> F32 same shape
   KvWrite,    // src0 k F32 [hd, n_kv, n], src1 v F32 [hd, n_kv, n] -> stored in kv at
               // positions i[2] .. i[2]+n-1 of sequence i[1], layer i[0]; no dst
   Attention,  // src0 q F32 [hd, n_head, n] at positions i[2] .. i[2]+n-1, causal over

@@ -6,6 +6,8 @@
 
 namespace tessera::models {
 std::unique_ptr<Model> make_llama(const ModelFile& file);
+std::unique_ptr<Model> make_qwen2(const ModelFile& file);
+std::unique_ptr<Model> make_qwen3(const ModelFile& file);
 std::unique_ptr<Model> make_qwen3moe(const ModelFile& file);
 std::unique_ptr<Model> make_qwen35moe(const ModelFile& file);
 }

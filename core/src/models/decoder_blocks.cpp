@@ -16,7 +16,8 @@ EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info) {
   return e;
 }
 
-AttentionWeights load_attention(const WeightSource& w, const std::string& p, const ModelInfo& info, bool qk_norms) {
+AttentionWeights load_attention(const WeightSource& w, const std::string& p, const ModelInfo& info, bool qk_norms,
+                                bool qkv_bias) {
   const int64_t E = info.n_embd, hd = info.head_dim, Q = info.n_head * hd, KV = info.n_head_kv * hd;
   AttentionWeights a;
   a.norm = w.require(p + "attn_norm.weight", {E});
@@ -27,6 +28,13 @@ AttentionWeights load_attention(const WeightSource& w, const std::string& p, con
   if (qk_norms) {
     a.q_norm = w.require(p + "attn_q_norm.weight", {hd});
     a.k_norm = w.require(p + "attn_k_norm.weight", {hd});
+  }
+  if (qkv_bias) {
+    a.bq = w.require(p + "attn_q.bias", {Q});
+    a.bk = w.require(p + "attn_k.bias", {KV});
+    a.bv = w.require(p + "attn_v.bias", {KV});
+    for (const Tensor* t : {&a.bq, &a.bk, &a.bv})
+      if (t->type != DType::F32) throw Error("tensor '" + t->name + "' must be F32");
   }
   return a;
 }
@@ -52,6 +60,7 @@ void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e) {
 void append_weights(std::vector<Tensor*>& out, AttentionWeights& a) {
   out.insert(out.end(), {&a.norm, &a.wq, &a.wk, &a.wv, &a.wo});
   if (a.q_norm.data) out.insert(out.end(), {&a.q_norm, &a.k_norm});
+  if (a.bq.data) out.insert(out.end(), {&a.bq, &a.bk, &a.bv});
 }
 
 BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const ForwardBatch& b) {
@@ -79,18 +88,28 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
 }
 
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,
-                       const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode) {
+                       const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode, int32_t rope_factors) {
   const int64_t n = int64_t(b.tokens.size()), hd = i.head_dim;
   int32_t h = g.rms_norm(x, g.input(a.norm), i.rms_eps);
-  int32_t q = g.reshape(g.matmul(g.input(a.wq), h), {hd, i.n_head, n});
-  int32_t k = g.reshape(g.matmul(g.input(a.wk), h), {hd, i.n_head_kv, n});
-  int32_t v = g.reshape(g.matmul(g.input(a.wv), h), {hd, i.n_head_kv, n});
+  // The three products adjacent (a backend may run them as one group), then the biases
+  // if any (one row broadcast over the batch's rows).
+  int32_t q = g.matmul(g.input(a.wq), h);
+  int32_t k = g.matmul(g.input(a.wk), h);
+  int32_t v = g.matmul(g.input(a.wv), h);
+  if (a.bq.data) {
+    q = g.add(q, g.input(a.bq));
+    k = g.add(k, g.input(a.bk));
+    v = g.add(v, g.input(a.bv));
+  }
+  q = g.reshape(q, {hd, i.n_head, n});
+  k = g.reshape(k, {hd, i.n_head_kv, n});
+  v = g.reshape(v, {hd, i.n_head_kv, n});
   if (a.q_norm.data) {
     q = g.rms_norm(q, g.input(a.q_norm), i.rms_eps);
     k = g.rms_norm(k, g.input(a.k_norm), i.rms_eps);
   }
-  q = g.rope(q, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale);
-  k = g.rope(k, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale);
+  q = g.rope(q, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale, rope_factors);
+  k = g.rope(k, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale, rope_factors);
   int32_t att = paged_attention(g, kv, layer, b, q, k, v, 1.0f / std::sqrt(float(hd)));
   return g.matmul(g.input(a.wo), g.reshape(att, {hd * i.n_head, n}));
 }

@@ -23,13 +23,15 @@ struct ExpertWeights {
 struct AttentionWeights {
   Tensor norm, wq, wk, wv, wo;
   Tensor q_norm, k_norm;  // empty unless the architecture has per-head q/k norms
+  Tensor bq, bk, bv;      // empty unless the architecture adds biases to q, k and v
 };
 
 // token_embd.weight (its rows set info.n_vocab), output_norm.weight, output.weight.
 EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info);
-// blk.N.attn_{norm,q,k,v,output}.weight (and attn_{q,k}_norm.weight if qk_norms).
+// blk.N.attn_{norm,q,k,v,output}.weight (and attn_{q,k}_norm.weight if qk_norms,
+// attn_{q,k,v}.bias if qkv_bias).
 AttentionWeights load_attention(const WeightSource& w, const std::string& prefix, const ModelInfo& info,
-                                bool qk_norms);
+                                bool qk_norms, bool qkv_bias = false);
 // blk.N.ffn_gate_inp.weight and blk.N.ffn_{up,gate,down}_exps.weight (info.n_ff per expert).
 ExpertWeights load_experts(const WeightSource& w, const std::string& prefix, const ModelInfo& info);
 void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e);
@@ -42,10 +44,11 @@ struct BatchInputs {
 };
 BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const ForwardBatch& b);
 
-// norm -> q/k/v -> (q/k norms) -> RoPE -> KV write -> attention -> wo; the caller
-// adds the result to the residual.
+// norm -> q/k/v (+ biases) -> (q/k norms) -> RoPE -> KV write -> attention -> wo; the
+// caller adds the result to the residual. rope_factors: -1, or the graph tensor of the
+// F32 [rope_dims / 2] frequency factors (Llama 3.1's rope_freqs.weight).
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& info, KvCache& kv, int layer,
-                       const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode);
+                       const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode, int32_t rope_factors = -1);
 
 // Routing and experts for normed input h [n_embd, n]: top-k on the raw router logits,
 // softmax over the k chosen (llama.cpp's softmax over all experts renormalized to the

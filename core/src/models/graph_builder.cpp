@@ -39,11 +39,11 @@ int32_t GraphBuilder::matmul(int32_t weight, int32_t x) {
   return node(Op::MatMul, dst, {weight, x});
 }
 
-int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale) {
+int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors) {
   Node n;
   n.op = Op::Rope;
   n.dst = same_shape_f32(x);
-  n.src = {x, pos, -1, -1};
+  n.src = {x, pos, factors, -1};
   n.i[0] = n_dims;
   n.i[1] = mode;
   n.f[0] = base;

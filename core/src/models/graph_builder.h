@@ -17,7 +17,8 @@ class GraphBuilder {
   int32_t get_rows(int32_t table, int32_t ids);
   int32_t rms_norm(int32_t x, int32_t weight, float eps);
   int32_t matmul(int32_t weight, int32_t x);
-  int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale);
+  // factors: -1, or F32 [n_dims / 2] frequency factors (each pair's angle divided by its factor).
+  int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors = -1);
   void kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t k, int32_t v);
   // dst: where to write (e.g. a slice of a batch's output); -1 = a new tensor.
   int32_t attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale, int32_t dst = -1);

@@ -1,11 +1,24 @@
-// The `llama` architecture (also Mistral-style dense models): pre-norm decoder with
-// grouped-query attention, RoPE in normal (adjacent pairs) mode, SwiGLU feed-forward,
-// and the token embedding reused as the output matrix when output.weight is absent.
+// The dense pre-norm decoders: grouped-query attention, RoPE, SwiGLU feed-forward, and
+// the token embedding reused as the output matrix when output.weight is absent (tied).
+// - `llama` (also Mistral-style models): RoPE in normal (adjacent pairs) mode; Llama
+//   3.1's frequency factors (rope_freqs.weight) when present; linear RoPE scaling.
+// - `qwen2`: NeoX RoPE and biases added to the q, k and v products.
+// - `qwen3`: NeoX RoPE and RMS norms on each query and key head before it (the dense
+//   sibling of qwen3moe).
 #include "models/architectures.h"
 #include "models/decoder_blocks.h"
 
 namespace tessera::models {
 namespace {
+
+// What distinguishes the dense architectures.
+struct DenseSpec {
+  const char* arch;
+  int rope_mode;
+  bool qk_norms;
+  bool qkv_bias;
+  float default_rms_eps;
+};
 
 struct LlamaLayer {
   AttentionWeights attn;
@@ -14,8 +27,8 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  explicit LlamaModel(const ModelFile& file) {
-    const std::string arch = "llama";
+  LlamaModel(const ModelFile& file, const DenseSpec& spec) : spec_(spec) {
+    const std::string arch = spec.arch;
     WeightSource w(file, arch);
     info_.architecture = arch;
     info_.name = w.md().get_string("general.name").value_or("");
@@ -25,7 +38,7 @@ class LlamaModel final : public Model {
     info_.n_head = w.hp_int("attention.head_count");
     info_.n_head_kv = w.hp_int("attention.head_count_kv", info_.n_head);
     info_.context_length = w.hp_int("context_length", 2048);
-    info_.rms_eps = w.hp_float("attention.layer_norm_rms_epsilon", 1e-5f);
+    info_.rms_eps = w.hp_float("attention.layer_norm_rms_epsilon", spec.default_rms_eps);
     info_.rope_freq_base = w.hp_float("rope.freq_base", 10000.f);
     check_positive("embedding_length", info_.n_embd);
     check_positive("block_count", info_.n_layer);
@@ -33,21 +46,27 @@ class LlamaModel final : public Model {
     check_positive("attention.head_count", info_.n_head);
     check_positive("attention.head_count_kv", info_.n_head_kv);
     if (info_.n_head % info_.n_head_kv != 0)
-      throw Error("llama: attention.head_count (" + std::to_string(info_.n_head) +
+      throw Error(arch + ": attention.head_count (" + std::to_string(info_.n_head) +
                   ") is not a multiple of attention.head_count_kv (" + std::to_string(info_.n_head_kv) + ")");
     info_.head_dim = w.hp_int("attention.key_length", info_.n_embd / info_.n_head);
     if (w.hp_int("attention.value_length", info_.head_dim) != info_.head_dim)
-      throw Error("llama: attention.value_length differs from key_length (not supported)");
+      throw Error(arch + ": attention.value_length differs from key_length (not supported)");
     check_positive("attention.key_length", info_.head_dim);
     info_.rope_dims = w.hp_int("rope.dimension_count", info_.head_dim);
     if (info_.rope_dims <= 0 || info_.rope_dims > info_.head_dim || info_.rope_dims % 2)
-      throw Error("llama: rope.dimension_count " + std::to_string(info_.rope_dims) + " is invalid for head size " +
+      throw Error(arch + ": rope.dimension_count " + std::to_string(info_.rope_dims) + " is invalid for head size " +
                   std::to_string(info_.head_dim));
     if (auto type = w.md().get_string(arch + ".rope.scaling.type"); type && *type != "none") {
-      if (*type != "linear") throw Error("llama: rope scaling type '" + *type + "' is not supported");
+      if (*type != "linear") throw Error(arch + ": rope scaling type '" + *type + "' is not supported");
       float factor = w.hp_float("rope.scaling.factor", 1.f);
-      if (!(factor > 0.f)) throw Error("llama: rope.scaling.factor must be positive");
+      if (!(factor > 0.f)) throw Error(arch + ": rope.scaling.factor must be positive");
       info_.rope_freq_scale = 1.f / factor;
+    }
+
+    // Llama 3.1-style frequency factors: pair i's angle is divided by factor i.
+    if (w.has("rope_freqs.weight")) {
+      rope_freqs_ = w.require("rope_freqs.weight", {info_.rope_dims / 2});
+      if (rope_freqs_.type != DType::F32) throw Error(arch + ": tensor 'rope_freqs.weight' must be F32");
     }
 
     embd_ = load_embedding(w, info_);
@@ -56,7 +75,7 @@ class LlamaModel final : public Model {
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer& L = layers_[size_t(l)];
-      L.attn = load_attention(w, p, info_, /*qk_norms=*/false);
+      L.attn = load_attention(w, p, info_, spec.qk_norms, spec.qkv_bias);
       L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
       L.w_gate = w.require(p + "ffn_gate.weight", {E, F});
       L.w_up = w.require(p + "ffn_up.weight", {E, F});
@@ -69,6 +88,7 @@ class LlamaModel final : public Model {
   std::vector<Tensor*> weights() override {
     std::vector<Tensor*> all;
     append_weights(all, embd_);
+    if (rope_freqs_.data) all.push_back(&rope_freqs_);
     for (auto& L : layers_) {
       append_weights(all, L.attn);
       all.insert(all.end(), {&L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down});
@@ -83,9 +103,10 @@ class LlamaModel final : public Model {
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);
+    const int32_t factors = rope_freqs_.data ? g.input(rope_freqs_) : -1;
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const LlamaLayer& L = layers_[size_t(l)];
-      x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, kRopeNormal));
+      x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, spec_.rope_mode, factors));
       int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
       // gate's product first, then up's: one statement per node keeps the graph's order
       // independent of the compiler's argument evaluation order (GCC built up first).
@@ -98,17 +119,28 @@ class LlamaModel final : public Model {
   }
 
  private:
-  static void check_positive(const char* key, int64_t v) {
-    if (v <= 0) throw Error(std::string("llama: hyperparameter ") + key + " must be positive, got " + std::to_string(v));
+  void check_positive(const char* key, int64_t v) const {
+    if (v <= 0)
+      throw Error(std::string(spec_.arch) + ": hyperparameter " + key + " must be positive, got " + std::to_string(v));
   }
 
+  DenseSpec spec_;
   ModelInfo info_;
+  Tensor rope_freqs_;  // empty unless the file has rope_freqs.weight
   EmbeddingWeights embd_;
   std::vector<LlamaLayer> layers_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama(const ModelFile& file) { return std::make_unique<LlamaModel>(file); }
+std::unique_ptr<Model> make_llama(const ModelFile& file) {
+  return std::make_unique<LlamaModel>(file, DenseSpec{"llama", kRopeNormal, false, false, 1e-5f});
+}
+std::unique_ptr<Model> make_qwen2(const ModelFile& file) {
+  return std::make_unique<LlamaModel>(file, DenseSpec{"qwen2", kRopeNeox, false, true, 1e-6f});
+}
+std::unique_ptr<Model> make_qwen3(const ModelFile& file) {
+  return std::make_unique<LlamaModel>(file, DenseSpec{"qwen3", kRopeNeox, true, false, 1e-6f});
+}
 
 }  // namespace tessera::models

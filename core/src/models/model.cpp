@@ -13,6 +13,8 @@ struct Architecture {
 // general.architecture -> factory.
 constexpr Architecture kArchitectures[] = {
     {"llama", models::make_llama},
+    {"qwen2", models::make_qwen2},
+    {"qwen3", models::make_qwen3},
     {"qwen3moe", models::make_qwen3moe},
     {"qwen35moe", models::make_qwen35moe},
 };

@@ -9,6 +9,7 @@
 namespace tessera::quant {
 using detail::get_scale_min_k4;
 using detail::h2f;
+using detail::q3_k_scales;
 
 namespace {
 
@@ -26,6 +27,132 @@ void deq_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
     for (int j = 0; j < QK4_0 / 2; ++j) {
       y[i * QK4_0 + j] = ((x[i].qs[j] & 0x0F) - 8) * d;
       y[i * QK4_0 + j + QK4_0 / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void deq_q8_1(const BlockQ8_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d);
+    for (int j = 0; j < QK8_0; ++j) y[i * QK8_0 + j] = x[i].qs[j] * d;
+  }
+}
+
+void deq_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d), m = h2f(x[i].m);
+    for (int j = 0; j < 16; ++j) {
+      y[i * 32 + j] = (x[i].qs[j] & 0x0F) * d + m;
+      y[i * 32 + j + 16] = (x[i].qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// Fifth bits of a Q5_0 / Q5_1 block: element j's is bit j of the little-endian qh.
+inline uint32_t q5_high(const uint8_t qh[4]) {
+  return uint32_t(qh[0]) | (uint32_t(qh[1]) << 8) | (uint32_t(qh[2]) << 16) | (uint32_t(qh[3]) << 24);
+}
+
+void deq_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d);
+    const uint32_t qh = q5_high(x[i].qh);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      y[i * 32 + j] = x0 * d;
+      y[i * 32 + j + 16] = x1 * d;
+    }
+  }
+}
+
+void deq_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d), m = h2f(x[i].m);
+    const uint32_t qh = q5_high(x[i].qh);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
+      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+      y[i * 32 + j] = x0 * d + m;
+      y[i * 32 + j + 16] = x1 * d + m;
+    }
+  }
+}
+
+void deq_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d);
+    for (int j = 0; j < 16; ++j) {
+      y[i * 32 + j] = d * kIQ4NLValues[x[i].qs[j] & 0xF];
+      y[i * 32 + j + 16] = d * kIQ4NLValues[x[i].qs[j] >> 4];
+    }
+  }
+}
+
+void deq_mxfp4(const BlockMXFP4* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = e8m0_to_fp32_half(x[i].e);
+    for (int j = 0; j < 16; ++j) {
+      y[i * 32 + j] = kMXFP4Values[x[i].qs[j] & 0xF] * d;
+      y[i * 32 + j + 16] = kMXFP4Values[x[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
+void deq_q2_k(const BlockQ2_K* x, float* y, int64_t nb) {
+  // Per 128 elements, 32 bytes of qs: bit pair 2j of byte l is element 32j + l.
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+    const uint8_t* q = x[i].qs;
+    int is = 0;
+    for (int n = 0; n < QK_K; n += 128, q += 32) {
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t sc = x[i].scales[is++];
+          const float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
+          for (int l = 0; l < 16; ++l) *y++ = dl * ((q[16 * half + l] >> shift) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+void deq_q3_k(const BlockQ3_K* x, float* y, int64_t nb) {
+  // As Q2_K for the low bits; hmask bit (n/128*4 + shift/2) of byte l (0..31) is
+  // the high bit of the element with the same position.
+  int sc[16];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d);
+    q3_k_scales(x[i].scales, sc);
+    const uint8_t* q = x[i].qs;
+    const uint8_t* hm = x[i].hmask;
+    uint8_t m = 1;
+    int is = 0;
+    for (int n = 0; n < QK_K; n += 128, q += 32) {
+      for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1)) {
+        for (int half = 0; half < 2; ++half) {
+          const float dl = d * (sc[is++] - 32);
+          for (int l = 0; l < 16; ++l) {
+            const int k = 16 * half + l;
+            *y++ = dl * (((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4));
+          }
+        }
+      }
+    }
+  }
+}
+
+void deq_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(x[i].d);
+    const uint8_t* qs = x[i].qs;
+    for (int ib = 0; ib < QK_K / 32; ++ib, qs += 16, y += 32) {
+      const int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x[i].scales_h >> (2 * ib)) & 3) << 4);
+      const float dl = d * (ls - 32);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * kIQ4NLValues[qs[j] & 0xF];
+        y[j + 16] = dl * kIQ4NLValues[qs[j] >> 4];
+      }
     }
   }
 }
@@ -125,6 +252,15 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     }
     case DType::Q8_0: deq_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
     case DType::Q4_0: deq_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
+    case DType::Q8_1: deq_q8_1(static_cast<const BlockQ8_1*>(src), dst, nb); return;
+    case DType::Q4_1: deq_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb); return;
+    case DType::Q5_0: deq_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
+    case DType::Q5_1: deq_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb); return;
+    case DType::IQ4_NL: deq_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, nb); return;
+    case DType::MXFP4: deq_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb); return;
+    case DType::Q2_K: deq_q2_k(static_cast<const BlockQ2_K*>(src), dst, nb); return;
+    case DType::Q3_K: deq_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb); return;
+    case DType::IQ4_XS: deq_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, nb); return;
     case DType::Q4_K: deq_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return;
     case DType::Q5_K: deq_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
     case DType::Q6_K: deq_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;

@@ -43,6 +43,17 @@ inline void set_scale_min_k4(int j, uint8_t* q, uint8_t sc, uint8_t m) {
   }
 }
 
+// Q3_K's 16 scales, 6 bits each, from its 12 packed bytes: the low 4 bits of scale j
+// are nibble (j / 8) of byte j % 8, the high 2 bits are bit pair (j / 4) of byte
+// 8 + j % 4. Returned biased (0..63; the value uses scale - 32).
+inline void q3_k_scales(const uint8_t packed[12], int sc[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (packed[j % 8] >> (4 * (j / 8))) & 0xF;
+    const int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    sc[j] = lo | (hi << 4);
+  }
+}
+
 inline float h2f(uint16_t h) { return fp16_to_fp32(h); }
 
 }  // namespace tessera::quant::detail

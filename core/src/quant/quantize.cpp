@@ -4,6 +4,9 @@
 //  - Q4_K, Q5_K, Q6_K follow the method of ggml's reference weight quantizers
 //    (weighted least-squares search of scale and min per sub-block, then 6/8-bit
 //    scale quantization and a final re-quantization against the stored scales).
+//  - Q8_1 (activations) reproduces ggml's reference; Q4_1, Q5_0, Q5_1 and MXFP4 use
+//    the method of ggml's reference quantizers; IQ4_NL a simpler nearest-grid fit.
+//  - Q2_K, Q3_K and IQ4_XS have no quantizer (read from files only).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -54,6 +57,146 @@ void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
       const int q0 = std::clamp(int(x[j] * id + 8.5f), 0, 15);
       const int q1 = std::clamp(int(x[j + QK4_0 / 2] * id + 8.5f), 0, 15);
       y[i].qs[j] = uint8_t(q0 | (q1 << 4));
+    }
+  }
+}
+
+// Q8_1 (activations of Q4_1 / Q5_1): Q8_0's quantization, plus s = fp16(d * sum)
+// with the unrounded float d, as ggml's reference.
+void quant_q8_1(const float* x, BlockQ8_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK8_0) {
+    float amax = 0.f;
+    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    int sum = 0;
+    for (int j = 0; j < QK8_0; ++j) {
+      y[i].qs[j] = int8_t(std::roundf(x[j] * id));
+      sum += y[i].qs[j];
+    }
+    y[i].s = fp32_to_fp16(float(sum) * d);
+  }
+}
+
+// Q4_1 / Q5_1: min/max mapping, levels rounded half up (ggml's reference).
+template <int NMAX>
+void minmax_levels(const float* x, uint16_t& d_out, uint16_t& m_out, uint8_t L[32]) {
+  float lo = x[0], hi = x[0];
+  for (int j = 1; j < 32; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float d = (hi - lo) / NMAX;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  d_out = fp32_to_fp16(d);
+  m_out = fp32_to_fp16(lo);
+  for (int j = 0; j < 32; ++j) L[j] = uint8_t(std::min(NMAX, int((x[j] - lo) * id + 0.5f)));
+}
+
+void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
+  uint8_t L[32];
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    minmax_levels<15>(x, y[i].d, y[i].m, L);
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = uint8_t(L[j] | (L[j + 16] << 4));
+  }
+}
+
+void pack_q5(const uint8_t L[32], uint8_t qs[16], uint8_t qh_out[4]) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = uint8_t((L[j] & 0xF) | ((L[j + 16] & 0xF) << 4));
+    qh |= uint32_t(L[j] >> 4) << j;
+    qh |= uint32_t(L[j + 16] >> 4) << (j + 16);
+  }
+  for (int b = 0; b < 4; ++b) qh_out[b] = uint8_t(qh >> (8 * b));
+}
+
+void quant_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
+  uint8_t L[32];
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    minmax_levels<31>(x, y[i].d, y[i].m, L);
+    pack_q5(L, y[i].qs, y[i].qh);
+  }
+}
+
+void quant_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+  uint8_t L[32];
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.f, max = 0.f;
+    for (int j = 0; j < 32; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < 32; ++j) L[j] = uint8_t(std::clamp(int(x[j] * id + 16.5f), 0, 31));
+    pack_q5(L, y[i].qs, y[i].qh);
+  }
+}
+
+// Index of the grid value nearest to v (grid ascending over the given indices).
+int nearest_index(const int8_t* grid, const int* order, int n, float v) {
+  int best = order[0];
+  float err = std::fabs(v - grid[best]);
+  for (int k = 1; k < n; ++k) {
+    const float e = std::fabs(v - grid[order[k]]);
+    if (e < err) {
+      err = e;
+      best = order[k];
+    }
+  }
+  return best;
+}
+
+// IQ4_NL: the largest-magnitude value maps to the grid end -127, then each value
+// takes its nearest grid point; the scale is refit by least squares on those points.
+void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
+  static const int order[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  uint8_t L[32];
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.f, max = 0.f;
+    for (int j = 0; j < 32; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    if (amax < kGroupMaxEps) {
+      std::memset(&y[i], 0, sizeof(BlockIQ4_NL));
+      continue;
+    }
+    const float d0 = max / kIQ4NLValues[0];
+    const float id = 1.f / d0;
+    float sumqx = 0.f, sumq2 = 0.f;
+    for (int j = 0; j < 32; ++j) {
+      L[j] = uint8_t(nearest_index(kIQ4NLValues, order, 16, x[j] * id));
+      const float q = kIQ4NLValues[L[j]];
+      sumqx += q * x[j];
+      sumq2 += q * q;
+    }
+    y[i].d = fp32_to_fp16(sumq2 > 0.f ? sumqx / sumq2 : d0);
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = uint8_t(L[j] | (L[j + 16] << 4));
+  }
+}
+
+// MXFP4 (ggml's reference): shared exponent e = floor(log2(amax)) - 2 + 127, so
+// amax / 2^(e-127) lies in [4, 8); each value then takes the nearest E2M1 level.
+void quant_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
+  static const int order[16] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 8};
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const int e = amax > 0.f ? std::clamp(int(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+    y[i].e = uint8_t(e);
+    const float d = e8m0_to_fp32_half(uint8_t(e));
+    for (int j = 0; j < 16; ++j) {
+      const int a = nearest_index(kMXFP4Values, order, 15, x[j] / d);
+      const int b = nearest_index(kMXFP4Values, order, 15, x[j + 16] / d);
+      y[i].qs[j] = uint8_t(a | (b << 4));
     }
   }
 }
@@ -329,6 +472,12 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     }
     case DType::Q8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); return;
     case DType::Q4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); return;
+    case DType::Q8_1: quant_q8_1(src, static_cast<BlockQ8_1*>(dst), nb); return;
+    case DType::Q4_1: quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb); return;
+    case DType::Q5_0: quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb); return;
+    case DType::Q5_1: quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb); return;
+    case DType::IQ4_NL: quant_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), nb); return;
+    case DType::MXFP4: quant_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb); return;
     case DType::Q4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); return;
     case DType::Q5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); return;
     case DType::Q6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); return;

@@ -10,6 +10,7 @@
 namespace tessera::quant {
 using detail::get_scale_min_k4;
 using detail::h2f;
+using detail::q3_k_scales;
 
 namespace {
 
@@ -50,6 +51,83 @@ float dot_q4_0(int64_t nb, const BlockQ4_0* x, const BlockQ8_0* y) {
       s1 += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + QK4_0 / 2];
     }
     sum += (s0 + s1) * h2f(x[i].d) * h2f(y[i].d);
+  }
+  return sum;
+}
+
+inline uint32_t q5_high(const uint8_t qh[4]) {
+  return uint32_t(qh[0]) | (uint32_t(qh[1]) << 8) | (uint32_t(qh[2]) << 16) | (uint32_t(qh[3]) << 24);
+}
+
+// Q4_1 / Q5_1 with Q8_1: sum(d*q + m) * (dy*q8) = dx*dy*sum(q*q8) + m * (dy*sum(q8)),
+// the last factor being the activation block's stored s.
+float dot_q4_1(int64_t nb, const BlockQ4_1* x, const BlockQ8_1* y) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t s0 = 0, s1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      s0 += (x[i].qs[j] & 0x0F) * y[i].qs[j];
+      s1 += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+    }
+    sum += (h2f(x[i].d) * h2f(y[i].d)) * (s0 + s1) + h2f(x[i].m) * h2f(y[i].s);
+  }
+  return sum;
+}
+
+float dot_q5_0(int64_t nb, const BlockQ5_0* x, const BlockQ8_0* y) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint32_t qh = q5_high(x[i].qh);
+    int32_t s0 = 0, s1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      s0 += x0 * y[i].qs[j];
+      s1 += x1 * y[i].qs[j + 16];
+    }
+    sum += (h2f(x[i].d) * h2f(y[i].d)) * (s0 + s1);
+  }
+  return sum;
+}
+
+float dot_q5_1(int64_t nb, const BlockQ5_1* x, const BlockQ8_1* y) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint32_t qh = q5_high(x[i].qh);
+    int32_t s0 = 0, s1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
+      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+      s0 += x0 * y[i].qs[j];
+      s1 += x1 * y[i].qs[j + 16];
+    }
+    sum += (h2f(x[i].d) * h2f(y[i].d)) * (s0 + s1) + h2f(x[i].m) * h2f(y[i].s);
+  }
+  return sum;
+}
+
+float dot_iq4_nl(int64_t nb, const BlockIQ4_NL* x, const BlockQ8_0* y) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t s0 = 0, s1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      s0 += kIQ4NLValues[x[i].qs[j] & 0xF] * y[i].qs[j];
+      s1 += kIQ4NLValues[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+    }
+    sum += h2f(x[i].d) * h2f(y[i].d) * (s0 + s1);
+  }
+  return sum;
+}
+
+float dot_mxfp4(int64_t nb, const BlockMXFP4* x, const BlockQ8_0* y) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t s0 = 0, s1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      s0 += kMXFP4Values[x[i].qs[j] & 0xF] * y[i].qs[j];
+      s1 += kMXFP4Values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+    }
+    sum += h2f(y[i].d) * e8m0_to_fp32_half(x[i].e) * (s0 + s1);
   }
   return sum;
 }
@@ -154,6 +232,80 @@ float dot_q6_k(int64_t nb, const BlockQ6_K* x, const BlockQ8_K* y) {
   return sumf;
 }
 
+// Q2_K: value = d*sc*q - dmin*m per 16-element sub-block; the min part is
+// m * bsums[sub-block]. Integer sums per block, as ggml's generic kernel.
+float dot_q2_k(int64_t nb, const BlockQ2_K* x, const BlockQ8_K* y) {
+  float sumf = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q2 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    const uint8_t* sc = x[i].scales;
+    int32_t summs = 0;
+    for (int j = 0; j < 16; ++j) summs += y[i].bsums[j] * (sc[j] >> 4);
+    const float dall = y[i].d * h2f(x[i].d);
+    const float dmin = y[i].d * h2f(x[i].dmin);
+    int32_t isum = 0;
+    int is = 0;
+    for (int n = 0; n < QK_K; n += 128, q2 += 32) {
+      for (int shift = 0; shift < 8; shift += 2, q8 += 32) {
+        for (int half = 0; half < 2; ++half) {
+          const int d = sc[is++] & 0xF;
+          int32_t s = 0;
+          for (int l = 16 * half; l < 16 * half + 16; ++l) s += q8[l] * ((q2[l] >> shift) & 3);
+          isum += d * s;
+        }
+      }
+    }
+    sumf += dall * isum - dmin * summs;
+  }
+  return sumf;
+}
+
+float dot_q3_k(int64_t nb, const BlockQ3_K* x, const BlockQ8_K* y) {
+  float sums[8] = {0};
+  int8_t a[QK_K];
+  int sc[16];
+  int32_t aux32[8];
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q3 = x[i].qs;
+    const uint8_t* hm = x[i].hmask;
+    int8_t* p = a;
+    uint8_t m = 1;
+    for (int n = 0; n < QK_K; n += 128, q3 += 32) {
+      for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1), p += 32)
+        for (int l = 0; l < 32; ++l) p[l] = int8_t(((q3[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+    }
+    q3_k_scales(x[i].scales, sc);
+    for (int j = 0; j < 16; ++j) sc[j] -= 32;
+    lane_sums(a, y[i].qs, sc, 16, aux32);
+    const float d = h2f(x[i].d) * y[i].d;
+    for (int l = 0; l < 8; ++l) sums[l] += d * aux32[l];
+  }
+  float sumf = 0.f;
+  for (int l = 0; l < 8; ++l) sumf += sums[l];
+  return sumf;
+}
+
+float dot_iq4_xs(int64_t nb, const BlockIQ4_XS* x, const BlockQ8_K* y) {
+  float sumf = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d4d8 = h2f(x[i].d) * y[i].d;
+    const uint8_t* qs = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    for (int ib = 0; ib < QK_K / 32; ++ib, qs += 16, q8 += 32) {
+      const int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x[i].scales_h >> (2 * ib)) & 3) << 4);
+      const float dl = d4d8 * (ls - 32);
+      int32_t s0 = 0, s1 = 0;
+      for (int j = 0; j < 16; ++j) {
+        s0 += q8[j] * kIQ4NLValues[qs[j] & 0xF];
+        s1 += q8[j + 16] * kIQ4NLValues[qs[j] >> 4];
+      }
+      sumf += dl * (s0 + s1);
+    }
+  }
+  return sumf;
+}
+
 }  // namespace
 
 DType vec_dot_type(DType weight) {
@@ -162,7 +314,15 @@ DType vec_dot_type(DType weight) {
     case DType::F16: return DType::F16;
     case DType::BF16: return DType::BF16;
     case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4:
     case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_1:
+    case DType::Q5_1: return DType::Q8_1;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::IQ4_XS:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return DType::Q8_K;
@@ -185,6 +345,22 @@ float vec_dot(DType wt, int64_t n, const void* w, const void* a) {
       return dot_q8_0(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
     case DType::Q4_0:
       return dot_q4_0(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q4_1:
+      return dot_q4_1(nb, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q5_0:
+      return dot_q5_0(nb, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q5_1:
+      return dot_q5_1(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::IQ4_NL:
+      return dot_iq4_nl(nb, static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::MXFP4:
+      return dot_mxfp4(nb, static_cast<const BlockMXFP4*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q2_K:
+      return dot_q2_k(nb, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q3_K:
+      return dot_q3_k(nb, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_XS:
+      return dot_iq4_xs(nb, static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q4_K:
       return dot_q4_k(nb, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q5_K:
