@@ -31,7 +31,13 @@ function startServer(args, timeoutMs = 60000) {
         resolve({
           url: m[1], proc,
           stderr: () => err,
-          stop: () => new Promise((res) => { proc.once('exit', res); proc.kill('SIGTERM'); }),
+          // Resolves to the exit code: 0 for a clean shutdown; a sanitizer report
+          // (a leak, an error) makes it non-zero.
+          stop: () => new Promise((res) => {
+            proc.removeAllListeners('exit');
+            proc.once('exit', (code, signal) => res(signal ? `signal ${signal}` : code));
+            proc.kill('SIGTERM');
+          }),
         });
       }
     });

@@ -23,7 +23,11 @@ before(async () => {
                                 '--chat-template', TEMPLATE, '--queue', '64']);
   client = new OpenAI({ baseURL: server.url + '/v1', apiKey: 'unused', maxRetries: 0 });
 });
-after(async () => { if (server) await server.stop(); });
+after(async () => {
+  if (!server) return;
+  const code = await server.stop();
+  assert.equal(code, 0, 'the server did not shut down cleanly:\n' + server.stderr());
+});
 
 test('models lists the file name', async () => {
   const models = await client.models.list();

@@ -26,7 +26,8 @@ test('--api-key: 401 without or with a wrong key, /health open', async () => {
     assert.equal((await fetch(s.url + '/health')).status, 200);
     assert.equal((await fetch(s.url + '/v1/models')).status, 401);
   } finally {
-    await s.stop();
+    const code = await s.stop();
+    assert.equal(code, 0, 'the server did not shut down cleanly:\n' + s.stderr());
   }
 });
 
@@ -37,7 +38,8 @@ test('a chat request for a model without a template is a 400', async () => {
     assert.equal(r.status, 400);
     assert.equal(r.json.error.code, 'chat_template_missing');
   } finally {
-    await s.stop();
+    const code = await s.stop();
+    assert.equal(code, 0, 'the server did not shut down cleanly:\n' + s.stderr());
   }
 });
 
@@ -51,7 +53,8 @@ test('--queue: requests beyond the running ones and the queue get 503', async ()
     assert.ok(statuses.includes(200), 'no 200: ' + statuses);
     for (const r of all.filter((r) => r.status === 503)) assert.equal(r.json.error.code, 'queue_full');
   } finally {
-    await s.stop();
+    const code = await s.stop();
+    assert.equal(code, 0, 'the server did not shut down cleanly:\n' + s.stderr());
   }
 });
 
@@ -68,6 +71,7 @@ test('a conversation the template refuses is a 400 with its message', async () =
                                 { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
     assert.equal(ok.status, 200, ok.text);
   } finally {
-    await s.stop();
+    const code = await s.stop();
+    assert.equal(code, 0, 'the server did not shut down cleanly:\n' + s.stderr());
   }
 });
