@@ -33,7 +33,7 @@ constexpr Command kCommands[] = {
     {"backends", tessera::cli::cmd_backends, "list every plugin found: score, usable or why not, rank"},
     {"info", tessera::cli::cmd_info, "print a model's architecture, hyperparameters and tensors"},
     {"tokenize", tessera::cli::cmd_tokenize, "print the token ids of a text"},
-    {"logits", tessera::cli::cmd_logits, "write the logits of a token list (one batched prefill) to a file"},
+    {"logits", tessera::cli::cmd_logits, "write the logits of a token list (batched prefill) to a file"},
     {"bench", tessera::cli::cmd_bench, "measure prefill and decode tokens/s"},
     {"conformance", tessera::cli::cmd_conformance, "check backends op by op against the cpu_scalar oracle"},
     {"chat-template", tessera::cli::cmd_chat_template, "render a chat template (Jinja2) with a JSON file's variables"},
