@@ -25,30 +25,39 @@ namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;
 
+// The value of largest magnitude (the first of equal ones); 0 for an all-zero block.
+float signed_absmax(const float* x, int n) {
+  float amax = 0.f, max = 0.f;
+  for (int j = 0; j < n; ++j)
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max;
+}
+
+// One block of n values as int8 levels of scale amax / 127 (Q8_0's rounding: halves
+// away from zero, as the reference); returns the unrounded scale.
+float quant_block_q8(const float* x, int n, uint16_t& d_out, int8_t* qs) {
+  float amax = 0.f;
+  for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  d_out = fp32_to_fp16(d);
+  for (int j = 0; j < n; ++j) qs[j] = int8_t(std::roundf(x[j] * id));
+  return d;
+}
+
 // ---------------------------------------------------------------- 32-blocks
 
 void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += QK8_0) {
-    float amax = 0.f;
-    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    y[i].d = fp32_to_fp16(d);
-    // roundf: halves away from zero, as the reference.
-    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = int8_t(std::roundf(x[j] * id));
-  }
+  for (int64_t i = 0; i < nb; ++i, x += QK8_0) quant_block_q8(x, QK8_0, y[i].d, y[i].qs);
 }
 
 void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK4_0) {
     // The signed value of largest magnitude maps to -8, the one code with no +8 twin.
-    float amax = 0.f, max = 0.f;
-    for (int j = 0; j < QK4_0; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = signed_absmax(x, QK4_0);
     const float d = max / -8.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
     y[i].d = fp32_to_fp16(d);
@@ -65,16 +74,9 @@ void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
 // with the unrounded float d, as ggml's reference.
 void quant_q8_1(const float* x, BlockQ8_1* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK8_0) {
-    float amax = 0.f;
-    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    y[i].d = fp32_to_fp16(d);
+    const float d = quant_block_q8(x, QK8_0, y[i].d, y[i].qs);
     int sum = 0;
-    for (int j = 0; j < QK8_0; ++j) {
-      y[i].qs[j] = int8_t(std::roundf(x[j] * id));
-      sum += y[i].qs[j];
-    }
+    for (int j = 0; j < QK8_0; ++j) sum += y[i].qs[j];
     y[i].s = fp32_to_fp16(float(sum) * d);
   }
 }
@@ -123,13 +125,7 @@ void quant_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
 void quant_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
   uint8_t L[32];
   for (int64_t i = 0; i < nb; ++i, x += 32) {
-    float amax = 0.f, max = 0.f;
-    for (int j = 0; j < 32; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = signed_absmax(x, 32);
     const float d = max / -16.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
     y[i].d = fp32_to_fp16(d);
@@ -158,13 +154,7 @@ void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
   static const int order[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   uint8_t L[32];
   for (int64_t i = 0; i < nb; ++i, x += 32) {
-    float amax = 0.f, max = 0.f;
-    for (int j = 0; j < 32; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = signed_absmax(x, 32), amax = std::fabs(max);
     if (amax < kGroupMaxEps) {
       std::memset(&y[i], 0, sizeof(BlockIQ4_NL));
       continue;
@@ -426,14 +416,8 @@ void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
 
 void quant_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
-    float amax = 0.f, max = 0.f;
-    for (int j = 0; j < QK_K; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    if (amax == 0.f) {
+    const float max = signed_absmax(x, QK_K);
+    if (max == 0.f) {
       y[i].d = 0.f;
       std::memset(y[i].qs, 0, sizeof(y[i].qs));
       std::memset(y[i].bsums, 0, sizeof(y[i].bsums));

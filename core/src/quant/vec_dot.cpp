@@ -59,76 +59,62 @@ inline uint32_t q5_high(const uint8_t qh[4]) {
   return uint32_t(qh[0]) | (uint32_t(qh[1]) << 8) | (uint32_t(qh[2]) << 16) | (uint32_t(qh[3]) << 24);
 }
 
+// Integer dot of a 32-element block of 4-bit codes (low nibbles are elements 0-15,
+// high nibbles 16-31) mapped through a 16-entry table with 32 int8 activations.
+inline int32_t nibble_table_dot(const uint8_t qs[16], const int8_t* table, const int8_t* q8) {
+  int32_t s = 0;
+  for (int j = 0; j < 16; ++j) s += table[qs[j] & 0xF] * q8[j] + table[qs[j] >> 4] * q8[j + 16];
+  return s;
+}
+
+// Integer dot of a Q5 block (4 low bits in qs, the fifth in qh) with 32 int8
+// activations; `bias` is subtracted from every level (16 for Q5_0, 0 for Q5_1).
+inline int32_t q5_dot(const uint8_t qs[16], const uint8_t qh_bytes[4], int bias, const int8_t* q8) {
+  const uint32_t qh = q5_high(qh_bytes);
+  int32_t s = 0;
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = int((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - bias;
+    const int x1 = int((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - bias;
+    s += x0 * q8[j] + x1 * q8[j + 16];
+  }
+  return s;
+}
+
+constexpr int8_t kNibbleLevels[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 // Q4_1 / Q5_1 with Q8_1: sum(d*q + m) * (dy*q8) = dx*dy*sum(q*q8) + m * (dy*sum(q8)),
 // the last factor being the activation block's stored s.
 float dot_q4_1(int64_t nb, const BlockQ4_1* x, const BlockQ8_1* y) {
   float sum = 0.f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int32_t s0 = 0, s1 = 0;
-    for (int j = 0; j < 16; ++j) {
-      s0 += (x[i].qs[j] & 0x0F) * y[i].qs[j];
-      s1 += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-    }
-    sum += (h2f(x[i].d) * h2f(y[i].d)) * (s0 + s1) + h2f(x[i].m) * h2f(y[i].s);
-  }
+  for (int64_t i = 0; i < nb; ++i)
+    sum += (h2f(x[i].d) * h2f(y[i].d)) * nibble_table_dot(x[i].qs, kNibbleLevels, y[i].qs) +
+           h2f(x[i].m) * h2f(y[i].s);
   return sum;
 }
 
 float dot_q5_0(int64_t nb, const BlockQ5_0* x, const BlockQ8_0* y) {
   float sum = 0.f;
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint32_t qh = q5_high(x[i].qh);
-    int32_t s0 = 0, s1 = 0;
-    for (int j = 0; j < 16; ++j) {
-      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
-      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
-      s0 += x0 * y[i].qs[j];
-      s1 += x1 * y[i].qs[j + 16];
-    }
-    sum += (h2f(x[i].d) * h2f(y[i].d)) * (s0 + s1);
-  }
+  for (int64_t i = 0; i < nb; ++i) sum += (h2f(x[i].d) * h2f(y[i].d)) * q5_dot(x[i].qs, x[i].qh, 16, y[i].qs);
   return sum;
 }
 
 float dot_q5_1(int64_t nb, const BlockQ5_1* x, const BlockQ8_1* y) {
   float sum = 0.f;
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint32_t qh = q5_high(x[i].qh);
-    int32_t s0 = 0, s1 = 0;
-    for (int j = 0; j < 16; ++j) {
-      const int x0 = int((x[i].qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
-      const int x1 = int((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
-      s0 += x0 * y[i].qs[j];
-      s1 += x1 * y[i].qs[j + 16];
-    }
-    sum += (h2f(x[i].d) * h2f(y[i].d)) * (s0 + s1) + h2f(x[i].m) * h2f(y[i].s);
-  }
+  for (int64_t i = 0; i < nb; ++i)
+    sum += (h2f(x[i].d) * h2f(y[i].d)) * q5_dot(x[i].qs, x[i].qh, 0, y[i].qs) + h2f(x[i].m) * h2f(y[i].s);
   return sum;
 }
 
 float dot_iq4_nl(int64_t nb, const BlockIQ4_NL* x, const BlockQ8_0* y) {
   float sum = 0.f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int32_t s0 = 0, s1 = 0;
-    for (int j = 0; j < 16; ++j) {
-      s0 += kIQ4NLValues[x[i].qs[j] & 0xF] * y[i].qs[j];
-      s1 += kIQ4NLValues[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-    }
-    sum += h2f(x[i].d) * h2f(y[i].d) * (s0 + s1);
-  }
+  for (int64_t i = 0; i < nb; ++i) sum += h2f(x[i].d) * h2f(y[i].d) * nibble_table_dot(x[i].qs, kIQ4NLValues, y[i].qs);
   return sum;
 }
 
 float dot_mxfp4(int64_t nb, const BlockMXFP4* x, const BlockQ8_0* y) {
   float sum = 0.f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int32_t s0 = 0, s1 = 0;
-    for (int j = 0; j < 16; ++j) {
-      s0 += kMXFP4Values[x[i].qs[j] & 0xF] * y[i].qs[j];
-      s1 += kMXFP4Values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-    }
-    sum += h2f(y[i].d) * e8m0_to_fp32_half(x[i].e) * (s0 + s1);
-  }
+  for (int64_t i = 0; i < nb; ++i)
+    sum += h2f(y[i].d) * e8m0_to_fp32_half(x[i].e) * nibble_table_dot(x[i].qs, kMXFP4Values, y[i].qs);
   return sum;
 }
 
@@ -295,12 +281,7 @@ float dot_iq4_xs(int64_t nb, const BlockIQ4_XS* x, const BlockQ8_K* y) {
     for (int ib = 0; ib < QK_K / 32; ++ib, qs += 16, q8 += 32) {
       const int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x[i].scales_h >> (2 * ib)) & 3) << 4);
       const float dl = d4d8 * (ls - 32);
-      int32_t s0 = 0, s1 = 0;
-      for (int j = 0; j < 16; ++j) {
-        s0 += q8[j] * kIQ4NLValues[qs[j] & 0xF];
-        s1 += q8[j + 16] * kIQ4NLValues[qs[j] >> 4];
-      }
-      sumf += dl * (s0 + s1);
+      sumf += dl * nibble_table_dot(qs, kIQ4NLValues, q8);
     }
   }
   return sumf;
