@@ -31,6 +31,16 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
     ("help,h", "show this help");
 }
 
+void add_sampling_options(po::options_description& desc, SamplerParams& sp) {
+  desc.add_options()
+    ("temp", po::value(&sp.temperature)->default_value(0.8f, "0.8"), "temperature (0 = greedy)")
+    ("top-k", po::value(&sp.top_k)->default_value(40), "keep the K most likely tokens (0 = off)")
+    ("top-p", po::value(&sp.top_p)->default_value(0.95f, "0.95"), "nucleus sampling threshold (1 = off)")
+    ("min-p", po::value(&sp.min_p)->default_value(0.05f, "0.05"), "drop tokens below P x the top probability (0 = off)")
+    ("repeat-penalty", po::value(&sp.repeat_penalty)->default_value(1.0f, "1.0"), "penalty for recent tokens (1 = off)")
+    ("repeat-last-n", po::value(&sp.repeat_last_n)->default_value(64), "how many recent tokens the penalty covers");
+}
+
 bool parse(int argc, char** argv, const char* usage, po::options_description& desc,
            po::positional_options_description* positional, po::variables_map& vm) {
   try {

@@ -8,6 +8,7 @@
 
 #include "tessera/engine.h"
 #include "tessera/plugin_registry.h"
+#include "tessera/sampler.h"
 #include "tessera/scheduler.h"
 
 namespace tessera::cli {
@@ -27,6 +28,10 @@ struct CommonOptions {
 
 // Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx, --batch.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model);
+
+// Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n with
+// llama.cpp's defaults (decision 7).
+void add_sampling_options(po::options_description& desc, SamplerParams& sp);
 
 // Parses argv (after the subcommand word). Returns false if --help was printed.
 bool parse(int argc, char** argv, const char* usage, po::options_description& desc,

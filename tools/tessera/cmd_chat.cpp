@@ -43,11 +43,8 @@ int cmd_chat(int argc, char** argv) {
     ("system", po::value(&system), "a system message that opens the conversation")
     ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template)")
     ("n-predict,n", po::value(&n_predict)->default_value(512), "tokens per answer at most")
-    ("temp", po::value(&sp.temperature)->default_value(0.8f, "0.8"), "temperature (0 = greedy)")
-    ("top-k", po::value(&sp.top_k)->default_value(40), "keep the K most likely tokens (0 = off)")
-    ("top-p", po::value(&sp.top_p)->default_value(0.95f, "0.95"), "nucleus sampling threshold (1 = off)")
-    ("min-p", po::value(&sp.min_p)->default_value(0.05f, "0.05"), "drop tokens below P x the top probability (0 = off)")
     ("seed", po::value(&seed)->default_value(-1), "random seed (-1 = random)");
+  add_sampling_options(desc, sp);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv,

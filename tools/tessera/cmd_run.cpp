@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cli_common.h"
+#include "server/text_stream.h"
 #include "tessera/error.h"
 #include "tessera/generator.h"
 #include "tessera/model.h"
@@ -21,7 +22,7 @@ class Utf8Stream {
  public:
   void write(const std::string& bytes) {
     pending_ += bytes;
-    size_t complete = complete_prefix(pending_);
+    const size_t complete = server::complete_utf8_prefix(pending_);
     std::fwrite(pending_.data(), 1, complete, stdout);
     std::fflush(stdout);
     pending_.erase(0, complete);
@@ -33,16 +34,6 @@ class Utf8Stream {
   }
 
  private:
-  static size_t complete_prefix(const std::string& s) {
-    // Find the start of the last sequence and check whether it is complete.
-    size_t i = s.size();
-    int back = 0;
-    while (i > 0 && back < 4 && (uint8_t(s[i - 1]) & 0xC0) == 0x80) --i, ++back;
-    if (i == 0) return s.size();
-    uint8_t lead = uint8_t(s[i - 1]);
-    int need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-    return back >= need ? s.size() : i - 1;
-  }
   std::string pending_;
 };
 
@@ -63,17 +54,12 @@ int cmd_run(int argc, char** argv) {
   desc.add_options()
     ("prompt,p", po::value(&prompt)->required(), "prompt text")
     ("n-predict,n", po::value(&n_predict)->default_value(64), "tokens to generate at most")
-    ("temp", po::value(&sp.temperature)->default_value(0.8f, "0.8"), "temperature (0 = greedy)")
-    ("top-k", po::value(&sp.top_k)->default_value(40), "keep the K most likely tokens (0 = off)")
-    ("top-p", po::value(&sp.top_p)->default_value(0.95f, "0.95"), "nucleus sampling threshold (1 = off)")
-    ("min-p", po::value(&sp.min_p)->default_value(0.05f, "0.05"), "drop tokens below P x the top probability (0 = off)")
-    ("repeat-penalty", po::value(&sp.repeat_penalty)->default_value(1.0f, "1.0"), "penalty for recent tokens (1 = off)")
-    ("repeat-last-n", po::value(&sp.repeat_last_n)->default_value(64), "how many recent tokens the penalty covers")
     ("seed", po::value(&seed)->default_value(-1), "random seed (-1 = random; the seed used is printed)")
     ("no-bos", po::bool_switch(&no_bos), "do not add the BOS token")
     ("show-placement", po::bool_switch(&show_placement), "print which backend runs each node of a decode step")
     ("profile", po::bool_switch(&profile), "print the time per op type and backend of the first prefill step and of "
                                            "the first decode step (nodes then run one by one, unfused)");
+  add_sampling_options(desc, sp);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv, "usage: tessera run [-m MODEL] -p TEXT [-n N] [sampling options] [--backend NAME]", desc,
