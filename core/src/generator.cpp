@@ -120,12 +120,10 @@ uint64_t Generator::add(GenerationRequest r) {
   if (int64_t(r.prompt.size()) >= capacity)
     throw Error("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
                 std::to_string(capacity) + " (one more is needed to generate)");
-  Sampler check(r.sampling);  // validates the sampling parameters now, not at the first step
-  (void)check;
-  const uint64_t id = next_id_++;
-  waiting_.push_back(std::make_unique<Seq>(id, std::move(r)));
-  for (int32_t t : waiting_.back()->tokens) waiting_.back()->sampler.accept(t);
-  return id;
+  auto s = std::make_unique<Seq>(next_id_, std::move(r));  // its Sampler validates the parameters
+  for (int32_t t : s->tokens) s->sampler.accept(t);
+  waiting_.push_back(std::move(s));
+  return next_id_++;
 }
 
 Generator::Seq* Generator::find(uint64_t id) const {
@@ -184,7 +182,7 @@ bool Generator::grow(Seq& s, int64_t n_tokens, bool may_preempt) {
 
 // A waiting sequence gets a KV sequence, adopts the cached pages of its longest
 // matching prefix, and reserves its first chunk (at most the budget left).
-bool Generator::admit(Seq& s) {
+void Generator::admit(Seq& s) {
   if (keep_finished_ > 0) {
     // The longest kept sequence whose tokens the prompt extends (by at least one
     // token, whose logits give the next token).
@@ -198,7 +196,7 @@ bool Generator::admit(Seq& s) {
       s.computed = int64_t(best->tokens.size());
       best->last_used = ++clock_;
       stats_.prefix_tokens_reused += s.computed;
-      return true;
+      return;
     }
   }
   s.kv = kv_.create_sequence();
@@ -222,7 +220,6 @@ bool Generator::admit(Seq& s) {
       stats_.prefix_tokens_reused += s.computed;
     }
   }
-  return true;
 }
 
 void Generator::register_full_pages(Seq& s) {

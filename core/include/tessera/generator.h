@@ -96,7 +96,7 @@ class Generator {
  private:
   struct Seq;
   Seq* find(uint64_t id) const;
-  bool admit(Seq& s);
+  void admit(Seq& s);
   bool reserve(Seq& s, int64_t n_tokens);
   bool evict_kept();
   void retire(Seq& s);

@@ -62,17 +62,13 @@ void EngineWorker::run() {
       fresh.swap(incoming_);
     }
     for (auto& job : fresh) {
-      if (job->cancelled()) {
-        --pending_;
-        continue;
-      }
+      if (job->cancelled()) continue;
       try {
         job->id_ = gen_.add(job->request);
         metrics_.prompt_tokens_total += int64_t(job->request.prompt.size());
         ++metrics_.requests_total;
         active_.push_back(job);
       } catch (const Error& e) {
-        --pending_;
         job->push({-1, FinishReason::None, e.what()});
       }
     }
@@ -115,10 +111,9 @@ void EngineWorker::run() {
         if (ev.finish != FinishReason::None) active_.erase(it);
       }
     }
-    pending_ = gen_.waiting();
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_ += incoming_.size();
+      std::lock_guard<std::mutex> lock(mu_);  // submit() counts under this lock too
+      pending_ = gen_.waiting() + incoming_.size();
     }
     metrics_.requests_running = int64_t(gen_.running());
     metrics_.requests_waiting = int64_t(pending_.load());

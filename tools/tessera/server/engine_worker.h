@@ -73,7 +73,7 @@ class EngineWorker {
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Job>> incoming_;
   std::vector<std::shared_ptr<Job>> active_;  // admitted to the Generator
-  std::atomic<size_t> pending_{0};            // incoming + waiting in the Generator
+  std::atomic<size_t> pending_{0};            // incoming + waiting in the Generator, as of the last step
   bool stop_ = false;
   std::thread thread_;
 };

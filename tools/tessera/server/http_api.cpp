@@ -170,10 +170,9 @@ void HttpApi::install(httplib::Server& svr) {
         const char* finish = "stop";
         std::string error, text;
         while (!ex->finished) text += ex->advance(ex->job->wait(std::chrono::milliseconds(200)), finish, error);
-        if (!error.empty()) {
+        if (!error.empty()) {  // the request was validated: an error here is the engine's
           ++r->metrics->request_errors_total;
-          const bool user = error.find("out of range") != std::string::npos || error.find("prompt") != std::string::npos;
-          send_error(res, user ? 400 : 500, error_body(error, user ? "invalid_request_error" : "server_error", "", ""));
+          send_error(res, 500, error_body(error, "server_error", "", ""));
           return;
         }
         res.set_content(dump(completion_response(ex->ids, chat, text, finish, prompt_tokens, ex->completion_tokens)),
