@@ -80,6 +80,22 @@ void fill_random(float* p, int64_t n, uint64_t seed) {
   }
 }
 
+// Times every node of g on `be`: skipped (with the reason) if be does not support
+// the first node; one warm-up run, then one run per iteration. False when skipped.
+bool time_graph(benchmark::State& state, Backend& be, Graph& g) {
+  const OpSupport sup = be.supports(g, g.nodes()[0]);
+  if (!sup.supported) {
+    state.SkipWithError(("unsupported: " + sup.reason).c_str());
+    return false;
+  }
+  be.execute(g, 0, g.nodes().size());
+  for (auto _ : state) {
+    be.execute(g, 0, g.nodes().size());
+    benchmark::ClobberMemory();
+  }
+  return true;
+}
+
 // The quantized weight of the last (dtype, shape) asked for: benchmarks are
 // registered dtype-major, shape next, so every backend reuses one quantization.
 struct RawWeight {
@@ -367,16 +383,7 @@ void bm_small_op(benchmark::State& state, const std::string& backend, Op op, int
   } else if (b >= 0) {
     fill_random(static_cast<float*>(g.tensor(b).data), g.tensor(b).nelements(), 6);
   }
-  OpSupport sup = be.supports(g, g.nodes()[0]);
-  if (!sup.supported) {
-    state.SkipWithError(("unsupported: " + sup.reason).c_str());
-    return;
-  }
-  be.execute(g, 0, 1);
-  for (auto _ : state) {
-    be.execute(g, 0, 1);
-    benchmark::ClobberMemory();
-  }
+  if (!time_graph(state, be, g)) return;
   state.counters["elems/s"] = benchmark::Counter(double(K * n) * double(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
@@ -423,16 +430,7 @@ void bm_attention(benchmark::State& state, const std::string& backend, AttnShape
   }
   g.allocate();
   fill_random(static_cast<float*>(g.tensor(q).data), g.tensor(q).nelements(), 9);
-  OpSupport sup = be.supports(g, g.nodes()[0]);
-  if (!sup.supported) {
-    state.SkipWithError(("unsupported: " + sup.reason).c_str());
-    return;
-  }
-  be.execute(g, 0, g.nodes().size());
-  for (auto _ : state) {
-    be.execute(g, 0, g.nodes().size());
-    benchmark::ClobberMemory();
-  }
+  if (!time_graph(state, be, g)) return;
   const double kv_bytes = double(kLayers) * double(L + 1) * double(sh.kv_heads * sh.hd) * 2.0 * 2.0;
   state.counters["s/layer"] = benchmark::Counter(double(kLayers), benchmark::Counter::kIsIterationInvariantRate |
                                                                     benchmark::Counter::kInvert);
@@ -470,16 +468,7 @@ void bm_attention_prefill(benchmark::State& state, const std::string& backend, A
   g.add_node(nd);
   g.allocate();
   fill_random(static_cast<float*>(g.tensor(q).data), g.tensor(q).nelements(), 9);
-  OpSupport sup = be.supports(g, g.nodes()[0]);
-  if (!sup.supported) {
-    state.SkipWithError(("unsupported: " + sup.reason).c_str());
-    return;
-  }
-  be.execute(g, 0, 1);
-  for (auto _ : state) {
-    be.execute(g, 0, 1);
-    benchmark::ClobberMemory();
-  }
+  if (!time_graph(state, be, g)) return;
   const double triples = double(T * (T + 1) / 2 * sh.heads);
   state.counters["triples/s"] = benchmark::Counter(triples, benchmark::Counter::kIsIterationInvariantRate);
 }
