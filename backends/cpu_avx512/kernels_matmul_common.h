@@ -1,0 +1,74 @@
+// Pieces shared by the AVX-512 matrix-product files (kernels_matmul*.cpp, compiled
+// with the kernel flags): the prepared-activation layouts and their quantizers.
+#pragma once
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "tessera/dtype.h"
+#include "tessera/quant.h"
+
+namespace tessera::cpu_avx512::kern {
+
+using quant::BlockQ4_0;
+using quant::BlockQ4_K;
+using quant::BlockQ5_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+using quant::BlockQ8_K;
+using quant::QK_K;
+
+// Software prefetch distance (bytes ahead in the weight stream). On the Zen 5 VM the
+// row kernels' decode needed it (Q4_0 2-thread decode 16 -> 21+ GB/s); the repacked
+// kernels make it optional in decode (MatMulJob::decode_prefetch, decision 35: on Zen 4
+// it held the core's L1 miss buffers and slowed the stream).
+#ifndef PF_DIST
+#define PF_DIST 2048
+#endif
+
+constexpr size_t A64(size_t n) { return (n + 63) & ~size_t(63); }
+
+// Per-block layout of a prepared Q8_K column (K-quant weights).
+constexpr size_t kQ8KBlockBytes = 320;  // 256 qs, then float d at 256, int16 sums at 272
+struct PrepQ8K {
+  static const int8_t* qs(const uint8_t* b) { return reinterpret_cast<const int8_t*>(b); }
+  static float d(const uint8_t* b) { float f; std::memcpy(&f, b + 256, 4); return f; }
+  static const int16_t* sums(const uint8_t* b) { return reinterpret_cast<const int16_t*>(b + 272); }
+};
+
+// Q8_0-family prepared column: qs [A64(K)], corr int32 [K/4] at A64(K), d float [nb]
+// at 2*A64(K).
+inline size_t q8_off_corr(int64_t K) { return A64(size_t(K)); }
+inline size_t q8_off_d(int64_t K) { return 2 * A64(size_t(K)); }
+
+// roundf (halves away from zero) of every lane, exactly.
+inline __m512 round_half_away(__m512 t) {
+  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(t, r));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(int(0x80000000u))),
+      _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  return _mm512_mask_add_ps(r, up, r, one);
+}
+
+// The 6-bit scales and mins of a Q4_K / Q5_K block as 4 dwords of bytes (s0..s7, m0..m7).
+inline void unpack_scales_k4(const uint8_t* scales, uint32_t u[4]) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  std::memcpy(u, scales, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = uaux;
+  u[0] &= kmask1;
+}
+
+// Q8_0 activations exactly as quant::quantize_row, laid out for the Q8_0 row kernel.
+void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst);
+// Q8_K activations exactly as quant::quantize_row, laid out for weight type wt
+// (Q6_K: natural order and 16-element sums; Q4_K / Q5_K: their chunk order, 32-element sums).
+void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst);
+
+}  // namespace tessera::cpu_avx512::kern
