@@ -37,12 +37,27 @@ const char* type_suffix(DType t) {
     case DType::Q4_K: return "q4_k";
     case DType::Q5_K: return "q5_k";
     case DType::Q6_K: return "q6_k";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::IQ4_NL: return "iq4_nl";
+    case DType::IQ4_XS: return "iq4_xs";
+    case DType::MXFP4: return "mxfp4";
     default: return nullptr;
   }
 }
 
-bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
-uint32_t act_block(DType w) { return (w == DType::Q8_0 || w == DType::Q4_0) ? 32u : 256u; }
+bool is_quantized(DType t) { return type_suffix(t) && t != DType::F32 && t != DType::F16 && t != DType::BF16; }
+// Activation quantization of a quantized weight's products (the reference's vec_dot
+// type): Q8_0 or Q8_1 in blocks of 32, Q8_K in blocks of 256.
+uint32_t act_block(DType w) { return quant::vec_dot_type(w) == DType::Q8_K ? 256u : 32u; }
+bool act_has_sums(DType w) { return quant::vec_dot_type(w) == DType::Q8_1; }
+// Bytes of one quantized activation row (quant_act.comp's layout): K int8 quants, a
+// float scale per block, and for Q8_1 a float s (the block's F16 d * sum) per block.
+uint64_t act_row_bytes(DType w, uint64_t K) { return K + 4 * (K / act_block(w)) * (act_has_sums(w) ? 2 : 1); }
+const char* act_shader(DType w) { return act_has_sums(w) ? "quant_q8_1" : act_block(w) == 32 ? "quant_q8_0" : "quant_q8_k"; }
 
 // Host bytes spanned by a tensor view: [data, data + span).
 size_t span_bytes(const Tensor& t) {
@@ -223,12 +238,15 @@ class VulkanBackend final : public Backend {
       case Op::Rope: {
         if (n.i[1] != kRopeNormal && n.i[1] != kRopeNeox && n.i[1] != kRopeImrope)
           return "Rope: mode " + std::to_string(n.i[1]) + " is not implemented by the vulkan backend";
-        if (n.src[2] >= 0) return "Rope: frequency factors (src2) are not implemented by the vulkan backend";
-        // cos/sin are tabulated on the host from the positions, which must be a
-        // graph input (not computed by a node).
+        // cos/sin are tabulated on the host from the positions and the frequency
+        // factors, which must be graph inputs or weights (not computed by a node).
         const Range pr = range_of(T(n.src[1]));
-        for (const Node& o : g.nodes())
-          if (o.dst >= 0 && range_of(T(o.dst)).overlaps(pr)) return "Rope: positions computed inside the graph";
+        const Range fr = n.src[2] >= 0 ? range_of(T(n.src[2])) : Range{};
+        for (const Node& o : g.nodes()) {
+          if (o.dst < 0) continue;
+          if (range_of(T(o.dst)).overlaps(pr)) return "Rope: positions computed inside the graph";
+          if (n.src[2] >= 0 && range_of(T(o.dst)).overlaps(fr)) return "Rope: frequency factors computed inside the graph";
+        }
         return all_dense({n.src[0], n.src[1], n.dst});
       }
       case Op::KvWrite:
@@ -534,7 +552,7 @@ void Run::plan() {
         const Tensor& x = T(n.src[1]);
         if (is_quantized(w.type)) {
           const uint64_t K = uint64_t(w.ne[0]);
-          node_scratch_[k] = scratch(uint64_t(x.nrows()) * (K + 4 * (K / act_block(w.type))));
+          node_scratch_[k] = scratch(uint64_t(x.nrows()) * act_row_bytes(w.type, K));
         }
         if (n.op == Op::MatMulId && host_input(n.src[2])) {
           const Tensor& ids = T(n.src[2]);
@@ -563,11 +581,13 @@ void Run::plan() {
         break;
       case Op::Rope: {
         // The reference's cos/sin cache: theta = p * theta_scale^i by repeated
-        // multiplication in float, std::cos / std::sin of freq_scale * theta; for
+        // multiplication in float, std::cos / std::sin of freq_scale * theta (theta
+        // divided by the pair's frequency factor where src2 holds them); for
         // multi-section RoPE (text) the pairs outside the t, h and w sections rotate
         // by position 0.
         const Tensor& x = T(n.src[0]);
         const int32_t* p = static_cast<const int32_t*>(T(n.src[1]).data);
+        const float* ff = n.src[2] >= 0 ? static_cast<const float*>(T(n.src[2]).data) : nullptr;
         const int32_t nd = n.i[0];
         const bool imrope = n.i[1] == kRopeImrope;
         const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
@@ -586,7 +606,7 @@ void Run::plan() {
                                  (sector % 3 == 0 && sector < 3 * sec[0]);
               if (!t_h_w) th = theta_e;
             }
-            const float ang = n.f[1] * th;
+            const float ang = n.f[1] * (ff ? th / ff[i0 / 2] : th);
             cs[t * nd + i0] = std::cos(ang);
             cs[t * nd + i0 + 1] = std::sin(ang);
             theta *= theta_scale;
@@ -786,11 +806,11 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       uint64_t xoff = dev(x), xstride = K * 4;
       Range xr = devr(x);
       if (is_quantized(w.type)) {
-        const uint64_t qk = act_block(w.type), qrow = K + 4 * (K / qk), q = node_scratch_.at(k);
+        const uint64_t qk = act_block(w.type), qrow = act_row_bytes(w.type, K), q = node_scratch_.at(k);
         Push qp;
         qp.add(K).add(x.nrows()).add(dev(x)).add(K * 4).add(q).add(qrow);
         const Range qr{uintptr_t(q), uintptr_t(q + qrow * x.nrows())};
-        dispatch(cb, qk == 32 ? "quant_q8_0" : "quant_q8_k", arena, qp, cdiv(uint64_t(x.nrows()) * (K / qk), 64), {{devr(x)}, {qr}});
+        dispatch(cb, act_shader(w.type), arena, qp, cdiv(uint64_t(x.nrows()) * (K / qk), 64), {{devr(x)}, {qr}});
         xoff = q;
         xstride = qrow;
         xr = qr;

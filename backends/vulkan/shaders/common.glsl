@@ -104,3 +104,21 @@ void scale_min_k4(uint j, uint off, out uint sc, out uint m) {
     m = (w_u8(off + j + 4u) >> 4) | ((w_u8(off + j) >> 6) << 4);
   }
 }
+
+// The 4-bit code tables of IQ4_NL / IQ4_XS and MXFP4 (tessera::quant's kIQ4NLValues,
+// kMXFP4Values).
+const int kIQ4NL[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+const int kMXFP4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+// The 4 nibbles v & 0x0F0F0F0F (4 bytes) mapped through a code table.
+ivec4 iq4nl_x4(uint v) { return ivec4(kIQ4NL[v & 0xFu], kIQ4NL[(v >> 8) & 0xFu], kIQ4NL[(v >> 16) & 0xFu], kIQ4NL[(v >> 24) & 0xFu]); }
+ivec4 mxfp4_x4(uint v) { return ivec4(kMXFP4[v & 0xFu], kMXFP4[(v >> 8) & 0xFu], kMXFP4[(v >> 16) & 0xFu], kMXFP4[(v >> 24) & 0xFu]); }
+// 2^(e-128), half the E8M0 scale e (tessera::quant::e8m0_to_fp32_half), exact.
+float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23)); }
+// Bits 0-3 of b as bit 0 of each of 4 bytes (the fifth bits of 4 Q5 elements).
+uint spread4(uint b) { return (b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21); }
+// Q3_K's 6-bit scale j (0..15) from the 12 packed bytes at off, minus 32.
+int q3k_scale(uint off, uint j) {
+  uint lo = (w_u8(off + j % 8u) >> (4u * (j / 8u))) & 0xFu;
+  uint hi = (w_u8(off + 8u + j % 4u) >> (2u * (j / 4u))) & 3u;
+  return int(lo | (hi << 4)) - 32;
+}

@@ -56,6 +56,69 @@ float deq(uint ro, uint k) {
   int sc = w_i8(scb + l / 16u + 2u * quarter);
   precise float y = f16_to_f32(w_u16(bo + 208u)) * float(sc) * float(q);
   return y;
+#elif WTYPE == 3 || WTYPE == 6 || WTYPE == 7
+  // Q4_1, Q5_0, Q5_1: byte j of qs holds element j (low nibble) and j + 16 (high);
+  // element j's fifth bit is bit j of qh.
+  uint j = k % 32u;
+#if WTYPE == 3
+  uint bo = ro + 20u * (k / 32u), qs = bo + 4u;
+#elif WTYPE == 6
+  uint bo = ro + 22u * (k / 32u), qs = bo + 6u;
+#else
+  uint bo = ro + 24u * (k / 32u), qs = bo + 8u;
+#endif
+  uint q = j < 16u ? (w_u8(qs + j) & 0xFu) : (w_u8(qs + j - 16u) >> 4);
+#if WTYPE == 6
+  q |= ((w_u32(bo + 2u) >> j) & 1u) << 4;
+  precise float y = float(int(q) - 16) * f16_to_f32(w_u16(bo));
+#else
+#if WTYPE == 7
+  q |= ((w_u32(bo + 4u) >> j) & 1u) << 4;
+#endif
+  precise float y = float(q) * f16_to_f32(w_u16(bo)) + f16_to_f32(w_u16(bo + 2u));
+#endif
+  return y;
+#elif WTYPE == 20 || WTYPE == 39
+  uint j = k % 32u;
+#if WTYPE == 20
+  uint bo = ro + 18u * (k / 32u), qs = bo + 2u;
+#else
+  uint bo = ro + 17u * (k / 32u), qs = bo + 1u;
+#endif
+  uint q = j < 16u ? (w_u8(qs + j) & 0xFu) : (w_u8(qs + j - 16u) >> 4);
+#if WTYPE == 20
+  precise float y = f16_to_f32(w_u16(bo)) * float(kIQ4NL[q]);
+#else
+  precise float y = float(kMXFP4[q]) * e8m0_half(w_u8(bo));
+#endif
+  return y;
+#elif WTYPE == 10 || WTYPE == 11
+  // Q2_K / Q3_K: element 128n + 32j + l is bit pair j of qs byte 32n + l; its scale is
+  // sub-block 8n + 2j + l / 16; Q3_K's third bit is hmask bit 4n + j of byte l.
+  uint e = k % 256u, n = e / 128u, j = (e % 128u) / 32u, l = e % 32u, is = 8u * n + 2u * j + l / 16u;
+#if WTYPE == 10
+  uint bo = ro + 84u * (k / 256u);
+  uint sc = w_u8(bo + is);
+  uint q = (w_u8(bo + 16u + 32u * n + l) >> (2u * j)) & 3u;
+  precise float dl = f16_to_f32(w_u16(bo + 80u)) * float(sc & 0xFu);
+  precise float ml = f16_to_f32(w_u16(bo + 82u)) * float(sc >> 4);
+  precise float y = dl * float(q) - ml;
+#else
+  uint bo = ro + 110u * (k / 256u);
+  int q = int((w_u8(bo + 32u + 32u * n + l) >> (2u * j)) & 3u) - (((w_u8(bo + l) >> (4u * n + j)) & 1u) != 0u ? 0 : 4);
+  precise float dl = f16_to_f32(w_u16(bo + 108u)) * float(q3k_scale(bo + 96u, is));
+  precise float y = dl * float(q);
+#endif
+  return y;
+#elif WTYPE == 23
+  uint bo = ro + 136u * (k / 256u);
+  uint e = k % 256u, ib = e / 32u, j = e % 32u;
+  uint ls = ((w_u8(bo + 4u + ib / 2u) >> (4u * (ib % 2u))) & 0xFu) | (((w_u16(bo + 2u) >> (2u * ib)) & 3u) << 4);
+  uint qs = bo + 8u + 16u * ib;
+  uint q = j < 16u ? (w_u8(qs + j) & 0xFu) : (w_u8(qs + j - 16u) >> 4);
+  precise float dl = f16_to_f32(w_u16(bo)) * float(int(ls) - 32);
+  precise float y = dl * float(kIQ4NL[q]);
+  return y;
 #else
 #error unknown WTYPE
 #endif

@@ -79,6 +79,103 @@ float chunk_dot(uint ro, uint c, uint xo, uint so) {
     isum += w_i8(scb + half_) * s;
   }
   return (f16_to_f32(w_u16(bo + 208u)) * a_f32(so + 4u * b)) * float(isum);
+#elif WTYPE == 3 || WTYPE == 7
+  // Q4_1 / Q5_1 with Q8_1: (d * da) * isum + m * sa, sa the activation block's s.
+#if WTYPE == 3
+  uint bo = ro + 20u * c, qs = bo + 4u;
+#else
+  uint bo = ro + 24u * c, qs = bo + 8u;
+  uint qh = w_u32(bo + 4u);
+#endif
+  int s = 0;
+  for (uint q = 0u; q < 4u; ++q) {
+    uint v = w_u32(qs + 4u * q);
+    uint lo = v & 0x0F0F0F0Fu, hi = (v >> 4) & 0x0F0F0F0Fu;
+#if WTYPE == 7
+    lo |= spread4((qh >> (4u * q)) & 0xFu) << 4;
+    hi |= spread4((qh >> (16u + 4u * q)) & 0xFu) << 4;
+#endif
+    s += dot4(u8x4(lo), act4(xo, c, q)) + dot4(u8x4(hi), act4(xo, c, q + 4u));
+  }
+  float sa = a_f32(so + 4u * (pc.u[0] / 32u) + 4u * c);
+  return (f16_to_f32(w_u16(bo)) * a_f32(so + 4u * c)) * float(s) + f16_to_f32(w_u16(bo + 2u)) * sa;
+#elif WTYPE == 6
+  uint bo = ro + 22u * c, qs = bo + 6u;
+  uint qh = w_u32(bo + 2u);
+  int s = 0;
+  for (uint q = 0u; q < 4u; ++q) {
+    uint v = w_u32(qs + 4u * q);
+    uint lo = (v & 0x0F0F0F0Fu) | (spread4((qh >> (4u * q)) & 0xFu) << 4);
+    uint hi = ((v >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16u + 4u * q)) & 0xFu) << 4);
+    s += dot4(u8x4(lo) - 16, act4(xo, c, q)) + dot4(u8x4(hi) - 16, act4(xo, c, q + 4u));
+  }
+  return (f16_to_f32(w_u16(bo)) * a_f32(so + 4u * c)) * float(s);
+#elif WTYPE == 20 || WTYPE == 39
+  // IQ4_NL / MXFP4: nibbles as Q4_0's, mapped through the format's code table.
+#if WTYPE == 20
+  uint bo = ro + 18u * c, qs = bo + 2u;
+#else
+  uint bo = ro + 17u * c, qs = bo + 1u;
+#endif
+  int s = 0;
+  for (uint q = 0u; q < 4u; ++q) {
+    uint v = w_u32(qs + 4u * q);
+#if WTYPE == 20
+    s += dot4(iq4nl_x4(v), act4(xo, c, q)) + dot4(iq4nl_x4(v >> 4), act4(xo, c, q + 4u));
+#else
+    s += dot4(mxfp4_x4(v), act4(xo, c, q)) + dot4(mxfp4_x4(v >> 4), act4(xo, c, q + 4u));
+#endif
+  }
+#if WTYPE == 20
+  return (f16_to_f32(w_u16(bo)) * a_f32(so + 4u * c)) * float(s);
+#else
+  return (a_f32(so + 4u * c) * e8m0_half(w_u8(bo))) * float(s);
+#endif
+#elif WTYPE == 10
+  // Q2_K: chunk cb of a block = bit pair cb % 4 of the 32 bytes at 32 * (cb / 4),
+  // sub-blocks 2cb and 2cb + 1 (16 elements each).
+  uint b = c / 8u, cb = c % 8u;
+  uint bo = ro + 84u * b, q2 = bo + 16u + 32u * (cb / 4u), shift = 2u * (cb % 4u);
+  int isum = 0, msum = 0;
+  for (uint half_ = 0u; half_ < 2u; ++half_) {
+    uint sc = w_u8(bo + 2u * cb + half_);
+    int s = 0, qs = 0;
+    for (uint q = 4u * half_; q < 4u * half_ + 4u; ++q) {
+      ivec4 aq = act4(xo, c, q);
+      s += dot4(u8x4((w_u32(q2 + 4u * q) >> shift) & 0x03030303u), aq);
+      qs += sum4(aq);
+    }
+    isum += int(sc & 0xFu) * s;
+    msum += int(sc >> 4) * qs;
+  }
+  float da = a_f32(so + 4u * b);
+  return (da * f16_to_f32(w_u16(bo + 80u))) * float(isum) - (da * f16_to_f32(w_u16(bo + 82u))) * float(msum);
+#elif WTYPE == 11
+  // Q3_K: low bits as Q2_K's, the third bit from hmask bit cb (clear: minus 4).
+  uint b = c / 8u, cb = c % 8u;
+  uint bo = ro + 110u * b, q3 = bo + 32u + 32u * (cb / 4u), shift = 2u * (cb % 4u);
+  int isum = 0;
+  for (uint half_ = 0u; half_ < 2u; ++half_) {
+    int s = 0;
+    for (uint q = 4u * half_; q < 4u * half_ + 4u; ++q) {
+      uint lo = (w_u32(q3 + 4u * q) >> shift) & 0x03030303u;
+      uint hb = (w_u32(bo + 4u * q) >> cb) & 0x01010101u;
+      s += dot4(u8x4(lo | (hb << 2)) - 4, act4(xo, c, q));
+    }
+    isum += q3k_scale(bo + 96u, 2u * cb + half_) * s;
+  }
+  return (f16_to_f32(w_u16(bo + 108u)) * a_f32(so + 4u * b)) * float(isum);
+#elif WTYPE == 23
+  // IQ4_XS: chunk ib of a block has its own 6-bit scale ls; nibbles as IQ4_NL's.
+  uint b = c / 8u, ib = c % 8u;
+  uint bo = ro + 136u * b, qs = bo + 8u + 16u * ib;
+  int ls = int(((w_u8(bo + 4u + ib / 2u) >> (4u * (ib % 2u))) & 0xFu) | (((w_u16(bo + 2u) >> (2u * ib)) & 3u) << 4));
+  int s = 0;
+  for (uint q = 0u; q < 4u; ++q) {
+    uint v = w_u32(qs + 4u * q);
+    s += dot4(iq4nl_x4(v), act4(xo, c, q)) + dot4(iq4nl_x4(v >> 4), act4(xo, c, q + 4u));
+  }
+  return ((f16_to_f32(w_u16(bo)) * a_f32(so + 4u * b)) * float(ls - 32)) * float(s);
 #else
   return 0.0;
 #endif

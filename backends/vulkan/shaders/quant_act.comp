@@ -1,7 +1,8 @@
 #version 450
-// Activation rows (F32 [K] each) -> the reference's Q8_0 (QK 32) or Q8_K (QK 256)
-// blocks, one invocation per block. Output row layout (our own): K int8 quants, then
-// K/QK float scales (Q8_0: the F16-rounded d; Q8_K: the float d).
+// Activation rows (F32 [K] each) -> the reference's Q8_0 / Q8_1 (QK 32) or Q8_K (QK
+// 256) blocks, one invocation per block. Output row layout (our own): K int8 quants,
+// then K/QK float scales (Q8_0, Q8_1: the F16-rounded d; Q8_K: the float d), then for
+// Q8_1 (SUMS 1) K/32 floats s = the F16-rounded (unrounded d) * (sum of the quants).
 // push: 0 K, 1 rows, 2 offX, 3 x row stride (bytes), 4 offQ, 5 q row stride (bytes)
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
@@ -31,6 +32,10 @@ void main() {
   float iscale = amax == 0.0 ? 0.0 : -127.0 / mx;
   float ds = amax == 0.0 ? 0.0 : 1.0 / iscale;
 #endif
+#ifndef SUMS
+#define SUMS 0
+#endif
+  int qsum = 0;
   for (uint j = 0u; j < QK; j += 4u) {
     uint word = 0u;
     for (uint l = 0u; l < 4u; ++l) {
@@ -41,8 +46,12 @@ void main() {
       int q = min(127, int(roundEven(iscale * v)));
 #endif
       word |= (uint(q) & 0xFFu) << (8u * l);
+      qsum += q;
     }
     a[(qo >> 2) + (QK * b + j) / 4u] = word;
   }
   a_st(qo + K + 4u * b, ds);
+#if SUMS
+  a_st(qo + K + 4u * nb + 4u * b, round_f16(float(qsum) * d));
+#endif
 }
