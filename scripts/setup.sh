@@ -11,9 +11,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # The server's HTTP library (header-only).
   libcpp-httplib-dev
-  # Vulkan backend: headers and the shader compiler at build time; Mesa's drivers
-  # (lavapipe, a CPU Vulkan device) so its conformance tests run without a GPU.
-  libvulkan-dev glslang-tools mesa-vulkan-drivers
+  # Vulkan backend: headers, volk (the run-time loader, compiled in) and the shader
+  # compiler at build time; Mesa's drivers (lavapipe, a CPU Vulkan device) so its
+  # conformance tests run without a GPU.
+  libvulkan-dev libvulkan-volk-dev glslang-tools mesa-vulkan-drivers
 )
 
 missing=()

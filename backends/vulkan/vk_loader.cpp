@@ -1,6 +1,7 @@
 #include "vk_loader.h"
 
 #include <dlfcn.h>
+#include <volk.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -23,24 +24,27 @@ bool load_library(Functions& f, std::string* why) {
     if (const char* e = std::getenv("TESSERA_VULKAN_LOADER"); e && *e) names = {e};
     for (const std::string& name : names) {
       g_lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (g_lib) return;
+      if (g_lib) break;
       const char* e = dlerror();
       if (g_error.empty()) g_error = e ? e : "dlopen failed";
     }
+    if (!g_lib) return;
+    auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(g_lib, "vkGetInstanceProcAddr"));
+    if (!gipa) {
+      g_error = "the library has no vkGetInstanceProcAddr";
+      g_lib = nullptr;
+      return;
+    }
+    volkInitializeCustom(gipa);  // volk's global entry points from now on
   });
   if (!g_lib) {
-    if (why) *why = "no Vulkan loader (libvulkan.so.1 not found: " + g_error + ")";
+    if (why) *why = "no Vulkan loader (libvulkan.so.1 not usable: " + g_error + ")";
     return false;
   }
-  f.vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(g_lib, "vkGetInstanceProcAddr"));
-  if (!f.vkGetInstanceProcAddr) {
-    if (why) *why = "libvulkan.so.1 has no vkGetInstanceProcAddr";
-    return false;
-  }
-  f.vkCreateInstance = reinterpret_cast<PFN_vkCreateInstance>(f.vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
+  f.vkGetInstanceProcAddr = ::vkGetInstanceProcAddr;
+  f.vkCreateInstance = ::vkCreateInstance;
   // Vulkan 1.1+: absent on a 1.0 loader, which we then treat as 1.0.
-  f.vkEnumerateInstanceVersion =
-      reinterpret_cast<PFN_vkEnumerateInstanceVersion>(f.vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion"));
+  f.vkEnumerateInstanceVersion = ::vkEnumerateInstanceVersion;
   if (!f.vkCreateInstance) {
     if (why) *why = "the Vulkan loader has no vkCreateInstance";
     return false;
@@ -49,12 +53,14 @@ bool load_library(Functions& f, std::string* why) {
 }
 
 bool load_instance(Functions& f, VkInstance instance, std::string* why) {
+  // volk keeps one instance's functions in its globals; the table keeps ours.
+  volkLoadInstanceOnly(instance);
   bool ok = true;
-#define TESSERA_VK_LOAD(name)                                                                    \
-  f.name = reinterpret_cast<PFN_##name>(f.vkGetInstanceProcAddr(instance, #name));                \
-  if (!f.name) {                                                                                 \
-    ok = false;                                                                                  \
-    if (why) *why = "Vulkan instance function " #name " is missing";                             \
+#define TESSERA_VK_LOAD(name)                                        \
+  f.name = ::name;                                                   \
+  if (!f.name) {                                                     \
+    ok = false;                                                      \
+    if (why) *why = "Vulkan instance function " #name " is missing"; \
   }
   TESSERA_VK_INSTANCE_FUNCS(TESSERA_VK_LOAD)
 #undef TESSERA_VK_LOAD
@@ -62,12 +68,14 @@ bool load_instance(Functions& f, VkInstance instance, std::string* why) {
 }
 
 bool load_device(Functions& f, VkDevice device, std::string* why) {
+  VolkDeviceTable t{};
+  volkLoadDeviceTable(&t, device);
   bool ok = true;
-#define TESSERA_VK_LOAD(name)                                                                    \
-  f.name = reinterpret_cast<PFN_##name>(f.vkGetDeviceProcAddr(device, #name));                     \
-  if (!f.name) {                                                                                 \
-    ok = false;                                                                                  \
-    if (why) *why = "Vulkan device function " #name " is missing";                               \
+#define TESSERA_VK_LOAD(name)                                      \
+  f.name = t.name;                                                 \
+  if (!f.name) {                                                   \
+    ok = false;                                                    \
+    if (why) *why = "Vulkan device function " #name " is missing"; \
   }
   TESSERA_VK_DEVICE_FUNCS(TESSERA_VK_LOAD)
 #undef TESSERA_VK_LOAD

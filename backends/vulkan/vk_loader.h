@@ -1,7 +1,9 @@
-// A small run-time Vulkan loader (our own, in place of volk, which Debian bookworm
-// does not package): dlopen("libvulkan.so.1"), vkGetInstanceProcAddr, then a table of
-// the global, instance and device entry points this backend uses. Nothing links
-// against libvulkan, so the plugin loads where Vulkan is absent and its probe says so.
+// Run-time Vulkan loading through volk (libvulkan-volk-dev, compiled into the plugin):
+// we dlopen the loader library ourselves (so a missing one is reported with dlerror's
+// words and TESSERA_VULKAN_LOADER can name another), hand its vkGetInstanceProcAddr to
+// volk, and keep a table of the entry points this backend uses, filled from volk's
+// instance functions and a per-device VolkDeviceTable. Nothing links against
+// libvulkan, so the plugin loads where Vulkan is absent and its probe says so.
 #pragma once
 #include <string>
 
