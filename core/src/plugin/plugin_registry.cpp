@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <set>
 
+#include "plugin/probe_sandbox.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/model_file.h"
@@ -119,6 +120,15 @@ void PluginRegistry::scan() {
       continue;
     }
 
+    // Tried in a child process first: a plugin that crashes or hangs while loading or
+    // probing is refused with the reason, and tessera goes on without it.
+    if (const detail::SandboxVerdict v = detail::vet_plugin(rec.file); !v.safe) {
+      rec.reason = v.reason;
+      spdlog::debug("plugins: {}: refused: {}", rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+
     auto lib = std::make_shared<boost::dll::shared_library>();
     try {
       lib->load(boost::dll::fs::path(rec.file),
@@ -174,7 +184,15 @@ void PluginRegistry::scan() {
     if (s && !s->enabled) { refuse("disabled in plugins.toml"); continue; }
 
     char reason[kReasonSize] = {};
-    rec.score = d->probe(reason, sizeof reason);
+    try {  // the ABI forbids exceptions across it; one that escapes anyway is a refusal
+      rec.score = d->probe(reason, sizeof reason);
+    } catch (const std::exception& e) {
+      refuse(std::string("probe threw an exception: ") + e.what());
+      continue;
+    } catch (...) {
+      refuse("probe threw an exception (not a std::exception)");
+      continue;
+    }
     reason[kReasonSize - 1] = '\0';
     if (rec.score <= 0) {
       rec.reason = reason[0] ? std::string(reason) : std::string("probe returned ") + std::to_string(rec.score);

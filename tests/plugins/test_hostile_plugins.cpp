@@ -1,0 +1,116 @@
+// Plugins that throw, crash or hang in their probe, or abort while loading, are
+// refused with their reasons (tried in a child process first) while tessera goes on
+// with the others; verdicts are remembered per version of the file.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tessera/plugin_registry.h"
+
+namespace fs = std::filesystem;
+using namespace tessera;
+
+namespace {
+
+const std::string kGood = TESSERA_TEST_PLUGIN_DIR;
+const std::string kHostile = TESSERA_HOSTILE_PLUGIN_DIR;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tessera-hostile-XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+PluginConfig config(const std::string& paths) {
+  return PluginConfig::from_string("[plugins]\npaths = [" + paths + "]\ndefault_paths = false\n", "/");
+}
+
+const PluginRecord& by_file(const PluginRegistry& r, const std::string& filename) {
+  for (const auto& rec : r.records())
+    if (fs::path(rec.file).filename() == filename) return rec;
+  throw std::runtime_error("no record for file " + filename);
+}
+
+// Each test gets its own verdict cache and a short probe timeout.
+class HostilePlugins : public ::testing::Test {
+ protected:
+  TempDir cache;
+  void SetUp() override {
+    ::setenv("XDG_CACHE_HOME", cache.path.c_str(), 1);
+    ::setenv("TESSERA_PROBE_TIMEOUT_MS", "1500", 1);
+    ::unsetenv("TESSERA_PROBE_IN_PROCESS");
+  }
+};
+
+}  // namespace
+
+TEST_F(HostilePlugins, EachIsRefusedWithItsReasonAndTheGoodOnesStayUsable) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PluginRegistry reg(config("\"" + kGood + "\", \"" + kHostile + "\""));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  EXPECT_EQ(by_file(reg, "test_hostile_throw.so").reason, "probe threw an exception: boom");
+  EXPECT_EQ(by_file(reg, "test_hostile_crash.so").reason, "crashed with SIGSEGV during probe");
+  EXPECT_EQ(by_file(reg, "test_hostile_hang.so").reason, "timed out after 1.5 s during probe");
+  EXPECT_EQ(by_file(reg, "test_hostile_abort_on_load.so").reason,
+            "crashed with SIGABRT while loading (static initializers or dependencies)");
+  for (const char* f : {"test_hostile_throw.so", "test_hostile_crash.so", "test_hostile_hang.so",
+                        "test_hostile_abort_on_load.so"})
+    EXPECT_FALSE(by_file(reg, f).usable) << f;
+  ASSERT_TRUE(reg.find("test_good") && reg.find("test_good")->usable);
+  EXPECT_EQ(reg.ranked_backends().front(), "test_good");
+  EXPECT_NE(reg.create_backend("test_good", nullptr), nullptr);
+  // Only the hanging probe waits for its timeout.
+  EXPECT_LT(secs, 10.0);
+}
+
+TEST_F(HostilePlugins, VerdictsAreRememberedUntilTheFileChanges) {
+  TempDir dir;
+  const fs::path copy = dir.path / "test_hostile_crash.so";
+  fs::copy_file(fs::path(kHostile) / "test_hostile_crash.so", copy);
+  {
+    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    EXPECT_EQ(by_file(reg, "test_hostile_crash.so").reason, "crashed with SIGSEGV during probe");
+  }
+  {
+    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    const std::string why = by_file(reg, "test_hostile_crash.so").reason;
+    EXPECT_EQ(why.rfind("crashed with SIGSEGV during probe (remembered from an earlier run: ", 0), 0u) << why;
+  }
+  // A new version of the file (here: the good plugin under the same name) is tried again.
+  fs::copy_file(fs::path(kGood) / "test_good.so", copy, fs::copy_options::overwrite_existing);
+  PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+  EXPECT_TRUE(by_file(reg, "test_hostile_crash.so").usable) << by_file(reg, "test_hostile_crash.so").reason;
+}
+
+TEST_F(HostilePlugins, AThrowingProbeIsARefusalEvenWithoutTheChildProcess) {
+  ::setenv("TESSERA_PROBE_IN_PROCESS", "1", 1);
+  TempDir dir;
+  fs::copy_file(fs::path(kHostile) / "test_hostile_throw.so", dir.path / "test_hostile_throw.so");
+  PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+  EXPECT_EQ(by_file(reg, "test_hostile_throw.so").reason, "probe threw an exception: boom");
+}
+
+TEST_F(HostilePlugins, TesseraBackendsListsThemAndExitsZero) {
+  const std::string bin = std::string(TESSERA_BIN_DIR) + "/tessera";
+  const std::string out = (cache.path / "out.txt").string();
+  const std::string cmd = "TESSERA_PLUGIN_PATH='" + kHostile + "' '" + bin + "' backends > '" + out + "' 2>&1";
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("crashed with SIGSEGV during probe"), std::string::npos) << text;
+  EXPECT_NE(text.find("probe threw an exception: boom"), std::string::npos) << text;
+  EXPECT_NE(text.find("cpu_scalar"), std::string::npos) << text;
+}
