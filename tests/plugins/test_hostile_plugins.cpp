@@ -114,3 +114,53 @@ TEST_F(HostilePlugins, TesseraBackendsListsThemAndExitsZero) {
   EXPECT_NE(text.find("probe threw an exception: boom"), std::string::npos) << text;
   EXPECT_NE(text.find("cpu_scalar"), std::string::npos) << text;
 }
+
+TEST_F(HostilePlugins, FoldersAndFilesOthersCanWriteAreNeverOpened) {
+  TempDir dir;
+  const fs::path so = dir.path / "test_good.so";
+  fs::copy_file(fs::path(kGood) / "test_good.so", so);
+  fs::permissions(dir.path, fs::perms(0755));
+  fs::permissions(so, fs::perms(0644));
+  {
+    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    EXPECT_TRUE(by_file(reg, "test_good.so").usable) << by_file(reg, "test_good.so").reason;
+  }
+  fs::permissions(so, fs::perms(0666));
+  {
+    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    EXPECT_EQ(by_file(reg, "test_good.so").reason, "file " + so.string() + " is writable by other users (mode 0666)");
+    EXPECT_FALSE(by_file(reg, "test_good.so").usable);
+  }
+  fs::permissions(so, fs::perms(0644));
+  fs::permissions(dir.path, fs::perms(0777));
+  PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+  EXPECT_EQ(by_file(reg, "test_good.so").reason,
+            "folder " + dir.path.string() + " is writable by other users (mode 0777)");
+  fs::permissions(dir.path, fs::perms(0700));
+}
+
+TEST_F(HostilePlugins, APluginsTomlInTheCurrentFolderIsNotRead) {
+  TempDir work, home;
+  // A planted ./plugins.toml naming a folder of plugins, and the user's own file.
+  std::ofstream(work.path / "plugins.toml") << "[plugins]\npaths = [\"planted\"]\n";
+  fs::create_directories(home.path / "tessera");
+  std::ofstream(home.path / "tessera" / "plugins.toml") << "[plugins]\npaths = [\"mine\"]\n";
+  const fs::path before = fs::current_path();
+  fs::current_path(work.path);
+  ::unsetenv("TESSERA_PLUGINS_TOML");
+  ::unsetenv("TESSERA_PLUGIN_PATH");
+  ::setenv("XDG_CONFIG_HOME", home.path.c_str(), 1);
+  const PluginConfig with_user = PluginConfig::discover();
+  ::setenv("XDG_CONFIG_HOME", (home.path / "none").c_str(), 1);
+  const PluginConfig without = PluginConfig::discover();
+  fs::current_path(before);
+  auto has = [](const PluginConfig& c, const std::string& tail) {
+    for (const auto& p : c.paths)
+      if (fs::path(p).filename() == tail) return true;
+    return false;
+  };
+  EXPECT_FALSE(has(with_user, "planted"));
+  EXPECT_TRUE(has(with_user, "mine"));
+  EXPECT_FALSE(has(without, "planted"));
+  EXPECT_FALSE(has(without, "mine"));
+}

@@ -31,8 +31,9 @@ struct PluginConfig {
   static PluginConfig from_string(std::string_view toml, const std::string& base_dir);
   // The default: the build/installed plugin folder next to the executable.
   static PluginConfig defaults();
-  // Look for plugins.toml: $TESSERA_PLUGINS_TOML, ./plugins.toml, <exe>/../share/tessera.
-  // Falls back to defaults() when none exists.
+  // Look for plugins.toml: $TESSERA_PLUGINS_TOML, $XDG_CONFIG_HOME/tessera (else
+  // ~/.config/tessera), <exe>/../share/tessera; never the current folder. Falls back
+  // to defaults() when none exists.
   static PluginConfig discover();
 
   const PluginSettings* settings(const std::string& name) const;

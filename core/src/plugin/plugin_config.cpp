@@ -68,6 +68,14 @@ std::vector<std::string> builtin_dirs() {
   return dirs;
 }
 
+// The user's own plugins.toml: $XDG_CONFIG_HOME/tessera/plugins.toml, else
+// ~/.config/tessera/plugins.toml (empty when neither variable is set).
+fs::path user_config_file() {
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) return fs::path(x) / "tessera" / "plugins.toml";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".config" / "tessera" / "plugins.toml";
+  return {};
+}
+
 std::vector<std::string> env_dirs() {
   std::vector<std::string> dirs;
   const char* env = std::getenv("TESSERA_PLUGIN_PATH");
@@ -235,12 +243,16 @@ PluginConfig PluginConfig::discover() {
   if (const char* env = std::getenv("TESSERA_PLUGINS_TOML"); env && *env) {
     if (!fs::exists(env, ec)) throw Error(std::string(env) + ": TESSERA_PLUGINS_TOML names a file that does not exist");
     file = env;
-  } else if (fs::is_regular_file("plugins.toml", ec)) {
-    file = "plugins.toml";
+  } else if (const fs::path user = user_config_file(); !user.empty() && fs::is_regular_file(user, ec)) {
+    file = user.string();
   } else if (fs::path exe = exe_dir(); !exe.empty()) {
     fs::path installed = exe / ".." / "share" / "tessera" / "plugins.toml";
     if (fs::is_regular_file(installed, ec)) file = installed.lexically_normal().string();
   }
+  // Never ./plugins.toml: a folder one merely runs tessera in must not choose the code
+  // tessera loads (pass --plugins ./plugins.toml to use one deliberately).
+  if (fs::is_regular_file("plugins.toml", ec) && file != "plugins.toml")
+    spdlog::debug("plugins: ./plugins.toml in the current folder is not read (use --plugins to choose it)");
   if (file.empty()) {
     spdlog::debug("plugins: no plugins.toml found, using the default search folders");
     return defaults();

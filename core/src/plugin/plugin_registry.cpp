@@ -12,8 +12,10 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <set>
 
+#include "plugin/file_trust.h"
 #include "plugin/probe_sandbox.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
@@ -72,12 +74,15 @@ void PluginRegistry::scan() {
   // two folders (or a symlink) is loaded once.
   std::vector<fs::path> files;
   std::set<fs::path> seen;
+  std::vector<PluginRecord> usable, unusable;
+  std::map<fs::path, std::string> distrusted;  // file -> why it is refused unopened
   for (const std::string& dir : config_.paths) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
       spdlog::debug("plugins: folder {} does not exist, skipped", dir);
       continue;
     }
+    const std::string dir_why = detail::untrusted_reason(dir, true);
     std::vector<fs::path> here;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const fs::path& p = it->path();
@@ -93,11 +98,13 @@ void PluginRegistry::scan() {
       std::error_code cec;
       fs::path canon = fs::weakly_canonical(p, cec);
       if (cec) canon = p;
-      if (seen.insert(canon).second) files.push_back(p);
+      if (!seen.insert(canon).second) continue;
+      files.push_back(p);
+      std::string why = dir_why.empty() ? detail::untrusted_reason(p.string(), false) : dir_why;
+      if (!why.empty()) distrusted[p] = std::move(why);
     }
   }
 
-  std::vector<PluginRecord> usable, unusable;
   std::map<std::string, std::string> owner;  // plugin name -> file that claimed it
 
   for (const fs::path& path : files) {
@@ -116,6 +123,14 @@ void PluginRegistry::scan() {
       rec.name = disabled_name;
       rec.reason = "disabled in plugins.toml";
       spdlog::debug("plugins: {}: {}", rec.file, rec.reason);
+      unusable.push_back(std::move(rec));
+      continue;
+    }
+
+    // Code that other users could have put there is never opened.
+    if (auto it = distrusted.find(path); it != distrusted.end()) {
+      rec.reason = it->second;
+      spdlog::debug("plugins: {}: refused: {}", rec.file, rec.reason);
       unusable.push_back(std::move(rec));
       continue;
     }
