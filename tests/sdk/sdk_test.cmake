@@ -1,0 +1,43 @@
+# Run with cmake -P: BUILD_DIR (a built tessera tree), SOURCE_DIR, WORK (scratch).
+file(REMOVE_RECURSE ${WORK})
+set(prefix ${WORK}/prefix)
+set(ex ${WORK}/example)
+
+function(step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(STEP_OUT "${out}" PARENT_SCOPE)
+endfunction()
+
+# 1. The SDK installs: headers, the versioned core library, the CMake package, pkg-config.
+step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+foreach(f include/tessera/backend.h include/tessera/plugin_abi.h lib/libtessera_core.so
+          lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake
+          lib/pkgconfig/tessera.pc bin/tessera lib/tessera/plugins/backend_cpu_scalar.so)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "the install lacks ${f}")
+  endif()
+endforeach()
+file(GLOB sonames ${prefix}/lib/libtessera_core.so.*)
+if(NOT sonames)
+  message(FATAL_ERROR "libtessera_core has no versioned soname")
+endif()
+
+# 2. The example builds out of tree (the default generator, nothing from the source tree
+#    but the example's own folder), with its mutant.
+step("configure the example" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/backend_plugin -B ${ex}
+     -DCMAKE_PREFIX_PATH=${prefix} -DEXAMPLE_CPU_MUTANT=ON -DCMAKE_BUILD_TYPE=Release)
+step("build the example" ${CMAKE_COMMAND} --build ${ex})
+
+# 3. Dropped in, it is found, and it passes conformance on the cases it accepts.
+step("conformance on example_cpu" ${CMAKE_COMMAND} -E env TESSERA_PLUGIN_PATH=${ex}
+     ${prefix}/bin/tessera conformance --backend example_cpu -q)
+if(NOT STEP_OUT MATCHES "example_cpu: [0-9]+ cases, ([0-9]+) pass, 0 fail")
+  message(FATAL_ERROR "unexpected conformance summary:\n${STEP_OUT}")
+endif()
+if(CMAKE_MATCH_1 LESS 50)
+  message(FATAL_ERROR "only ${CMAKE_MATCH_1} cases verified on example_cpu:\n${STEP_OUT}")
+endif()
+message(STATUS "example_cpu: ${CMAKE_MATCH_1} cases pass")
