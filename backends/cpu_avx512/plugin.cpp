@@ -18,7 +18,7 @@ int32_t probe(char* reason, size_t reason_size) {
   if (reason && reason_size)
     std::snprintf(reason, reason_size, "%s",
                   ok ? "AVX-512 F/BW/VL/DQ/VNNI/BF16 usable (CPUID and XCR0)" : why.c_str());
-  return ok ? 50 : 0;
+  return ok ? TESSERA_SCORE_CPU_VECTOR : 0;
 }
 
 void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {

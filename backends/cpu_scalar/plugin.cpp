@@ -10,7 +10,7 @@ namespace {
 
 int32_t probe(char* reason, size_t reason_size) {
   if (reason && reason_size) std::snprintf(reason, reason_size, "portable scalar reference, runs anywhere");
-  return 10;
+  return TESSERA_SCORE_PORTABLE;
 }
 
 void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tessera/error.h"
+#include "tessera/plugin_abi.h"
 #include "vk_shaders.h"
 
 namespace tessera::vk {
@@ -62,10 +63,10 @@ int kind_order(VkPhysicalDeviceType t) {
 // native CPU backends (use `rank` in plugins.toml to prefer it).
 int kind_score(VkPhysicalDeviceType t) {
   switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 100;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 40;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 20;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return TESSERA_SCORE_GPU;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return TESSERA_SCORE_GPU_SHARED;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return TESSERA_SCORE_GPU_SHARED / 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return TESSERA_SCORE_FALLBACK;
     default: return 0;
   }
 }

@@ -50,6 +50,16 @@ typedef struct TesseraPluginDescriptor {
 
 typedef const TesseraPluginDescriptor* (*TesseraPluginEntryFn)(void);
 
+/* The one scale probe scores are on (larger = preferred; a `rank` in plugins.toml
+ * replaces the score). A plugin picks the step that describes it, +-a few to order
+ * itself against a neighbour. */
+#define TESSERA_SCORE_FALLBACK 1    /* works, but slower than the portable CPU code (a CPU Vulkan device) */
+#define TESSERA_SCORE_PORTABLE 10   /* portable code that runs anywhere (cpu_scalar) */
+#define TESSERA_SCORE_GPU_SHARED 40 /* an integrated GPU (vulkan); a virtual GPU 20 */
+#define TESSERA_SCORE_CPU_VECTOR 50 /* the CPU's vector units (cpu_avx512) */
+#define TESSERA_SCORE_CPU_MATRIX 60 /* the CPU's matrix units (cpu_amx, real AMX) */
+#define TESSERA_SCORE_GPU 100       /* a discrete GPU (vulkan) */
+
 #ifdef __cplusplus
 }
 #endif
