@@ -9,8 +9,8 @@ PACKAGES=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  # The server's HTTP library (header-only).
-  libcpp-httplib-dev
+  # The server's HTTP library (header-only); io_uring for streaming MoE experts.
+  libcpp-httplib-dev liburing-dev
   # Vulkan backend: headers, volk (the run-time loader, compiled in) and the shader
   # compiler at build time; Mesa's drivers (lavapipe, a CPU Vulkan device) so its
   # conformance tests run without a GPU.

@@ -1,0 +1,272 @@
+// Residency of routed experts (expert_stream.h): address-space reservations laid out
+// like the file, least-recently-used eviction with never-used prefetches first.
+#include "tessera/expert_stream.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cinttypes>
+#include <set>
+#include <tuple>
+
+#include "expert_stream/direct_reader.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr uint64_t kPage = detail::DirectReader::kAlign;
+uint64_t down(uint64_t v) { return v & ~(kPage - 1); }
+uint64_t up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
+
+std::string mib(uint64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f MiB", double(b) / double(1 << 20));
+  return s;
+}
+
+}  // namespace
+
+struct ExpertStream::Impl {
+  struct Slice {
+    std::string name;
+    uint64_t file_offset = 0;  // expert 0's first byte
+    uint64_t bytes = 0;        // per expert
+    int64_t n_expert = 0;
+    uint8_t* raw = nullptr;    // the reservation (page-aligned)
+    size_t raw_len = 0;
+    // Address of file byte `off` (raw starts at down(file_offset)).
+    uint8_t* at(uint64_t off) const { return raw + (off - down(file_offset)); }
+  };
+  struct Entry {
+    bool resident = false;
+    bool unused_prefetch = false;  // read ahead and not used since
+    uint64_t last_use = 0;
+  };
+  // Eviction order: never-used prefetches first, then least recently used.
+  using Key = std::tuple<int, uint64_t, int, int>;  // (used ? 1 : 0, last_use, layer, expert)
+
+  detail::DirectReader reader;
+  uint64_t cap;
+  std::vector<std::vector<Slice>> layers;
+  std::vector<std::vector<Entry>> entries;
+  std::set<Key> order;  // resident experts
+  uint64_t tick = 0;
+  ExpertStreamStats st;
+
+  Impl(const std::string& path, uint64_t cache) : reader(path), cap(cache) {}
+
+  ~Impl() {
+    for (auto& l : layers)
+      for (auto& s : l) ::munmap(s.raw, s.raw_len);
+  }
+
+  int64_t n_expert(int layer) const { return layers[size_t(layer)].empty() ? 0 : layers[size_t(layer)][0].n_expert; }
+
+  uint64_t cost(int layer) const {  // bytes one expert of `layer` occupies (widened ranges)
+    uint64_t c = 0;
+    for (const Slice& s : layers[size_t(layer)]) c += up(s.bytes) + kPage;
+    return c;
+  }
+
+  Key key(int layer, int e) const {
+    const Entry& x = entries[size_t(layer)][size_t(e)];
+    return {x.unused_prefetch ? 0 : 1, x.last_use, layer, e};
+  }
+
+  void evict(int layer, int e) {
+    Entry& x = entries[size_t(layer)][size_t(e)];
+    order.erase(key(layer, e));
+    for (const Slice& s : layers[size_t(layer)]) {
+      const uint64_t a = s.file_offset + uint64_t(e) * s.bytes, b = a + s.bytes;
+      // Only the pages wholly inside the slice: a page shared with a neighbour stays.
+      if (up(a) < down(b)) ::madvise(s.at(up(a)), down(b) - up(a), MADV_DONTNEED);
+    }
+    x.resident = false;
+    x.unused_prefetch = false;
+    st.resident_bytes -= cost(layer);
+  }
+
+  // Frees room for `need` bytes, evicting only experts not in `keep` of `layer` and,
+  // when `only_older` is set, only experts not used in the current step.
+  bool make_room(uint64_t need, int layer, const std::vector<char>& keep, bool only_older) {
+    auto it = order.begin();
+    while (st.resident_bytes + need > cap && it != order.end()) {
+      const auto [used, last, l, e] = *it;
+      ++it;
+      if (only_older && last >= tick) return false;
+      if (l == layer && keep[size_t(e)]) continue;
+      evict(l, e);
+    }
+    return st.resident_bytes + need <= cap;
+  }
+
+  void read(int layer, const std::vector<int>& missing) {
+    std::vector<detail::DirectReader::Request> reqs;
+    for (int e : missing)
+      for (const Slice& s : layers[size_t(layer)]) {
+        const uint64_t a = s.file_offset + uint64_t(e) * s.bytes;
+        const uint64_t a0 = down(a), a1 = up(a + s.bytes);
+        reqs.push_back({a0, a1 - a0, s.at(a0), s.name + " expert " + std::to_string(e)});
+        st.bytes_read += a1 - a0;
+      }
+    const auto t0 = std::chrono::steady_clock::now();
+    reader.read_all(reqs);
+    st.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void touch(int layer, int e, bool prefetch) {
+    Entry& x = entries[size_t(layer)][size_t(e)];
+    if (x.resident) order.erase(key(layer, e));
+    x.resident = true;
+    x.last_use = tick;
+    x.unused_prefetch = prefetch;
+    order.insert(key(layer, e));
+  }
+
+  std::vector<char> wanted(int layer, std::span<const int32_t> ids) const {
+    const int64_t n = n_expert(layer);
+    std::vector<char> w(size_t(n), 0);
+    for (int32_t id : ids) {
+      if (id < 0 || id >= n)
+        throw Error("expert id " + std::to_string(id) + " out of range [0, " + std::to_string(n) + ") in layer " +
+                    std::to_string(layer));
+      w[size_t(id)] = 1;
+    }
+    return w;
+  }
+};
+
+ExpertStream::ExpertStream(const std::string& path, uint64_t cache_bytes)
+    : impl_(std::make_unique<Impl>(path, cache_bytes)) {
+  impl_->st.cache_bytes = cache_bytes;
+  impl_->st.direct_io = impl_->reader.direct();
+  impl_->st.io_uring = impl_->reader.uring();
+}
+
+ExpertStream::~ExpertStream() = default;
+
+void* ExpertStream::add_tensor(const std::string& name, int layer, uint64_t file_offset, uint64_t expert_bytes,
+                               int64_t n_expert) {
+  Impl& m = *impl_;
+  if (layer < 0 || n_expert <= 0 || expert_bytes == 0) throw Error("expert stream: bad tensor " + name);
+  const uint64_t total = expert_bytes * uint64_t(n_expert);
+  if (total / uint64_t(n_expert) != expert_bytes || file_offset > m.reader.file_size() ||
+      total > m.reader.file_size() - file_offset)
+    throw Error(m.reader.path() + ": tensor " + name + " lies outside the file");
+  if (size_t(layer) >= m.layers.size()) {
+    m.layers.resize(size_t(layer) + 1);
+    m.entries.resize(size_t(layer) + 1);
+  }
+  auto& slices = m.layers[size_t(layer)];
+  if (!slices.empty() && slices[0].n_expert != n_expert)
+    throw Error("expert stream: " + name + " has " + std::to_string(n_expert) + " experts, " + slices[0].name +
+                " " + std::to_string(slices[0].n_expert));
+  Impl::Slice s;
+  s.name = name;
+  s.file_offset = file_offset;
+  s.bytes = expert_bytes;
+  s.n_expert = n_expert;
+  s.raw_len = size_t(up(file_offset + total) - down(file_offset) + kPage);
+  void* p = ::mmap(nullptr, s.raw_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw Error("expert stream: cannot reserve " + mib(s.raw_len) + " of address space for " + name);
+  s.raw = static_cast<uint8_t*>(p);
+  slices.push_back(s);
+  m.entries[size_t(layer)].assign(size_t(n_expert), Impl::Entry{});
+  return s.at(file_offset);
+}
+
+uint64_t ExpertStream::min_cache_bytes() const {
+  uint64_t most = 0;
+  for (size_t l = 0; l < impl_->layers.size(); ++l)
+    most = std::max(most, impl_->cost(int(l)) * uint64_t(impl_->n_expert(int(l))));
+  return most;
+}
+
+void ExpertStream::finish_setup() {
+  const uint64_t need = min_cache_bytes();
+  if (impl_->cap < need)
+    throw Error("expert cache of " + mib(impl_->cap) + " is too small: one layer's experts need " + mib(need) +
+                " (a batch may route to all of them); use --expert-cache " +
+                std::to_string((need + (1 << 20) - 1) >> 20) + "M or more");
+}
+
+void ExpertStream::ensure(int layer, std::span<const int32_t> ids) {
+  Impl& m = *impl_;
+  if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty())
+    throw Error("expert stream: layer " + std::to_string(layer) + " has no streamed experts");
+  ++m.tick;
+  const std::vector<char> want = m.wanted(layer, ids);
+  std::vector<int> missing;
+  for (size_t e = 0; e < want.size(); ++e) {
+    if (!want[e]) continue;
+    ++m.st.lookups;
+    Impl::Entry& x = m.entries[size_t(layer)][e];
+    if (x.resident) {
+      ++m.st.hits;
+      if (x.unused_prefetch) ++m.st.prefetch_hits;
+      m.touch(layer, int(e), false);
+    } else {
+      missing.push_back(int(e));
+    }
+  }
+  if (missing.empty()) return;
+  const uint64_t need = m.cost(layer) * missing.size();
+  if (!m.make_room(need, layer, want, false))
+    throw Error("expert cache of " + mib(m.cap) + " cannot hold layer " + std::to_string(layer) + "'s " +
+                std::to_string(missing.size()) + " missing experts");
+  m.read(layer, missing);
+  for (int e : missing) {
+    m.touch(layer, e, false);
+    m.st.resident_bytes += m.cost(layer);
+  }
+}
+
+void ExpertStream::prefetch(int layer, std::span<const int32_t> ids) {
+  Impl& m = *impl_;
+  if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty()) return;
+  const std::vector<char> want = m.wanted(layer, ids);
+  std::vector<int> missing;
+  for (size_t e = 0; e < want.size(); ++e)
+    if (want[e] && !m.entries[size_t(layer)][e].resident) missing.push_back(int(e));
+  // Never evict what this step used: read only as many as fit without that.
+  while (!missing.empty() && !m.make_room(m.cost(layer) * missing.size(), layer, want, true)) missing.pop_back();
+  if (missing.empty()) return;
+  m.read(layer, missing);
+  for (int e : missing) {
+    m.touch(layer, e, true);
+    m.st.resident_bytes += m.cost(layer);
+    ++m.st.prefetched;
+  }
+}
+
+ExpertStreamStats ExpertStream::stats() const { return impl_->st; }
+
+uint64_t parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  uint64_t v = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    const uint64_t d = uint64_t(text[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) throw Error("size '" + text + "' is too large");
+    v = v * 10 + d;
+    ++i;
+  }
+  if (i == 0) throw Error("size '" + text + "' must start with a number (e.g. 4G, 512M)");
+  uint64_t mult = 1;
+  if (i < text.size()) {
+    const char u = char(std::toupper(static_cast<unsigned char>(text[i])));
+    mult = u == 'K' ? 1ull << 10 : u == 'M' ? 1ull << 20 : u == 'G' ? 1ull << 30 : u == 'T' ? 1ull << 40 : 0;
+    if (!mult) throw Error("size '" + text + "': unknown unit (K, M, G or T)");
+    ++i;
+    if (i < text.size() && (text[i] == 'i' || text[i] == 'I')) ++i;  // 4GiB
+    if (i < text.size() && (text[i] == 'b' || text[i] == 'B')) ++i;  // 4GB
+    if (i != text.size()) throw Error("size '" + text + "': unexpected text after the unit");
+  }
+  if (v > UINT64_MAX / mult) throw Error("size '" + text + "' is too large");
+  return v * mult;
+}
+
+}  // namespace tessera
