@@ -63,6 +63,7 @@ void Graph::reset() {
   roots_.clear();
   outputs_.clear();
   nodes_.clear();
+  hooks_.clear();
   linear_bytes_ = 0;
 }
 

@@ -200,12 +200,26 @@ std::vector<int> Scheduler::place(const Graph& graph) const { return placement(g
 
 void Scheduler::run(Graph& graph) const {
   const std::vector<int>& placement = this->placement(graph);
+  // Host hooks, by the node they precede (a run of one backend stops before each).
+  std::vector<std::pair<size_t, const Graph::HostHook*>> hooks;
+  for (const auto& [node, hook] : graph.host_hooks()) hooks.emplace_back(node, &hook);
+  std::stable_sort(hooks.begin(), hooks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t next_hook = 0;
+  auto run_hooks_before = [&](size_t k) {
+    while (next_hook < hooks.size() && hooks[next_hook].first <= k) (*hooks[next_hook++].second)(graph);
+  };
   if (profile_) {
     std::vector<std::string> names;
     names.reserve(backends_.size());
     for (const auto& b : backends_) names.push_back(b->name());
     const auto& nodes = graph.nodes();
     for (size_t k = 0; k < placement.size(); ++k) {
+      const auto h0 = std::chrono::steady_clock::now();
+      const size_t hooks_before = next_hook;
+      run_hooks_before(k);
+      if (next_hook != hooks_before)
+        profile_->add("host", nodes[k].op,
+                      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - h0).count()));
       const size_t b = size_t(placement[k]);
       const auto t0 = std::chrono::steady_clock::now();
       backends_[b]->execute_validated(graph, k, 1);
@@ -213,15 +227,19 @@ void Scheduler::run(Graph& graph) const {
       profile_->add(names[b], nodes[k].op,
                     uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
     }
+    run_hooks_before(placement.size());
     return;
   }
   size_t first = 0;
   while (first < placement.size()) {
+    run_hooks_before(first);
+    const size_t stop = next_hook < hooks.size() ? std::max(hooks[next_hook].first, first + 1) : placement.size();
     size_t end = first + 1;
-    while (end < placement.size() && placement[end] == placement[first]) ++end;
+    while (end < placement.size() && end < stop && placement[end] == placement[first]) ++end;
     backends_[size_t(placement[first])]->execute_validated(graph, first, end - first);
     first = end;
   }
+  run_hooks_before(placement.size());  // hooks after the last node
 }
 
 std::string Scheduler::describe(const Graph& graph) const {

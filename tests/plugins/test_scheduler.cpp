@@ -352,3 +352,28 @@ TEST(Scheduler, ProfileTimesEveryNodeOnItsOwn) {
   s.run(g);
   EXPECT_EQ(fast->calls, (std::vector<std::pair<size_t, size_t>>{{0, 2}, {4, 1}}));
 }
+
+// Host hooks run between nodes, in order, and split a backend's run there.
+TEST(Scheduler, HostHooksRunBetweenNodesAndSplitRuns) {
+  auto be = std::make_shared<FakeBackend>("be", std::set<Op>{Op::Add});
+  Scheduler s({be});
+  Graph g;
+  int32_t x = g.new_tensor(DType::F32, {8}, "x");
+  for (int i = 0; i < 4; ++i) add(g, Op::Add, x, x, x);
+  std::vector<std::string> log;
+  g.add_host_hook(4, [&](Graph&) { log.push_back("after all, calls " + std::to_string(be->calls.size())); });
+  g.add_host_hook(2, [&](Graph&) { log.push_back("before 2, calls " + std::to_string(be->calls.size())); });
+  g.add_host_hook(2, [&](Graph&) { log.push_back("before 2 again"); });
+  s.run(g);
+  EXPECT_EQ(be->calls, (std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 2}}));
+  EXPECT_EQ(log, (std::vector<std::string>{"before 2, calls 1", "before 2 again", "after all, calls 2"}));
+  // Profiled runs go node by node and time the hooks as "host".
+  OpProfile prof;
+  s.set_profile(&prof);
+  log.clear();
+  s.run(g);
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(prof.nodes("host", Op::Add), 1u);
+  g.reset();
+  EXPECT_TRUE(g.host_hooks().empty());
+}

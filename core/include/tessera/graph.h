@@ -5,9 +5,11 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/tensor.h"
@@ -138,6 +140,14 @@ class Graph {
   // the scratch arena (add_tensor() and views of it).
   int32_t storage_root(int32_t tensor) const { return roots_.at(size_t(tensor)); }
 
+  // Host work that must happen between two nodes, e.g. making the experts a MatMulId
+  // will read resident once the router's choice is known (expert_stream.h): the
+  // scheduler calls hook(graph) after every node before `node` has run and before
+  // `node` runs (so a run of one backend's nodes is split there). Cleared by reset().
+  using HostHook = std::function<void(Graph&)>;
+  void add_host_hook(size_t node, HostHook hook) { hooks_.emplace_back(node, std::move(hook)); }
+  const std::vector<std::pair<size_t, HostHook>>& host_hooks() const { return hooks_; }
+
  private:
   struct Arena;
   void plan_reuse();  // fills plan_offsets_ and scratch_bytes_ (reuse on)
@@ -148,6 +158,7 @@ class Graph {
   std::vector<int32_t> roots_;           // per tensor: storage root, -1 outside the arena
   std::vector<int32_t> outputs_;         // mark_output() since reset()
   std::vector<Node> nodes_;
+  std::vector<std::pair<size_t, HostHook>> hooks_;
   std::unique_ptr<Arena> arena_;
   size_t linear_bytes_ = 0;   // arena bytes without reuse (sum of every root's block)
   size_t scratch_bytes_ = 0;  // bytes the last allocate() needed

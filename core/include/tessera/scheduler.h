@@ -17,7 +17,9 @@
 
 namespace tessera {
 
-// Time per (backend, op) accumulated by a profiled Scheduler::run().
+// Time per (backend, op) accumulated by a profiled Scheduler::run(). The graph's host
+// hooks (e.g. reading streamed experts) are recorded as backend "host" under the op
+// of the node they precede.
 struct OpProfile {
   struct Stat {
     uint64_t ns = 0;     // total nanoseconds (std::chrono::steady_clock)
