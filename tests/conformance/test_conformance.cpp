@@ -22,6 +22,7 @@
 #include "tessera/fast_pool.h"
 #include "tessera/kv_cache.h"
 #include "tessera/plugin_registry.h"
+#include "tessera/quant.h"
 
 namespace {
 
@@ -318,6 +319,44 @@ struct Repacker : Wrapper {
   std::vector<std::unique_ptr<HostBuffer>> bufs_;
 };
 
+// A "repack" that gets one field of each block of the issue-20 formats wrong (the
+// part a kernel for that format could misread): Q4_1's min, the fifth bits of Q5_0 /
+// Q5_1, IQ4_NL's grid index, MXFP4's exponent, Q2_K's scale / min nibbles, Q3_K's
+// high bits, IQ4_XS's high scale bits. Other types are left alone.
+struct FieldCorrupter : Wrapper {
+  FieldCorrupter() : Wrapper("field_corrupter") {}
+  void prepare_weight(Tensor& w) override {
+    auto buf = std::make_unique<HostBuffer>(w.nbytes());
+    std::memcpy(buf->data(), w.data, w.nbytes());
+    auto* p = static_cast<uint8_t*>(buf->data());
+    const size_t bb = dtype_traits(w.type).block_bytes, nb = w.nbytes() / bb;
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* blk = p + b * bb;
+      switch (w.type) {
+        case DType::Q4_1: reinterpret_cast<quant::BlockQ4_1*>(blk)->m = 0; break;
+        case DType::Q5_0: std::memset(reinterpret_cast<quant::BlockQ5_0*>(blk)->qh, 0, 4); break;
+        case DType::Q5_1: std::memset(reinterpret_cast<quant::BlockQ5_1*>(blk)->qh, 0, 4); break;
+        case DType::IQ4_NL:
+          for (uint8_t& q : reinterpret_cast<quant::BlockIQ4_NL*>(blk)->qs) q ^= 0x88;
+          break;
+        case DType::MXFP4: reinterpret_cast<quant::BlockMXFP4*>(blk)->e += 1; break;
+        case DType::Q2_K:
+          for (uint8_t& sc : reinterpret_cast<quant::BlockQ2_K*>(blk)->scales) sc = uint8_t((sc << 4) | (sc >> 4));
+          break;
+        case DType::Q3_K:
+          for (uint8_t& h : reinterpret_cast<quant::BlockQ3_K*>(blk)->hmask) h ^= 0xFF;
+          break;
+        case DType::IQ4_XS: reinterpret_cast<quant::BlockIQ4_XS*>(blk)->scales_h = 0; break;
+        default: break;
+      }
+    }
+    w.data = buf->data();
+    w.buffer = buf.get();
+    bufs_.push_back(std::move(buf));
+  }
+  std::vector<std::unique_ptr<HostBuffer>> bufs_;
+};
+
 std::vector<ConformanceResult> run(Backend& be, const std::string& op, const std::string& dtype = {}) {
   ConformanceFilter f;
   f.op = op;
@@ -345,8 +384,10 @@ TEST(ConformanceCases, CoverEveryOpAndDtype) {
     for (char ch : c.name()) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') << c.name();
   }
   for (int i = 0; i < int(Op::Count); ++i) EXPECT_TRUE(ops.count(Op(i))) << "no case for op " << op_name(Op(i));
-  for (Op op : {Op::MatMul, Op::GetRows})
-    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (Op op : {Op::MatMul, Op::GetRows, Op::MatMulId})
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                    DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                    DType::Q6_K, DType::IQ4_XS})
       EXPECT_TRUE(types[op].count(t)) << op_name(op) << " lacks " << dtype_name(t);
 }
 
@@ -551,6 +592,28 @@ TEST(SelfCheck, RepackedWeightsAreTheOnesTested) {
   Repacker bad(true);
   rs = run(bad, "MatMul,GetRows", "Q4_K,F16");
   for (const auto& r : rs) EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name();
+}
+
+// The weights of the issue-20 formats (quantized floats, or random blocks for Q2_K,
+// Q3_K and IQ4_XS) exercise every field of their blocks: a kernel misreading any one
+// of them fails every MatMul, GetRows and MatMulId case of that format with more than
+// one output value (a single dot product can hide a lost Q4_1 min: it moves the result
+// by about m * sum(x), which one random x can nearly cancel, as MatMul K512_N1_M1's does).
+TEST(SelfCheck, MisreadFieldOfANewFormatFails) {
+  const std::string types = "Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,IQ4_XS";
+  FieldCorrupter bad;
+  auto rs = run(bad, "MatMul,GetRows,MatMulId", types);
+  std::set<std::string> seen;
+  for (const auto& r : rs) {
+    seen.insert(r.c.dtype);
+    if (r.c.kind == Op::MatMul && r.c.n * r.c.m == 1) continue;
+    EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name() << " NMSE " << r.nmse;
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  // The same cases pass untouched (so the failures above are the corruption's).
+  Repacker good(false);
+  rs = run(good, "MatMul,GetRows,MatMulId", types);
+  EXPECT_EQ(count(rs, ConformanceStatus::Pass), int(rs.size()));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <sstream>
 
 #include "builtin_vocab.h"
+#include "gen_quant.h"
 #include "gguf_reader.h"
 #include "gguf_writer.h"
 #include "model_spec.h"
@@ -99,7 +101,7 @@ class RowPool {
       std::vector<float> row(size_t(t.ne[0]));
       for (int64_t r = r0; r < r1; ++r) {
         fill_row(p, seed_, r, row.data());
-        quant::quantize_row(t.type, row.data(), bytes.data() + size_t(r) * rb, t.ne[0]);
+        gen::quantize_row(t.type, row.data(), bytes.data() + size_t(r) * rb, t.ne[0]);
       }
     });
     return rows_.emplace(key, std::move(bytes)).first->second;
@@ -146,6 +148,76 @@ std::string preset_table() {
   return o.str();
 }
 
+// stdout is checked like any output (e.g. `--help > /dev/full` fails).
+int check_stdout() {
+  std::cout.flush();
+  if (!std::cout) throw Error("cannot write to standard output");
+  return 0;
+}
+
+// The temporary file being written, removed by a fatal signal (Ctrl-C, kill) so an
+// interrupted run leaves nothing behind. Only unlink() and raise() run in the handler.
+char g_partial[4096];
+
+extern "C" void remove_partial_and_die(int sig) {
+  if (g_partial[0]) unlink(g_partial);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+class PartialFile {
+ public:
+  explicit PartialFile(const std::string& path) : path_(path) {
+    if (path.size() < sizeof g_partial) std::memcpy(g_partial, path.c_str(), path.size() + 1);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, remove_partial_and_die);
+    // Over a file-size limit (ulimit -f) a write then fails with EFBIG and is reported,
+    // instead of SIGXFSZ killing the process with the temporary left behind.
+    std::signal(SIGXFSZ, SIG_IGN);
+  }
+  // Renamed to its final name: nothing to remove any more.
+  void commit(const std::string& out) {
+    std::error_code ec;
+    std::filesystem::rename(path_, out, ec);
+    if (ec) throw Error("cannot rename " + path_ + " to " + out + ": " + ec.message());
+    committed_ = true;
+  }
+  ~PartialFile() {
+    g_partial[0] = 0;
+    if (!committed_) {
+      std::error_code ec;
+      std::filesystem::remove(path_, ec);
+    }
+  }
+
+ private:
+  std::string path_;
+  bool committed_ = false;
+};
+
+std::string types_help() {
+  std::string names;
+  for (const auto& n : gen::file_type_names()) names += " " + n;
+  return "types (--type):" + names + "\n"
+         "  f32 f16 bf16      every matrix in that type; vectors and norms F32 in every file\n"
+         "  q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m iq4_xs\n"
+         "                    mixed per tensor as llama.cpp's quantizer mixes that file type: output\n"
+         "                    Q6_K (Q8_0 in q8_0); e.g. q3_k_m: attn_v Q5_K in layers 0-1 then Q4_K,\n"
+         "                    ffn_down Q4_K (Q5_K in the first 1/16), attn_output Q4_K; q5_k_m:\n"
+         "                    attn_v and ffn_down Q6_K in the first and last eighth of the layers and\n"
+         "                    every third between; iq4_xs / iq4_nl: attn_v Q5_K when heads / kv-heads\n"
+         "                    >= 4, ffn_down Q5_K in the first eighth; q2_k: attn_output and ffn_down\n"
+         "                    Q3_K, attn_v Q3_K (Q4_K when heads / kv-heads >= 4); 8-expert models\n"
+         "                    get llama.cpp's Mixtral rules (attn_v and attn_k Q8_0)\n"
+         "  q3_k q4_k q5_k q6_k mxfp4\n"
+         "                    one type for every matrix but the output (Q6_K; Q8_0 for mxfp4)\n"
+         "  mxfp4_moe         llama.cpp's MXFP4_MOE: expert tensors MXFP4, every other matrix Q8_0\n"
+         "A row whose length the chosen type's block does not divide (256 for the K and IQ4_XS\n"
+         "types, 32 for the others) falls back as llama.cpp does: iq4_xs -> iq4_nl, q2_k and\n"
+         "q3_k -> q4_0, q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0; f16 if that does not fit either.\n"
+         "Q2_K, Q3_K and IQ4_XS blocks come from simple quantizers of the generator's own\n"
+         "(largest-value scales, no error search); the other types from tessera's quantizers.\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -161,9 +233,7 @@ int main(int argc, char** argv) try {
     ("preset", po::value(&preset)->default_value(preset),
      "shape: default, tiny, tinyllama-1.1b, llama2-7b (llama); qwen3moe-tiny, qwen3-30b-a3b (qwen3moe); "
      "qwen35moe-tiny, qwen3.5-35b-a3b (qwen35moe)")
-    ("type", po::value(&type)->default_value(type),
-     "weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m (q8_0, q4_0 and q4_k_m mix types per tensor as "
-     "llama.cpp's quantizer does)")
+    ("type", po::value(&type)->default_value(type), "weight types (see 'types' below)")
     ("vocab", po::value(&vocab_path), "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary)")
     ("seed", po::value(&seed)->default_value(seed), "random seed of the weights")
     ("layers", po::value<int64_t>(), "override: number of layers")
@@ -193,12 +263,12 @@ int main(int argc, char** argv) try {
                 << "Writes a GGUF model with deterministic random weights (same flags and seed, same bytes, for\n"
                 << "any thread count), streaming one tensor at a time to the file: memory use stays at the size\n"
                 << "of the largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe.\n\n"
-                << "presets:\n" << preset_table() << "\n" << desc << "\n";
-      return 0;
+                << "presets:\n" << preset_table() << "\n" << types_help() << "\n" << desc << "\n";
+      return check_stdout();
     }
     if (vm.count("list-presets")) {
       std::cout << preset_table();
-      return 0;
+      return check_stdout();
     }
     po::notify(vm);
     if (out.empty() && !dry_run) throw po::error("the option '--out' is required but missing");
@@ -249,7 +319,6 @@ int main(int argc, char** argv) try {
   w.set_u32("general.file_type", gen::ggml_file_type(type));
 
   std::vector<gen::TensorSpec> specs = gen::model_tensors(s, type);
-  for (const auto& t : specs) w.declare_tensor(t.name, t.type, t.ne);
 
   uint64_t total = 0, done = 0, params = 0, largest = 0;
   for (const auto& t : specs) {
@@ -267,69 +336,92 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "estimated file size: %s (largest tensor %s, the memory it needs)\n",
                  human_bytes(double(estimate)).c_str(), human_bytes(double(largest)).c_str());
   }
+  // A dry run stops before the tensors are declared to the writer (whose duplicate-name
+  // check is linear per tensor, so declaring is quadratic in the layer count).
   if (dry_run) return 0;
-  if (!quiet && !fast && estimate > (2ull << 30) && type.find("_k") != std::string::npos)
-    std::fprintf(stderr, "note: quantizing every K-quant row takes about 100 ns per weight and core; --fast "
-                         "copies rows from a pool of quantized rows instead\n");
   {
     std::error_code ec;
+    auto st = std::filesystem::status(out, ec);
+    // Renaming over a directory fails late, over a device (as root) replaces it.
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+      throw Error(out + " exists and is not a regular file: --out needs a file name");
     auto dir = std::filesystem::absolute(out).parent_path();
     auto space = std::filesystem::space(dir, ec);
     if (!ec && space.available < estimate)
       throw Error("not enough disk space in " + dir.string() + ": the model needs about " +
                   human_bytes(double(estimate)) + ", " + human_bytes(double(space.available)) + " available");
   }
+  if (!quiet && !fast && estimate > (2ull << 30) && type.find("_k") != std::string::npos)
+    std::fprintf(stderr, "note: quantizing every K-quant row takes about 100 ns per weight and core; --fast "
+                         "copies rows from a pool of quantized rows instead\n");
+  for (const auto& t : specs) w.declare_tensor(t.name, t.type, t.ne);
 
   FastPool pool(threads);
   RowPool row_pool(seed, pool);
   const bool tty = isatty(2);
   auto t0 = std::chrono::steady_clock::now();
-  double last_line = 0;
-  // Written under a temporary name and renamed at the end: an interrupted run leaves no
-  // file that looks like a model.
-  const std::string partial = out + ".part";
-  w.write_file_streaming(partial, [&](size_t index, uint8_t* dst, size_t nbytes) {
-    const gen::TensorSpec& t = specs[index];
-    const int64_t rows = t.nelements_rows();
-    const size_t rb = row_bytes(t.type, t.ne[0]);
-    if (fast && dtype_traits(t.type).quantized) {
-      row_pool.copy_row(t, 0, dst);  // makes the pool for this row shape (parallel) first
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) row_pool.copy_row(t, r, dst + size_t(r) * rb);
-      });
-    } else {
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(size_t(t.ne[0]));
-        for (int64_t r = r0; r < r1; ++r) {
-          fill_row(t, seed, r, row.data());
-          quant::quantize_row(t.type, row.data(), dst + size_t(r) * rb, t.ne[0]);
-        }
-      });
-    }
-    done += nbytes;
+  double last_line = -1.0;
+  bool line_open = false;  // a \r progress line without its newline yet
+  // Progress: on a terminal a \r line at most 10 times a second, updated inside large
+  // tensors too; in a log a line every 10 s and one at the end.
+  auto progress = [&](const std::string& name, uint64_t bytes, bool last) {
     if (quiet) return;
-    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double frac = double(done) / double(total);
-    double eta = frac > 0 ? el / frac - el : 0;
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (el - last_line < (tty ? 0.1 : 10.0) && !last) return;
+    last_line = el;
+    const double frac = total ? double(bytes) / double(total) : 1.0;
+    const double eta = frac > 0 ? el / frac - el : 0;
     if (tty) {
-      std::fprintf(stderr, "\r[%5.1f%%] %-32s %7.1f s, about %.0f s left   ", 100.0 * frac, t.name.c_str(), el, eta);
-    } else if (el - last_line >= 10.0 || index + 1 == specs.size()) {  // a log: a line every 10 s
-      last_line = el;
-      std::fprintf(stderr, "[%5.1f%%] %s, %.1f s, about %.0f s left\n", 100.0 * frac, t.name.c_str(), el, eta);
+      std::fprintf(stderr, "\r[%5.1f%%] %-32s %7.1f s, about %.0f s left   ", 100.0 * frac, name.c_str(), el, eta);
+      line_open = true;
+    } else {
+      std::fprintf(stderr, "[%5.1f%%] %s, %.1f s, about %.0f s left\n", 100.0 * frac, name.c_str(), el, eta);
     }
-  });
-  {
-    std::error_code ec;
-    std::filesystem::rename(partial, out, ec);
-    if (ec) throw Error("cannot rename " + partial + " to " + out + ": " + ec.message());
+  };
+  // Written under a temporary name and renamed when complete; on any failure (a write
+  // error, a full disk, an exception, a fatal signal) the temporary is removed.
+  try {
+    PartialFile partial(out + ".part");
+    w.write_file_streaming(out + ".part", [&](size_t index, uint8_t* dst, size_t nbytes) {
+      const gen::TensorSpec& t = specs[index];
+      const int64_t rows = t.nelements_rows();
+      const size_t rb = row_bytes(t.type, t.ne[0]);
+      const bool pooled = fast && dtype_traits(t.type).quantized;
+      if (pooled) row_pool.copy_row(t, 0, dst);  // makes the pool for this row shape (parallel) first
+      // Large tensors go in slices so progress moves inside them (every row depends only
+      // on seed, name and row: the bytes do not depend on the slicing).
+      const int64_t slice = std::max<int64_t>(rows / 64, 1024);
+      for (int64_t s0 = 0; s0 < rows; s0 += slice) {
+        const int64_t s1 = std::min(rows, s0 + slice);
+        pool.parallel_for(s1 - s0, [&](int64_t r0, int64_t r1) {
+          std::vector<float> row(pooled ? 0 : size_t(t.ne[0]));
+          for (int64_t r = s0 + r0; r < s0 + r1; ++r) {
+            if (pooled) {
+              row_pool.copy_row(t, r, dst + size_t(r) * rb);
+            } else {
+              fill_row(t, seed, r, row.data());
+              gen::quantize_row(t.type, row.data(), dst + size_t(r) * rb, t.ne[0]);
+            }
+          }
+        });
+        if (s1 < rows) progress(t.name, done + uint64_t(s1) * rb, false);
+      }
+      done += nbytes;
+      progress(t.name, done, index + 1 == specs.size());
+    });
+    partial.commit(out);
+  } catch (...) {
+    if (line_open) std::fputc('\n', stderr);
+    throw;
   }
   if (!quiet) {
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::error_code ec;
     auto size = std::filesystem::file_size(out, ec);
-    std::fprintf(stderr, "%swrote %s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %s in %.1f s\n", tty ? "\n" : "",
-                 out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer, (long long)s.n_embd,
-                 (long long)s.n_vocab, type.c_str(), human_bytes(double(ec ? total : size)).c_str(), el);
+    std::fprintf(stderr, "%swrote %s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %s in %.1f s\n",
+                 line_open ? "\n" : "", out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer,
+                 (long long)s.n_embd, (long long)s.n_vocab, type.c_str(), human_bytes(double(ec ? total : size)).c_str(),
+                 el);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -115,91 +115,167 @@ void validate(const ModelShape& s) {
     throw Error("qwen35moe: the rope sections must add up to rope dimensions / 2");
 }
 
-std::vector<std::string> file_type_names() {
-  return {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m"};
-}
-
-uint32_t ggml_file_type(const std::string& ft) {
-  // llama_ftype values (llama.h): ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_M 15,
-  // Q5_K_M 17, Q6_K 18, BF16 32; single-type K files are reported as their _M variant.
-  if (ft == "f32") return 0;
-  if (ft == "f16") return 1;
-  if (ft == "q4_0") return 2;
-  if (ft == "q8_0") return 7;
-  if (ft == "q4_k" || ft == "q4_k_m") return 15;
-  if (ft == "q5_k") return 17;
-  if (ft == "q6_k") return 18;
-  if (ft == "bf16") return 32;
-  throw Error("unknown --type '" + ft + "'");
-}
-
 namespace {
 
-// The type for a matrix whose rows have n_in elements: types whose block does not
-// divide the row fall back to Q8_0, then F16 (llama.cpp falls back to Q5_0/Q5_1 for
-// Q4_K/Q5_K, which tessera does not read; Q8_0 for Q6_K, F16 last as here).
-DType fit(DType want, int64_t n_in) {
-  if (n_in % dtype_traits(want).block_elems == 0) return want;
-  if (n_in % 32 == 0) return DType::Q8_0;
-  return DType::F16;
+// How a file type picks each tensor's type: Float files keep every matrix in the base
+// type; Pure files too, apart from output; LlamaCpp files follow llama.cpp's
+// llama_tensor_get_type for that ftype; Mxfp4Moe is llama.cpp's MXFP4_MOE.
+enum class Mix { Float, Pure, LlamaCpp, Mxfp4Moe };
+
+struct FileTypeInfo {
+  const char* name;
+  DType base;
+  uint32_t ftype;  // general.file_type (llama_ftype); single-type K files as their _M variant
+  Mix mix;
+};
+
+const std::vector<FileTypeInfo>& file_types() {
+  static const std::vector<FileTypeInfo> all = {
+      {"f32", DType::F32, 0, Mix::Float},        {"f16", DType::F16, 1, Mix::Float},
+      {"bf16", DType::BF16, 32, Mix::Float},     {"q8_0", DType::Q8_0, 7, Mix::LlamaCpp},
+      {"q4_0", DType::Q4_0, 2, Mix::LlamaCpp},   {"q4_1", DType::Q4_1, 3, Mix::LlamaCpp},
+      {"q5_0", DType::Q5_0, 8, Mix::LlamaCpp},   {"q5_1", DType::Q5_1, 9, Mix::LlamaCpp},
+      {"iq4_nl", DType::IQ4_NL, 25, Mix::LlamaCpp},
+      {"q2_k", DType::Q2_K, 10, Mix::LlamaCpp},  {"q3_k", DType::Q3_K, 12, Mix::Pure},
+      {"q4_k", DType::Q4_K, 15, Mix::Pure},      {"q5_k", DType::Q5_K, 17, Mix::Pure},
+      {"q6_k", DType::Q6_K, 18, Mix::Pure},      {"q3_k_m", DType::Q3_K, 12, Mix::LlamaCpp},
+      {"q4_k_m", DType::Q4_K, 15, Mix::LlamaCpp}, {"q5_k_m", DType::Q5_K, 17, Mix::LlamaCpp},
+      {"iq4_xs", DType::IQ4_XS, 30, Mix::LlamaCpp},
+      {"mxfp4", DType::MXFP4, 38, Mix::Pure},    {"mxfp4_moe", DType::MXFP4, 38, Mix::Mxfp4Moe},
+  };
+  return all;
 }
 
-DType base_type(const std::string& ft) {
-  if (ft == "f32") return DType::F32;
-  if (ft == "f16") return DType::F16;
-  if (ft == "bf16") return DType::BF16;
-  if (ft == "q8_0") return DType::Q8_0;
-  if (ft == "q4_0") return DType::Q4_0;
-  if (ft == "q4_k" || ft == "q4_k_m") return DType::Q4_K;
-  if (ft == "q5_k") return DType::Q5_K;
-  if (ft == "q6_k") return DType::Q6_K;
+const FileTypeInfo& file_type(const std::string& ft) {
+  for (const auto& f : file_types())
+    if (ft == f.name) return f;
   std::string all;
   for (const auto& n : file_type_names()) all += (all.empty() ? "" : ", ") + n;
   throw Error("unknown --type '" + ft + "' (known: " + all + ")");
 }
 
-// llama.cpp's Q4_K_M gives attn_v and ffn_down Q6_K in the first and last eighth of
-// the layers and every third layer between.
+}  // namespace
+
+std::vector<std::string> file_type_names() {
+  std::vector<std::string> n;
+  for (const auto& f : file_types()) n.push_back(f.name);
+  return n;
+}
+
+uint32_t ggml_file_type(const std::string& ft) { return file_type(ft).ftype; }
+
+namespace {
+
+// A row whose length the type's block does not divide falls back as llama.cpp's
+// tensor_type_fallback does: IQ4_XS -> IQ4_NL, Q2_K / Q3_K -> Q4_0, Q4_K -> Q5_0,
+// Q5_K -> Q5_1, Q6_K -> Q8_0; F16 when that does not fit either (rows not a multiple
+// of 32, where llama.cpp's quantizer gives up for the 32-element types).
+DType fit(DType want, int64_t n_in) {
+  if (n_in % dtype_traits(want).block_elems == 0) return want;
+  DType r = DType::F16;
+  switch (want) {
+    case DType::IQ4_XS: r = DType::IQ4_NL; break;
+    case DType::Q2_K:
+    case DType::Q3_K: r = DType::Q4_0; break;
+    case DType::Q4_K: r = DType::Q5_0; break;
+    case DType::Q5_K: r = DType::Q5_1; break;
+    case DType::Q6_K: r = DType::Q8_0; break;
+    default: break;
+  }
+  return n_in % dtype_traits(r).block_elems == 0 ? r : DType::F16;
+}
+
+// llama.cpp's Q4_K_M / Q5_K_M give attn_v and ffn_down Q6_K in the first and last
+// eighth of the layers and every third layer between.
 bool use_more_bits(int64_t layer, int64_t n_layer) {
   return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-// The dtype of one tensor of a qwen model, following llama.cpp (convert_hf_to_gguf.py
-// for the float files, llama-quant.cpp's llama_tensor_get_type for the quantized ones):
-// vectors, norms, routers (ffn_gate_inp), ssm_conv1d and tensors not named *.weight
-// (ssm_a, ssm_dt.bias) stay F32. q8_0 / q4_0 / q4_k_m apply llama.cpp's per-tensor
-// rules; the single-type K files (q4_k, q5_k, q6_k) are "pure" apart from the output.
-// `layer` is the tensor's block (-1 outside the blocks).
-DType qwen_type(const std::string& ft, const std::string& name, const std::vector<int64_t>& ne, int64_t layer,
-                const ModelShape& s) {
+// llama.cpp's tensor categories (tensor_get_category), tested in its order.
+enum class Cat { Output, TokenEmbd, AttnV, AttnK, AttnQ, AttnOutput, FfnUp, FfnGate, FfnDown, Other };
+
+Cat category(const std::string& name) {
+  if (name == "output.weight") return Cat::Output;
+  if (name == "token_embd.weight") return Cat::TokenEmbd;
+  // attn_qkv (qwen35moe's delta-net input) counts as attn_v, as in llama.cpp.
+  if (contains(name, "attn_qkv.weight") || contains(name, "attn_v.weight")) return Cat::AttnV;
+  if (contains(name, "attn_k.weight")) return Cat::AttnK;
+  if (contains(name, "attn_q.weight")) return Cat::AttnQ;
+  if (contains(name, "attn_output.weight")) return Cat::AttnOutput;
+  if (contains(name, "ffn_up")) return Cat::FfnUp;
+  if (contains(name, "ffn_gate")) return Cat::FfnGate;
+  if (contains(name, "ffn_down")) return Cat::FfnDown;
+  return Cat::Other;
+}
+
+// llama.cpp's llama_tensor_get_type_impl for the mixed ftypes tessera-gen writes, for
+// a tensor that is neither output nor token_embd. `layer` is the tensor's block:
+// every layer has exactly one attn_v / attn_qkv and llama.cpp counts ffn_down by the
+// block in its name for MoE models, so its running counters are the layer index. Not
+// modelled: the 70B and Falcon rules, and imatrix-only rules.
+DType llama_cpp_type(const std::string& ft, DType base, Cat c, int64_t layer, const ModelShape& s) {
+  const bool eight_experts = s.n_expert == 8;  // llama.cpp's Mixtral rules test == 8
+  const int64_t n_gqa = s.n_head / s.n_head_kv, L = s.n_layer;
+  const bool iq4 = ft == "iq4_nl" || ft == "iq4_xs";
+  DType t = base;
+  switch (c) {
+    case Cat::AttnV:
+      if (ft == "q2_k") t = n_gqa >= 4 ? DType::Q4_K : DType::Q3_K;
+      else if (ft == "q3_k_m") t = layer < 2 ? DType::Q5_K : DType::Q4_K;
+      else if (iq4 && n_gqa >= 4) t = DType::Q5_K;
+      else if ((ft == "q4_k_m" || ft == "q5_k_m") && use_more_bits(layer, L)) t = DType::Q6_K;
+      if (eight_experts) t = DType::Q8_0;
+      break;
+    case Cat::AttnK:
+      if (eight_experts) t = DType::Q8_0;
+      break;
+    case Cat::FfnDown:  // routed and shared experts alike
+      if (ft == "q2_k") t = DType::Q3_K;
+      else if (ft == "q3_k_m") t = layer < L / 16 ? DType::Q5_K : DType::Q4_K;
+      else if (ft == "q4_k_m") t = use_more_bits(layer, L) ? DType::Q6_K : base;
+      else if (iq4 && layer < L / 8) t = DType::Q5_K;
+      else if (ft == "q5_k_m" && use_more_bits(layer, L)) t = DType::Q6_K;
+      break;
+    case Cat::AttnOutput:
+      if (eight_experts) {
+        if (ft == "q2_k" || ft == "q3_k_m" || ft == "q4_k_m" || iq4) t = DType::Q5_K;
+      } else if (ft == "q2_k") {
+        t = DType::Q3_K;
+      } else if (ft == "q3_k_m") {
+        t = DType::Q4_K;
+      }
+      break;
+    default: break;
+  }
+  return t;
+}
+
+// The dtype of one tensor (`layer` is its block, -1 outside the blocks), as llama.cpp
+// gives it: vectors, norms, routers (ffn_gate_inp), ssm_conv1d and tensors not named
+// *.weight (ssm_a, ssm_dt.bias) stay F32 (convert_hf_to_gguf.py and llama-quant.cpp
+// agree); output (and token_embd when it is the output) Q6_K, Q8_0 in q8_0 and the
+// mxfp4 files and where the base block does not divide the row; then the file type's
+// rules; then the fallback for rows the chosen block does not divide.
+DType tensor_type(const std::string& ft_name, const std::string& name, const std::vector<int64_t>& ne, int64_t layer,
+                  const ModelShape& s) {
   const bool quantizable = ne.size() >= 2 && name.size() > 6 && name.compare(name.size() - 6, 6, "weight") == 0 &&
                            !contains(name, "_norm.weight") && !contains(name, "ffn_gate_inp.weight") &&
                            !contains(name, "ssm_conv1d");
   if (!quantizable) return DType::F32;
-  const DType base = base_type(ft);
-  if (!dtype_traits(base).quantized) return base;
-  const bool mix = ft == "q8_0" || ft == "q4_0" || ft == "q4_k_m";
-  const bool k_m = ft == "q4_k_m";
-  const bool eight_experts = s.n_expert == 8;  // llama.cpp's Mixtral rules test == 8
+  const FileTypeInfo& ft = file_type(ft_name);
+  const DType base = ft.base;
+  if (ft.mix == Mix::Float) return base;
+  const Cat c = category(name);
   DType t = base;
-  if (name == "output.weight" || (s.tied_output && name == "token_embd.weight")) {
-    if (ne[0] % dtype_traits(base).block_elems != 0) t = DType::Q8_0;
+  if (c == Cat::Output || (s.tied_output && c == Cat::TokenEmbd)) {
+    if (base == DType::MXFP4 || ne[0] % dtype_traits(base).block_elems != 0) t = DType::Q8_0;
     else if (base != DType::Q8_0) t = DType::Q6_K;
-  } else if (name == "token_embd.weight" || !mix) {
-    t = base;
-  } else if (contains(name, "attn_v.weight") || contains(name, "attn_qkv.weight")) {
-    // Every layer has exactly one of attn_v / attn_qkv, so llama.cpp's running
-    // counter of these tensors is the layer index.
-    if (k_m && use_more_bits(layer, s.n_layer)) t = DType::Q6_K;
-    if (eight_experts) t = DType::Q8_0;
-  } else if (contains(name, "attn_k.weight")) {
-    if (eight_experts) t = DType::Q8_0;
-  } else if (contains(name, "ffn_down")) {  // routed and shared experts alike
-    if (k_m && use_more_bits(layer, s.n_layer)) t = DType::Q6_K;
-  } else if (contains(name, "attn_output.weight")) {
-    if (k_m && eight_experts) t = DType::Q5_K;
+  } else if (ft.mix == Mix::Mxfp4Moe) {
+    t = ne.size() >= 3 && ne[2] > 1 ? DType::MXFP4 : DType::Q8_0;  // experts MXFP4, the rest Q8_0
+  } else if (ft.mix == Mix::LlamaCpp && c != Cat::TokenEmbd) {
+    t = llama_cpp_type(ft_name, base, c, layer, s);
   }
   return fit(t, ne[0]);
 }
@@ -216,7 +292,7 @@ std::vector<TensorSpec> qwen_tensors(const ModelShape& s, const std::string& ft)
   std::vector<TensorSpec> out;
   auto emit = [&](std::vector<Raw> group, int64_t layer) {
     std::sort(group.begin(), group.end(), [](const Raw& a, const Raw& b) { return a.name < b.name; });
-    for (auto& r : group) out.push_back({r.name, r.ne, qwen_type(ft, r.name, r.ne, layer, s), r.init});
+    for (auto& r : group) out.push_back({r.name, r.ne, tensor_type(ft, r.name, r.ne, layer, s), r.init});
   };
   std::vector<Raw> top = {{"token_embd.weight", {E, V}, I::Embedding}, {"output_norm.weight", {E}, I::Norm}};
   if (!s.tied_output) top.push_back({"output.weight", {E, V}, I::Matrix});
@@ -269,36 +345,34 @@ std::vector<TensorSpec> qwen_tensors(const ModelShape& s, const std::string& ft)
 }  // namespace
 
 std::vector<TensorSpec> llama_tensors(const ModelShape& s, const std::string& ft) {
-  const DType base = base_type(ft);
-  const bool quantized = dtype_traits(base).quantized;
-  const bool k_mix = ft == "q4_k_m";
   const int64_t E = s.n_embd, F = s.n_ff, hd = s.head_size();
   const int64_t Q = s.n_head * hd, KV = s.n_head_kv * hd, V = s.n_vocab;
   using I = TensorSpec::Init;
   std::vector<TensorSpec> t;
-  // Quantized files keep the output matrix at Q6_K (llama.cpp's default), except Q8_0.
-  DType out_type = quantized && base != DType::Q8_0 ? DType::Q6_K : base;
-  t.push_back({"token_embd.weight", {E, V}, fit(base, E), I::Embedding});
-  t.push_back({"output_norm.weight", {E}, DType::F32, I::Norm});
-  if (!s.tied_output) t.push_back({"output.weight", {E, V}, fit(out_type, E), I::Matrix});
+  auto add = [&](std::string name, std::vector<int64_t> ne, I init, int64_t layer) {
+    DType type = tensor_type(ft, name, ne, layer, s);
+    t.push_back({std::move(name), std::move(ne), type, init});
+  };
+  add("token_embd.weight", {E, V}, I::Embedding, -1);
+  add("output_norm.weight", {E}, I::Norm, -1);
+  if (!s.tied_output) add("output.weight", {E, V}, I::Matrix, -1);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    DType more = k_mix && use_more_bits(l, s.n_layer) ? DType::Q6_K : base;
-    t.push_back({p + "attn_norm.weight", {E}, DType::F32, I::Norm});
-    t.push_back({p + "attn_q.weight", {E, Q}, fit(base, E), I::Matrix});
-    t.push_back({p + "attn_k.weight", {E, KV}, fit(base, E), I::Matrix});
-    t.push_back({p + "attn_v.weight", {E, KV}, fit(more, E), I::Matrix});
-    t.push_back({p + "attn_output.weight", {Q, E}, fit(base, Q), I::Matrix});
-    t.push_back({p + "ffn_norm.weight", {E}, DType::F32, I::Norm});
-    t.push_back({p + "ffn_gate.weight", {E, F}, fit(base, E), I::Matrix});
-    t.push_back({p + "ffn_up.weight", {E, F}, fit(base, E), I::Matrix});
-    t.push_back({p + "ffn_down.weight", {F, E}, fit(more, F), I::Matrix});
+    add(p + "attn_norm.weight", {E}, I::Norm, l);
+    add(p + "attn_q.weight", {E, Q}, I::Matrix, l);
+    add(p + "attn_k.weight", {E, KV}, I::Matrix, l);
+    add(p + "attn_v.weight", {E, KV}, I::Matrix, l);
+    add(p + "attn_output.weight", {Q, E}, I::Matrix, l);
+    add(p + "ffn_norm.weight", {E}, I::Norm, l);
+    add(p + "ffn_gate.weight", {E, F}, I::Matrix, l);
+    add(p + "ffn_up.weight", {E, F}, I::Matrix, l);
+    add(p + "ffn_down.weight", {F, E}, I::Matrix, l);
   }
   return t;
 }
 
 std::vector<TensorSpec> model_tensors(const ModelShape& s, const std::string& ft) {
-  base_type(ft);  // rejects an unknown type
+  file_type(ft);  // rejects an unknown type
   return s.arch == Arch::Llama ? llama_tensors(s, ft) : qwen_tensors(s, ft);
 }
 

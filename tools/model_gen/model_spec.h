@@ -1,7 +1,6 @@
 // What tessera-gen writes: an architecture's hyperparameters (presets or flags), the
 // GGUF metadata, the tensor list with shapes, and the weight dtype of each tensor for a
-// file type (q4_k_m, q4_0 and q8_0 mix types per tensor the way llama.cpp's quantizer
-// does).
+// file type (the mixed types follow llama.cpp's quantizer per tensor).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -82,7 +81,10 @@ struct TensorSpec {
   }
 };
 
-// File types: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m.
+// File types, in --help's order: f32 f16 bf16 (float); q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl
+// q2_k q3_k_m q4_k_m q5_k_m iq4_xs (llama.cpp's per-tensor mixes of those ftypes);
+// q3_k q4_k q5_k q6_k mxfp4 (one type apart from the output); mxfp4_moe (llama.cpp's
+// MXFP4_MOE: expert tensors MXFP4, every other matrix Q8_0).
 std::vector<std::string> file_type_names();
 // The tensors of a model: llama in its historical order; the qwen architectures in
 // llama.cpp's quantizer order (non-block tensors, then layer by layer, each by name).

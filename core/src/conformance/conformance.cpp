@@ -152,8 +152,10 @@ std::vector<ConformanceCase> make_cases() {
     cs.push_back(std::move(c));
   };
   auto s = [](auto v) { return std::to_string(v); };
-  const DType matrix_types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                                DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  // Every weight format a model file may hold (GGUF's published types, issue 20 included).
+  const DType matrix_types[] = {DType::F32,  DType::F16,    DType::BF16,  DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                DType::Q5_0, DType::Q5_1,   DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                                DType::Q4_K, DType::Q5_K,   DType::Q6_K,  DType::IQ4_XS};
   auto row_ok = [](DType t, int64_t K) {
     return K % dtype_traits(t).block_elems == 0 && K % dtype_traits(quant::vec_dot_type(t)).block_elems == 0;
   };
@@ -310,7 +312,8 @@ std::vector<ConformanceCase> make_cases() {
   // MatMulId at expert-tensor shapes a backend may repack per expert (full and partial
   // 16-row tiles): a many-token prefill over an odd expert count (several tokens per
   // expert, x shared or per slot) and a decode step choosing 8 of 128 experts.
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::Q4_1, DType::Q5_0,
+                  DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::IQ4_XS})
     for (auto [N, n, E, k, per_slot] : {std::tuple<int64_t, int64_t, int32_t, int32_t, bool>{48, 64, 7, 3, false},
                                         {40, 64, 7, 3, true},
                                         {33, 1, 128, 8, false}}) {
@@ -469,11 +472,43 @@ int f32_input(CaseGraph& g, Gen& r, std::string name, std::array<int64_t, 4> ne,
   return add_spec(g, std::move(name), DType::F32, ne, role, to_bytes(r.floats(size_t(ne[0] * ne[1] * ne[2] * ne[3]), lo, hi)));
 }
 
-// A [K, rows] matrix of random floats stored as `t` (quantized row by row).
+// One row of K values of type t made of random blocks: every byte random (every bit
+// pattern of the quants, high bits and 6-bit sub-block scales is a valid block, so
+// kernels meet all of them, -32 scales included), then the fp16 super-block scales
+// set so the values are of order one (Q2_K's d and dmin positive, as a quantizer
+// makes them; Q3_K's and IQ4_XS's d of either sign). For the formats the core has no
+// quantizer for.
+bool random_block_type(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::IQ4_XS; }
+
+void random_blocks(Gen& r, DType t, int64_t K, uint8_t* dst) {
+  const size_t nb = size_t(K / quant::QK_K);
+  for (size_t i = 0; i < row_bytes(t, K); ++i) dst[i] = uint8_t(r.integer(0, 255));
+  auto sign = [&] { return r.integer(0, 1) ? 1.0f : -1.0f; };
+  for (size_t b = 0; b < nb; ++b) {
+    if (t == DType::Q2_K) {  // d * sc * q - dmin * m: sc, m <= 15, q <= 3
+      auto* x = reinterpret_cast<quant::BlockQ2_K*>(dst) + b;
+      x->d = quant::fp32_to_fp16(r.uniform(0.5f, 1.0f) / 32.0f);
+      x->dmin = quant::fp32_to_fp16(r.uniform(0.5f, 1.0f) / 32.0f);
+    } else if (t == DType::Q3_K) {  // d * (sc - 32) * q: |sc - 32| <= 32, |q| <= 4
+      auto* x = reinterpret_cast<quant::BlockQ3_K*>(dst) + b;
+      x->d = quant::fp32_to_fp16(sign() * r.uniform(0.5f, 1.0f) / 64.0f);
+    } else {  // IQ4_XS: d * (ls - 32) * grid: |ls - 32| <= 32, |grid| <= 127
+      auto* x = reinterpret_cast<quant::BlockIQ4_XS*>(dst) + b;
+      x->d = quant::fp32_to_fp16(sign() * r.uniform(0.5f, 1.0f) / 2048.0f);
+    }
+  }
+}
+
+// A [K, rows] matrix of random floats stored as `t` (quantized row by row), or of
+// random blocks for the formats without a quantizer.
 int matrix_weight(CaseGraph& g, Gen& r, std::string name, DType t, int64_t K, int64_t rows) {
   const size_t rb = row_bytes(t, K);
   std::vector<uint8_t> bytes(rb * size_t(rows));
   for (int64_t i = 0; i < rows; ++i) {
+    if (random_block_type(t)) {
+      random_blocks(r, t, K, bytes.data() + size_t(i) * rb);
+      continue;
+    }
     std::vector<float> f = r.floats(size_t(K), -1.0f, 1.0f);
     quant::quantize_row(t, f.data(), bytes.data() + size_t(i) * rb, K);
   }
