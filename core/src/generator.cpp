@@ -112,6 +112,7 @@ bool Generator::reserve(Seq& s, int64_t n_tokens) {
 uint64_t Generator::add(GenerationRequest r) {
   if (r.prompt.empty()) throw Error("the prompt is empty");
   if (r.max_tokens < 1) throw Error("max_tokens must be at least 1, got " + std::to_string(r.max_tokens));
+  if (r.logprobs < -1) throw Error("logprobs must be -1 (off) or >= 0, got " + std::to_string(r.logprobs));
   const int64_t V = engine_.n_vocab();
   for (int32_t t : r.prompt)
     if (t < 0 || t >= V)
@@ -312,22 +313,24 @@ std::vector<GenerationEvent> Generator::step() {
     s.computed += s.step_tokens;
     register_full_pages(s);
     if (chunks[i].logits != Engine::Logits::Last) continue;
-    const int32_t tok = s.sampler.sample(logits.subspan(row++ * V, V));
+    const std::span<const float> row_logits = logits.subspan(row++ * V, V);
+    const int32_t tok = s.sampler.sample(row_logits);
     s.sampler.accept(tok);
     s.sampler.count_generated(tok);
     ++s.generated;
-    GenerationEvent ev{s.id, tok, FinishReason::None};
+    GenerationEvent ev{s.id, tok, FinishReason::None, std::nullopt};
     if (is_stop(s, tok)) {
       ev.finish = FinishReason::Stop;
-      ev.token = -1;  // a stop token is not part of the text
-    } else if (s.generated >= s.req.max_tokens) {
-      ev.finish = FinishReason::Length;
-    } else if (int64_t(s.tokens.size()) + 1 > engine_.n_ctx()) {
-      ev.finish = FinishReason::ContextFull;
+      ev.token = -1;  // a stop token is not part of the text (nor of the log-probabilities)
+    } else {
+      // Only requests that ask pay for the log-softmax (one pass over the vocabulary).
+      if (s.req.logprobs >= 0) ev.logprobs = token_logprobs(row_logits, tok, s.req.logprobs);
+      if (s.generated >= s.req.max_tokens) ev.finish = FinishReason::Length;
+      else if (int64_t(s.tokens.size()) + 1 > engine_.n_ctx()) ev.finish = FinishReason::ContextFull;
     }
     s.tokens.push_back(tok);
-    events.push_back(ev);
-    if (ev.finish != FinishReason::None) finished.push_back(&s);
+    events.push_back(std::move(ev));
+    if (events.back().finish != FinishReason::None) finished.push_back(&s);
   }
   for (Seq* s : finished) {
     retire(*s);

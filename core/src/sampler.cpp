@@ -52,6 +52,56 @@ void validate(const SamplerParams& p) {
 
 }  // namespace
 
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t chosen, int n_top) {
+  if (logits.empty()) throw Error("token_logprobs: empty logits row");
+  if (chosen < 0 || size_t(chosen) >= logits.size())
+    throw Error("token_logprobs: token " + std::to_string(chosen) + " is outside the logits row");
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  auto clean = [&](float l) {
+    if (std::isnan(l)) return kNegInf;
+    if (l == std::numeric_limits<float>::infinity()) return std::numeric_limits<float>::max();
+    return l;
+  };
+  const size_t n = logits.size();
+  float max_l = kNegInf;
+  for (size_t i = 0; i < n; ++i) max_l = std::max(max_l, clean(logits[i]));
+  // log(sum exp(l - max)), in double; every logit -inf: every log-probability is -inf.
+  double log_z = std::numeric_limits<double>::infinity();
+  if (max_l != kNegInf) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) sum += std::exp(double(clean(logits[i])) - double(max_l));
+    log_z = std::log(sum);
+  }
+  auto logprob = [&](float l) {
+    if (l == kNegInf || max_l == kNegInf) return kNegInf;
+    return float(double(l) - double(max_l) - log_z);
+  };
+  TokenLogprobs out;
+  out.logprob = logprob(clean(logits[size_t(chosen)]));
+  const size_t k = std::min(size_t(std::max(n_top, 0)), n);
+  if (k == 0) return out;
+  // The k best as a min-heap under "before" (the worst of them on top).
+  auto before = [](const TokenLogprob& a, const TokenLogprob& b) {
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.id < b.id);
+  };
+  std::vector<TokenLogprob>& heap = out.top;
+  heap.reserve(k);
+  for (size_t i = 0; i < n; ++i) {
+    const TokenLogprob c{int32_t(i), clean(logits[i])};  // logits for now: same order
+    if (heap.size() < k) {
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end(), before);
+    } else if (before(c, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), before);
+      heap.back() = c;
+      std::push_heap(heap.begin(), heap.end(), before);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), before);  // most likely first
+  for (TokenLogprob& t : heap) t.logprob = logprob(t.logprob);
+  return out;
+}
+
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { validate(p_); }
 
 void Sampler::accept(int32_t token) {

@@ -14,6 +14,7 @@
 #include "server/chat_prompt.h"
 #include "server/engine_worker.h"
 #include "server/http_api.h"
+#include "server/tool_calls.h"
 #include "tessera/error.h"
 #include "tessera/model_file.h"
 #include "tessera/tokenizer.h"
@@ -39,11 +40,16 @@ int cmd_serve(int argc, char** argv) {
     ("parallel", po::value(&o.parallel)->default_value(8), "sequences generated at once (each holds --ctx positions of KV cache)")
     ("queue", po::value(&queue)->default_value(64), "requests waiting beyond the running ones before 503")
     ("api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' on every route but /health")
-    ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template)")
+    ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template); "
+                                                 "it also decides how tool calls in answers are parsed (<tool_call> blocks, "
+                                                 "Llama 3 JSON, Mistral [TOOL_CALLS])")
     ("http-threads", po::value(&http_threads)->default_value(0), "HTTP connection threads (0 = 4 x --parallel + 8)");
   add_common_options(desc, o, true);
   po::variables_map vm;
-  if (!parse(argc, argv, "usage: tessera serve [-m MODEL] [--host H] [--port P] [--parallel N] [--ctx N] [options]",
+  if (!parse(argc, argv,
+             "usage: tessera serve [-m MODEL] [--host H] [--port P] [--parallel N] [--ctx N] [options]\n"
+             "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions (streaming, logprobs,\n"
+             "tools), GET /v1/models, /health, /metrics (docs/server.md)",
              desc, nullptr, vm))
     return 0;
   if (port < 0 || port > 65535) throw Error("--port must be in [0, 65535]");
@@ -85,7 +91,10 @@ int cmd_serve(int argc, char** argv) {
     mc.model_id = std::filesystem::path(engine->file().path()).stem().string();
     if (template_text.empty())
       template_text = engine->file().metadata().get_string("tokenizer.chat_template").value_or("");
-    if (!template_text.empty()) mc.render_chat = server::make_chat_renderer(template_text, *mc.tokenizer);
+    if (!template_text.empty()) {
+      mc.render_chat = server::make_chat_renderer(template_text, *mc.tokenizer);
+      mc.tool_format = server::detect_tool_call_format(template_text);
+    }
     GeneratorOptions go;
     go.max_running = o.parallel;
     worker = std::make_unique<server::EngineWorker>(*engine, go, size_t(queue), metrics);

@@ -32,6 +32,10 @@ struct GenerationRequest {
   int max_tokens = 16;               // tokens to generate at most (>= 1)
   bool ignore_eos = false;           // do not stop at the vocabulary's end-of-generation tokens
   std::vector<int32_t> stop_tokens;  // further tokens that end the generation (not reported as text)
+  // >= 0: every event with a token carries its log-probability and the `logprobs`
+  // most likely tokens at that position (token_logprobs in sampler.h: the model's raw
+  // distribution). -1: off, and nothing is computed.
+  int logprobs = -1;
 };
 
 enum class FinishReason : uint8_t {
@@ -44,11 +48,14 @@ enum class FinishReason : uint8_t {
 const char* finish_reason_name(FinishReason r);
 
 // What one step produced for one request: a sampled token (token >= 0, unless the
-// token ended the generation as a stop token), and/or the reason it finished.
+// token ended the generation as a stop token), and/or the reason it finished; with
+// GenerationRequest::logprobs >= 0, the token's log-probabilities (a stop token, which
+// is not reported, has none).
 struct GenerationEvent {
   uint64_t id = 0;
   int32_t token = -1;
   FinishReason finish = FinishReason::None;
+  std::optional<TokenLogprobs> logprobs;
 };
 
 struct GeneratorOptions {

@@ -1,6 +1,7 @@
 // Token sampler: logit biases, repetition, presence and frequency penalties, then
 // greedy (temperature <= 0) or top-k, top-p, min-p and temperature followed by a
-// seeded draw. Deterministic for a given seed.
+// seeded draw. Deterministic for a given seed. Also: token log-probabilities of a
+// logits row (token_logprobs), computed only for requests that ask for them.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,23 @@ struct SamplerParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0;
 };
+
+// A token and its log-probability.
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+// The log-probabilities a request asked for at one generated position.
+struct TokenLogprobs {
+  float logprob = 0.0f;           // of the chosen token
+  std::vector<TokenLogprob> top;  // the n_top most likely tokens, most likely first
+};
+// Log-softmax of the model's raw logits row (before logit biases, penalties,
+// temperature and truncation: the model's own distribution, as vLLM reports by
+// default): the chosen token's log-probability and the n_top most likely tokens
+// (ties: lower id first; n_top is clamped to the row's size). NaN logits count as
+// -inf and +inf as the largest finite float, as in Sampler::sample. O(n log n_top).
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t chosen, int n_top);
 
 class Sampler {
  public:

@@ -1,6 +1,7 @@
 #include "server/engine_worker.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "tessera/engine.h"
 #include "tessera/error.h"
@@ -10,7 +11,7 @@ namespace tessera::server {
 std::vector<Job::Event> Job::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
-  std::vector<Event> out(events_.begin(), events_.end());
+  std::vector<Event> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
   events_.clear();
   return out;
 }
@@ -95,7 +96,7 @@ void EngineWorker::run() {
         active_.clear();
       }
       const auto now = clock::now();
-      for (const GenerationEvent& ev : events) {
+      for (GenerationEvent& ev : events) {
         auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& j) { return j->id_ == ev.id; });
         if (it == active_.end()) continue;
         Job& job = **it;
@@ -107,7 +108,7 @@ void EngineWorker::run() {
         }
         job.last_token_ = now;
         ++metrics_.generated_tokens_total;
-        job.push({ev.token, ev.finish, {}});
+        job.push({ev.token, ev.finish, {}, std::move(ev.logprobs)});
         if (ev.finish != FinishReason::None) active_.erase(it);
       }
     }

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -29,6 +30,7 @@ class Job {
     int32_t token = -1;  // a generated token (-1: none, e.g. only a finish)
     FinishReason finish = FinishReason::None;
     std::string error;   // set if the engine failed
+    std::optional<TokenLogprobs> logprobs;  // when the request asked for them
   };
   explicit Job(GenerationRequest r) : request(std::move(r)) {}
   // Wait for the next events (up to `timeout`); returns them (maybe none).

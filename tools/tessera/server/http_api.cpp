@@ -6,7 +6,7 @@
 #include <chrono>
 #include <random>
 
-#include "server/text_stream.h"
+#include "server/answer_stream.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::server {
@@ -38,14 +38,20 @@ struct Exchange {
   ParsedRequest req;
   ResponseIds ids;
   std::shared_ptr<Job> job;
-  TextStream text;
+  const Tokenizer& tok;
+  AnswerStream answer;
   int64_t completion_tokens = 0;
   bool role_sent = false, finished = false;
   Exchange(ParsedRequest r, ResponseIds i, const Tokenizer& t)
-      : req(std::move(r)), ids(std::move(i)), text(t, req.stop) {}
-  // Feed the job's events; returns the text to send and sets `finish` when done.
-  std::string advance(const std::vector<Job::Event>& events, const char*& finish, std::string& error) {
-    std::string out;
+      : req(std::move(r)), ids(std::move(i)), tok(t), answer(t, req.stop, req.tool_format, req.tools) {}
+  // Feed the job's events; returns what to send and sets `finish` when done.
+  AnswerDelta advance(const std::vector<Job::Event>& events, const char*& finish, std::string& error) {
+    AnswerDelta out;
+    auto add = [&](AnswerDelta d) {
+      out.content += d.content;
+      for (auto& t : d.tokens) out.tokens.push_back(std::move(t));
+      for (auto& c : d.tool_calls) out.tool_calls.push_back(std::move(c));
+    };
     for (const Job::Event& e : events) {
       if (finished) break;
       if (!e.error.empty()) {
@@ -55,21 +61,29 @@ struct Exchange {
       }
       if (e.token >= 0) {
         ++completion_tokens;
-        out += text.push(e.token);
-        if (text.stopped()) {
+        add(answer.push(e.token, e.logprobs));
+        if (answer.stopped()) {
           job->cancel();  // the stop string ends it; the worker frees its pages
+          add(answer.finish());
           finish = "stop";
           finished = true;
           break;
         }
       }
       if (e.finish != FinishReason::None) {
-        out += text.finish();
+        add(answer.finish());
         finish = openai_finish_reason(e.finish, false);
         finished = true;
       }
     }
+    if (!out.tool_calls.empty()) {
+      if (!req.parallel_tool_calls) out.tool_calls.resize(1);
+      finish = "tool_calls";
+    }
     return out;
+  }
+  nlohmann::json logprobs(const std::vector<AnswerToken>& tokens) const {
+    return req.logprobs ? logprobs_json(tokens, tok, req.chat, req.top_logprobs) : nlohmann::json(nullptr);
   }
 };
 
@@ -168,14 +182,21 @@ void HttpApi::install(httplib::Server& svr) {
       const int64_t prompt_tokens = int64_t(ex->req.gen.prompt.size());
       if (!ex->req.stream) {
         const char* finish = "stop";
-        std::string error, text;
-        while (!ex->finished) text += ex->advance(ex->job->wait(std::chrono::milliseconds(200)), finish, error);
+        std::string error;
+        AnswerDelta all;
+        while (!ex->finished) {
+          AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(200)), finish, error);
+          all.content += d.content;
+          for (auto& t : d.tokens) all.tokens.push_back(std::move(t));
+          for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
+        }
         if (!error.empty()) {  // the request was validated: an error here is the engine's
           ++r->metrics->request_errors_total;
           send_error(res, 500, error_body(error, "server_error", "", ""));
           return;
         }
-        res.set_content(dump(completion_response(ex->ids, chat, text, finish, prompt_tokens, ex->completion_tokens)),
+        res.set_content(dump(completion_response(ex->ids, chat, all.content, finish, prompt_tokens,
+                                                 ex->completion_tokens, ex->logprobs(all.tokens), all.tool_calls)),
                         "application/json");
         return;
       }
@@ -195,12 +216,18 @@ void HttpApi::install(httplib::Server& svr) {
               }
               const char* finish = nullptr;
               std::string error;
-              const std::string text = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
+              const AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
               if (!error.empty()) {
                 write(sse(error_body(error, "server_error", "", "")));
                 break;
               }
-              if (!text.empty() && !write(sse(stream_chunk(ex->ids, chat, text, nullptr)))) {
+              if ((!d.content.empty() || !d.tokens.empty()) &&
+                  !write(sse(stream_chunk(ex->ids, chat, d.content, nullptr, false, ex->logprobs(d.tokens))))) {
+                ex->job->cancel();
+                return false;
+              }
+              if (!d.tool_calls.empty() &&
+                  !write(sse(stream_chunk(ex->ids, chat, "", nullptr, false, nullptr, d.tool_calls)))) {
                 ex->job->cancel();
                 return false;
               }

@@ -96,8 +96,40 @@ void parse_sampling(const json& body, const ModelContext& m, ParsedRequest& r, b
   }
   int n = 1;
   if (get(body, "n", n) && n != 1) bad("n", "only n = 1 is supported");
-  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
-    bad("logprobs", "'logprobs' is not supported by this server", "unsupported_parameter");
+  const std::string max_top = std::to_string(kMaxTopLogprobs);
+  if (chat) {
+    // OpenAI's chat form: logprobs true/false, top_logprobs 0..20 (needs logprobs).
+    get(body, "logprobs", r.logprobs);
+    if (get(body, "top_logprobs", r.top_logprobs)) {
+      if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
+        bad("top_logprobs", "'top_logprobs' must be in [0, " + max_top + "]");
+      if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    }
+  } else {
+    // The completions form: an integer, the alternatives per token (null: off).
+    if (get(body, "logprobs", r.top_logprobs)) {
+      if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
+        bad("logprobs", "'logprobs' must be in [0, " + max_top + "]");
+      r.logprobs = true;
+    }
+    bool echo = false;
+    if (get(body, "echo", echo) && echo)
+      bad("echo", "'echo' is not supported by this server", "unsupported_parameter");
+    int best_of = 1;
+    if (get(body, "best_of", best_of) && best_of != 1) bad("best_of", "only best_of = 1 is supported");
+    if (auto it = body.find("suffix"); it != body.end() && !it->is_null()) {
+      if (!it->is_string()) bad("suffix", "'suffix' must be a string", "invalid_type");
+      if (!it->get<std::string>().empty())
+        bad("suffix", "'suffix' (insertion) is not supported by this server", "unsupported_parameter");
+    }
+  }
+  r.gen.logprobs = r.logprobs ? r.top_logprobs : -1;
+  // Structured output would need constrained decoding: only plain text is produced.
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) bad("response_format", "'response_format' must be an object", "invalid_type");
+    if (it->value("type", json("text")) != json("text"))
+      bad("response_format", "only {\"type\": \"text\"} is supported as 'response_format'", "unsupported_parameter");
+  }
   get(body, "ignore_eos", r.gen.ignore_eos);
   get(body, "stream", r.stream);
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
@@ -196,12 +228,55 @@ ParsedRequest parse_chat_request(const json& body, const nlohmann::ordered_json&
     } else if (c != msg.end() && !c->is_string() && !c->is_null()) {
       bad("messages", "'content' must be a string or a list of text parts", "invalid_type");
     }
+    // Earlier tool calls: OpenAI's clients send each call's arguments as JSON text,
+    // the templates expect the object (Hugging Face's convention; they apply tojson).
+    if (auto calls = out.find("tool_calls"); calls != out.end() && !calls->is_null()) {
+      if (!calls->is_array()) bad("messages", "'tool_calls' must be an array", "invalid_type");
+      for (auto& call : *calls) {
+        if (!call.is_object()) bad("messages", "each tool call must be an object", "invalid_type");
+        auto f = call.find("function");
+        if (f == call.end() || !f->is_object()) continue;
+        if (auto a = f->find("arguments"); a != f->end() && a->is_string()) {
+          ojson parsed = ojson::parse(a->get<std::string>(), nullptr, false);
+          if (!parsed.is_discarded() && parsed.is_object()) *a = std::move(parsed);
+        }
+      }
+    }
     messages.push_back(std::move(out));
   }
   ojson tools = nullptr;
   if (auto t = ordered.find("tools"); t != ordered.end() && !t->is_null()) {
     if (!t->is_array()) bad("tools", "'tools' must be an array", "invalid_type");
+    for (const auto& tool : *t) {
+      if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function")
+        bad("tools", "each tool must be an object with \"type\": \"function\"");
+      auto f = tool.find("function");
+      if (f == tool.end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
+          (*f)["name"].get<std::string>().empty())
+        bad("tools", "each tool needs a 'function' object with a non-empty string 'name'");
+      if (auto p = f->find("parameters"); p != f->end() && !p->is_null() && !p->is_object())
+        bad("tools", "a function's 'parameters' must be a JSON Schema object", "invalid_type");
+    }
     tools = *t;
+  }
+  // tool_choice: "auto" (the default) or "none"; forcing a call ("required", a named
+  // function) would need constrained decoding, which this server does not have.
+  bool parse_calls = !tools.is_null() && !tools.empty();
+  if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
+    if (c->is_string() && c->get<std::string>() == "none") parse_calls = false;
+    else if (!(c->is_string() && c->get<std::string>() == "auto")) {
+      if (!c->is_string() && !c->is_object())
+        bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object", "invalid_type");
+      if (c->is_string() && c->get<std::string>() != "required")
+        bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
+      bad("tool_choice", "'tool_choice' can be \"auto\" or \"none\" here: forcing a tool call is not supported",
+          "unsupported_parameter");
+    }
+  }
+  get(body, "parallel_tool_calls", r.parallel_tool_calls);
+  if (parse_calls) {
+    r.tool_format = m.tool_format;
+    r.tools = json(tools);
   }
   if (!m.render_chat)
     bad("messages", "this model has no chat template; start the server with --chat-template FILE",
@@ -227,16 +302,108 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+std::string token_display(const std::string& s, bool& escaped) {
+  escaped = false;
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    if (const size_t len = utf8_char_len(s, i); len > 0) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      const uint8_t b = uint8_t(s[i++]);
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+      escaped = true;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+json logprob_value(float lp) { return std::isfinite(lp) ? json(lp) : json(-9999.0); }
+
+json byte_list(const std::string& bytes) {
+  json a = json::array();
+  for (char c : bytes) a.push_back(int(uint8_t(c)));
+  return a;
+}
+
+}  // namespace
+
+json logprobs_json(const std::vector<AnswerToken>& tokens, const Tokenizer& tok, bool chat, int top_n) {
+  auto piece = [&](int32_t id) { return tok.token_to_piece(id, true); };
+  if (chat) {
+    json content = json::array();
+    for (const AnswerToken& t : tokens) {
+      bool escaped = false;
+      const std::string bytes = piece(t.id);
+      json top = json::array();
+      for (size_t i = 0; i < t.lp.top.size() && int(i) < top_n; ++i) {
+        const std::string b = piece(t.lp.top[i].id);
+        top.push_back({{"token", token_display(b, escaped)}, {"logprob", logprob_value(t.lp.top[i].logprob)},
+                       {"bytes", byte_list(b)}});
+      }
+      content.push_back({{"token", token_display(bytes, escaped)},
+                         {"logprob", logprob_value(t.lp.logprob)},
+                         {"bytes", byte_list(bytes)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  auto text = [&](int32_t id) {
+    bool escaped = false;
+    std::string d = token_display(piece(id), escaped);
+    return escaped ? "bytes:" + d : d;
+  };
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const AnswerToken& t : tokens) {
+    toks.push_back(text(t.id));
+    lps.push_back(logprob_value(t.lp.logprob));
+    json top = json::object();
+    for (size_t i = 0; i < t.lp.top.size() && int(i) < top_n; ++i) {
+      const std::string k = text(t.lp.top[i].id);
+      if (!top.contains(k)) top[k] = logprob_value(t.lp.top[i].logprob);
+    }
+    if (const std::string k = text(t.id); !top.contains(k)) top[k] = logprob_value(t.lp.logprob);
+    tops.push_back(std::move(top));
+    offsets.push_back(t.char_offset);
+  }
+  return {{"tokens", std::move(toks)},
+          {"token_logprobs", std::move(lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
+  json a = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream) c["index"] = i;
+    a.push_back(std::move(c));
+  }
+  return a;
+}
+
 json completion_response(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
-                         int64_t prompt_tokens, int64_t completion_tokens) {
+                         int64_t prompt_tokens, int64_t completion_tokens, const json& logprobs,
+                         const std::vector<ToolCall>& calls) {
   json choice = {{"index", 0}, {"finish_reason", finish}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = nullptr;
+    if (!calls.empty()) {
+      if (text.empty()) choice["message"]["content"] = nullptr;
+      choice["message"]["tool_calls"] = tool_calls_json(calls, false);
+    }
   } else {
     choice["text"] = text;
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = logprobs;
   return {{"id", ids.id},
           {"object", chat ? "chat.completion" : "text_completion"},
           {"created", ids.created},
@@ -245,12 +412,14 @@ json completion_response(const ResponseIds& ids, bool chat, const std::string& t
           {"usage", usage_json(prompt_tokens, completion_tokens)}};
 }
 
-json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish, bool role_only) {
-  json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
+json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish, bool role_only,
+                  const json& logprobs, const std::vector<ToolCall>& calls) {
+  json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", logprobs}};
   if (chat) {
     json delta = json::object();
     if (role_only) delta["role"] = "assistant";
     if (!text.empty()) delta["content"] = text;
+    if (!calls.empty()) delta["tool_calls"] = tool_calls_json(calls, true);
     choice["delta"] = delta;
   } else {
     choice["text"] = text;

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/answer_stream.h"
+#include "server/tool_calls.h"
 #include "tessera/generator.h"
 
 namespace tessera {
@@ -40,7 +42,13 @@ struct ModelContext {
   // function = the model has no template. Throws ApiError for a template error.
   // (ordered_json keeps the client's key order, which a template's tojson prints.)
   std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools)> render_chat;
+  // How the template's model writes tool calls (detect_tool_call_format).
+  ToolCallFormat tool_format = ToolCallFormat::None;
 };
+
+// Log-probabilities: at most this many alternatives per token (completions'
+// `logprobs`, chat's `top_logprobs`).
+constexpr int kMaxTopLogprobs = 20;
 
 struct ParsedRequest {
   bool chat = false;
@@ -48,6 +56,13 @@ struct ParsedRequest {
   std::vector<std::string> stop;  // stop strings
   bool stream = false;
   bool include_usage = false;
+  bool logprobs = false;  // report log-probabilities (gen.logprobs = top_logprobs)
+  int top_logprobs = 0;   // alternatives per token
+  // Chat with `tools` (and tool_choice not "none"): the answer's tool calls are parsed
+  // in this format; None: the answer is plain content.
+  ToolCallFormat tool_format = ToolCallFormat::None;
+  nlohmann::json tools;            // the request's tools array
+  bool parallel_tool_calls = true;  // false: only the first call is returned
 };
 
 ParsedRequest parse_completion_request(const nlohmann::json& body, const ModelContext& m);
@@ -58,18 +73,38 @@ ParsedRequest parse_chat_request(const nlohmann::json& body, const nlohmann::ord
 // "stop" or "length" (OpenAI's finish reasons).
 const char* openai_finish_reason(FinishReason r, bool stop_string);
 
+// A token's bytes as a JSON-safe string: valid UTF-8 characters as they are, each
+// byte that is not part of one (a token holding part of a character) as the four
+// characters "\xNN" (OpenAI's way); `escaped` tells whether any byte was.
+std::string token_display(const std::string& bytes, bool& escaped);
+// The `logprobs` object of a choice for these tokens. Completions: {tokens,
+// token_logprobs, top_logprobs (per token an object token text -> log-probability:
+// the top_n most likely and the chosen token), text_offset (in Unicode characters of
+// the answer)}; a token with bytes that are not whole characters is shown as
+// "bytes:\xNN...". Chat: {content: [{token, logprob, bytes, top_logprobs: [{token,
+// logprob, bytes}]}], refusal: null}. Token text is the token's piece with control
+// tokens shown (e.g. "</s>"); -inf is given as -9999.0, as OpenAI does.
+nlohmann::json logprobs_json(const std::vector<AnswerToken>& tokens, const Tokenizer& tokenizer, bool chat,
+                             int top_n);
+// OpenAI's tool_calls array (stream: each with its index).
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream);
+
 struct ResponseIds {
   std::string id;  // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;
   std::string model;
 };
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// The whole answer; with tool calls (chat) the message's content is null when empty.
 nlohmann::json completion_response(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
-                                   int64_t prompt_tokens, int64_t completion_tokens);
+                                   int64_t prompt_tokens, int64_t completion_tokens,
+                                   const nlohmann::json& logprobs = nullptr, const std::vector<ToolCall>& calls = {});
 // One stream chunk: text (chat: a content delta; role_only: the first chat chunk with
-// the role), finish (null when empty).
+// the role), finish (null when empty), the choice's logprobs (null: none), and (chat)
+// tool calls as a tool_calls delta.
 nlohmann::json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
-                            bool role_only = false);
+                            bool role_only = false, const nlohmann::json& logprobs = nullptr,
+                            const std::vector<ToolCall>& calls = {});
 nlohmann::json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens);
 
 }  // namespace tessera::server

@@ -30,7 +30,12 @@ std::string TextStream::take(size_t n) {
 
 std::string TextStream::push(int32_t token) {
   if (stopped_) return {};
-  pending_ += tok_.token_to_piece(token);
+  return push_piece(tok_.token_to_piece(token));
+}
+
+std::string TextStream::push_piece(const std::string& piece) {
+  if (stopped_) return {};
+  pending_ += piece;
   // The earliest complete stop string ends the text.
   size_t cut = std::string::npos;
   for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));

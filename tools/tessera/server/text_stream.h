@@ -18,10 +18,13 @@ class TextStream {
   TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops);
   // Append a generated token; returns the text that can be sent now.
   std::string push(int32_t token);
+  // The same for a token's piece (its bytes) already looked up.
+  std::string push_piece(const std::string& piece);
   // The generation ended without a stop string: everything still held back.
   std::string finish();
   bool stopped() const { return stopped_; }
   const std::string& text() const { return sent_; }  // all text returned so far
+  size_t held() const { return pending_.size(); }     // bytes received but not returned
 
  private:
   std::string take(size_t n);
