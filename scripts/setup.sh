@@ -15,6 +15,8 @@ PACKAGES=(
   # compiler at build time; Mesa's drivers (lavapipe, a CPU Vulkan device) so its
   # conformance tests run without a GPU.
   libvulkan-dev libvulkan-volk-dev glslang-tools mesa-vulkan-drivers
+  # Fuzzing (fuzz/, scripts/test.sh): clang and its libFuzzer / sanitizer runtimes.
+  clang libclang-rt-dev
 )
 
 missing=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set up, build and run every test: the GGUF malformed-file suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer, then the whole suite (ctest, in
-# parallel). Exits non-zero if anything fails.
+# Set up, build and run every test: the GGUF, CLI, hardening, fixture and server tests
+# under AddressSanitizer + UndefinedBehaviorSanitizer, a short run of each fuzz target,
+# then the whole suite (ctest, in parallel). Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,14 +11,30 @@ if [ ! -d ../shared/fixtures ]; then
   echo "test: note: ../shared/fixtures is missing; fixture tests will be reported as skipped" >&2
 fi
 
-# Sanitizer build: the GGUF parser test, and the server with the CPU backends for
-# its client tests (16 concurrent streaming clients among them).
+# Sanitizer build (ASan + UBSan, -fno-sanitize-recover: any undefined behaviour fails
+# the test): the GGUF parser, the CLI and hardening tests (hostile files and flags), the
+# fixture models on cpu_scalar, and the server with the CPU backends for its client
+# tests (16 concurrent streaming clients among them). See docs/hardening.md.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON \
   -DTESSERA_NODE_MODULES_DIR="$PWD/build/node/node_modules" >/dev/null
-cmake --build build-asan --target test_gguf tessera backend_cpu_scalar backend_cpu_avx512 loader_gguf -j"$(nproc)"
-echo "== GGUF parser tests and the server's client tests under ASan+UBSan"
+cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture_logits tessera tessera-gen \
+  default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good -j"$(nproc)"
+echo "== GGUF, CLI, hardening, fixture (cpu_scalar) and server tests under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -L 'gguf|server' -j"$(nproc)" --output-on-failure --timeout 600
+  ctest --test-dir build-asan -L 'gguf|server|cli|hardening' -j"$(nproc)" --output-on-failure --timeout 600
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -R 'FixtureLogits.*cpu_scalar' -j"$(nproc)" --output-on-failure --timeout 600
+
+# Fuzzing (libFuzzer, clang): each target briefly, seeded from ../shared/fixtures
+# (fuzz/run.sh; the long run is in docs/hardening.md). TESSERA_FUZZ_SECONDS=0 skips.
+fuzz_secs=${TESSERA_FUZZ_SECONDS:-30}
+if ((fuzz_secs > 0)) && [ -d ../shared/fixtures ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
+    -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-fuzz --target fuzz_gguf fuzz_tokenizer fuzz_chat_template -j"$(nproc)"
+  echo "== fuzz targets, ${fuzz_secs} s each"
+  fuzz/run.sh build-fuzz "$fuzz_secs"
+fi
 
 echo "== full suite"
 # Let the vulkan backend use a CPU Vulkan device (Mesa's lavapipe) so its conformance

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
+#include <optional>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
+#include "expert_stream/model_experts.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
@@ -34,10 +38,55 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
 
   std::vector<std::string> names = opt.backends.empty() ? registry.ranked_backends() : opt.backends;
   if (names.empty()) throw Error("no usable backend plugin found (see `tessera backends`)");
+  // A backend whose plugin fails to create (its create() returns NULL) is skipped with
+  // a warning and the next one by rank takes its nodes (issue 24); a name that is
+  // unknown or unusable, or the only backend asked for, is still an error.
   std::vector<std::shared_ptr<Backend>> backends;
-  for (const auto& n : names) backends.push_back(registry.create_backend(n, pool_.get()));
+  std::string failed;
+  for (const auto& n : names) {
+    const PluginRecord* rec = registry.find(n);
+    const bool creatable = rec && rec->usable && rec->kind == "backend";
+    try {
+      backends.push_back(registry.create_backend(n, pool_.get()));
+    } catch (const Error& e) {
+      if (!creatable || names.size() == 1) throw;
+      spdlog::warn("backend {} skipped: {}; the next backend by rank takes its nodes", printable(n, 64),
+                   printable(e.what(), 400));
+      failed += (failed.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  if (backends.empty()) throw Error("no backend could be created: " + failed);
+  // Routed experts streamed from the file (issue 22) when asked, or by default when
+  // the model does not fit in memory; their bytes are never all resident, so no
+  // backend repacks them, and a device backend (which keeps a copy of every weight
+  // it reads) cannot run with them.
+  std::unordered_set<const Tensor*> streamed;
+  if (model_->info().n_expert > 0 && opt.expert_cache_bytes != EngineOptions::kExpertCacheOff) {
+    std::optional<uint64_t> cache;
+    if (opt.expert_cache_bytes > 0) {
+      cache = uint64_t(opt.expert_cache_bytes);
+    } else {
+      const detail::ExpertBytes b = detail::expert_bytes(*model_);
+      cache = detail::auto_expert_cache(b.experts, b.all - b.experts);
+    }
+    if (cache) {
+      for (const auto& be : backends)
+        if (!be->uses_host_memory())
+          throw Error("streaming experts needs CPU backends (" + be->name() +
+                      " keeps weights on its device): choose --backend cpu_avx512,cpu_scalar, or --expert-cache off");
+      experts_ = detail::stream_model_experts(*file_, *model_, *cache, streamed);
+      if (experts_ && opt.expert_cache_bytes <= 0) {  // automatic: at least the smallest that works
+        experts_->set_cache_bytes(std::max(*cache, experts_->min_cache_bytes()));
+        spdlog::warn("the model does not fit in the memory available: streaming its experts from {} through a {} MiB "
+                     "cache (--expert-cache SIZE to choose, off to keep them all resident)",
+                     printable(opt.model_path, 200), experts_->stats().cache_bytes >> 20);
+      }
+      if (experts_) experts_->finish_setup();
+    }
+  }
   // The primary backend may repack weights into its own layout once, at load.
-  for (Tensor* w : model_->weights()) backends.front()->prepare_weight(*w);
+  for (Tensor* w : model_->weights())
+    if (!streamed.count(w)) backends.front()->prepare_weight(*w);
   scheduler_ = std::make_unique<Scheduler>(std::move(backends));
 
   const ModelInfo& mi = model_->info();
@@ -116,6 +165,7 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
   graph_.reset();
   ForwardBatch batch{tokens_, positions_, slices_, out_rows_};
   int32_t out = model_->build_forward(graph_, *kv_, batch);
+  if (experts_) detail::add_expert_hooks(graph_, *experts_);
   graph_.mark_output(out);
   graph_.allocate();
   scheduler_->run(graph_);
@@ -129,7 +179,40 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
     throw Error("internal: logits tensor has the wrong shape");
   logits_.resize(size_t(rows * V));
   for (int64_t r = 0; r < rows; ++r) std::memcpy(&logits_[size_t(r * V)], lt.row<float>(r), size_t(V) * sizeof(float));
+  ++steps_;
+  check_logits_finite(rows);
   return logits_;
+}
+
+// NaN or infinite logits are never handed on as if they were a distribution (issue 24):
+// a NaN weight or an overflow gives all-NaN rows that samplers would turn into token 0
+// or garbage without a word. The scan is one pass over the rows handed out, a bit test
+// per float (vectorizes), far cheaper than the output product that made them.
+void Engine::check_logits_finite(int64_t rows) const {
+  const int64_t V = n_vocab();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = &logits_[size_t(r * V)];
+    uint32_t all_exp_ones = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      uint32_t b;
+      std::memcpy(&b, row + i, 4);
+      all_exp_ones |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+    }
+    if (!all_exp_ones) continue;
+    int64_t first = 0, count = 0;
+    for (int64_t i = 0; i < V; ++i)
+      if (!std::isfinite(row[i]) && count++ == 0) first = i;
+    const int32_t batch_row = out_rows_[size_t(r)];
+    const SeqSlice* slice = &slices_.front();
+    for (const SeqSlice& s : slices_)
+      if (batch_row >= s.first && batch_row < s.first + s.count) slice = &s;
+    const float v = row[first];
+    throw Error("non-finite logits at forward step " + std::to_string(steps_) + " (sequence " +
+                std::to_string(slice->seq) + ", position " + std::to_string(slice->pos0 + batch_row - slice->first) +
+                "): " + std::to_string(count) + " of " + std::to_string(V) + " values are " +
+                (std::isnan(v) ? "nan" : "infinite") + " (first at token id " + std::to_string(first) +
+                "); stopping. The weights may hold NaN/Inf (try --check-tensors)");
+  }
 }
 
 std::span<const float> Engine::eval(std::span<const int32_t> tokens, bool all_logits) {

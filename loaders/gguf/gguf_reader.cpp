@@ -342,6 +342,7 @@ class Parser {
                 offset_pos_[i]);
       }
       ti.data = f_.base_ + data + ti.offset;
+      ti.file_offset = data + ti.offset;
     }
     // No two tensors may share bytes.
     std::vector<size_t> order(f_.tensors_.size());
@@ -377,7 +378,10 @@ void GgufFile::parse() {
 }
 
 GgufFile::~GgufFile() {
-  if (map_) munmap(map_, map_size_);
+  if (map_) {
+    unregister_mapped_file(map_);
+    munmap(map_, map_size_);
+  }
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
@@ -407,6 +411,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   if (m == MAP_FAILED) throw Error(shown + ": cannot mmap " + std::to_string(size) + " bytes: " + std::strerror(e));
   f->map_ = m;
   f->map_size_ = size;
+  register_mapped_file(m, size, path);  // a later truncation's SIGBUS names the file (docs/hardening.md)
   f->base_ = static_cast<const uint8_t*>(m);
   f->size_ = size;
   f->parse();

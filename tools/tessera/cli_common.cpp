@@ -1,14 +1,26 @@
 #include "cli_common.h"
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <climits>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <iostream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include "tessera/error.h"
+#include "tessera/expert_stream.h"
+#include "tessera/model.h"
+#include "tessera/open_model.h"
 #include "tessera/scheduler.h"
 
 namespace tessera::cli {
@@ -22,7 +34,12 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("threads,t", po::value(&o.threads)->default_value(0), "worker threads including the caller (0 = all cores)")
       ("ctx", po::value(&o.ctx)->default_value(0), "context size in tokens per sequence (0 = model's, at most 4096)")
       ("batch", po::value(&o.batch)->default_value(512), "tokens per forward step: longer prompts are prefilled in "
-                                                          "chunks of this size, which bounds the scratch memory");
+                                                          "chunks of this size, which bounds the scratch memory")
+      ("check-tensors", po::bool_switch(&o.check_tensors), "read every weight first and refuse the model if any holds "
+                                                           "NaN or infinity (reads the whole file)")
+      ("expert-cache", po::value(&o.expert_cache)->default_value("auto"),
+       "MoE models: stream the routed experts from the file through a cache of this size (e.g. 4G, 512M); "
+       "`off` keeps them all in memory; `auto` streams only when the model does not fit in the memory available");
   }
   desc.add_options()
     ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ./plugins.toml, "
@@ -88,8 +105,198 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   if (o.parallel <= 0) throw Error("--parallel must be >= 1");
   eo.batch_tokens = o.batch;
   eo.max_sequences = o.parallel;
+  if (o.expert_cache == "off") {
+    eo.expert_cache_bytes = EngineOptions::kExpertCacheOff;
+  } else if (o.expert_cache != "auto") {
+    const uint64_t b = parse_byte_size(o.expert_cache);
+    if (b == 0 || b > uint64_t(INT64_MAX)) throw Error("--expert-cache must be auto, off or a size above 0 (e.g. 4G)");
+    eo.expert_cache_bytes = int64_t(b);
+  }
   if (!o.backend.empty()) eo.backends = split(o.backend, ',');
-  return std::make_unique<Engine>(reg, eo);
+  if (o.check_tensors) {
+    OpenedModel opened = open_model_file(reg, eo.model_path);
+    const size_t n = check_tensors_finite(*opened.file);
+    spdlog::info("--check-tensors: {} tensors, every value finite", n);
+  }
+  auto engine = std::make_unique<Engine>(reg, eo);
+  // Limits with words (issue 24): what a flag asks for beyond the machine or the model
+  // is done, but not silently.
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (o.threads > 0 && hw > 0 && unsigned(o.threads) > hw)
+    spdlog::warn("--threads {} exceeds the {} hardware threads of this machine: {} executors share them and "
+                 "spinning workers wait on each other (expect it to be slower)",
+                 o.threads, hw, engine->threads());
+  const int64_t trained = engine->model().info().context_length;
+  if (o.ctx > trained)
+    spdlog::warn("--ctx {} exceeds the model's trained context length {}: positions beyond it are outside what "
+                 "the model was trained on (output quality may degrade)",
+                 o.ctx, trained);
+  return engine;
+}
+
+int64_t trained_context_length(const PluginRegistry& reg, const CommonOptions& o) {
+  OpenedModel opened = open_model_file(reg, o.model.empty() ? default_model_path() : o.model);
+  return Model::load(*opened.file)->info().context_length;
+}
+
+size_t check_tensors_finite(const ModelFile& file) {
+  const std::vector<NonFiniteTensor> bad = find_non_finite_tensors(file);
+  if (bad.empty()) return file.tensors().size();
+  std::string msg = printable(file.path(), 200) + ": --check-tensors: " + std::to_string(bad.size()) + " of " +
+                    std::to_string(file.tensors().size()) + " tensors hold NaN or infinite values: ";
+  for (size_t i = 0; i < bad.size() && i < 3; ++i) msg += (i ? "; " : "") + describe(bad[i]);
+  if (bad.size() > 3) msg += "; and " + std::to_string(bad.size() - 3) + " more (tessera info --check-tensors lists all)";
+  throw Error(msg);
+}
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Progress::Progress(std::string what, int64_t total)
+    : what_(std::move(what)), total_(total), active_(isatty(STDERR_FILENO) == 1), t0_(now_s()) {}
+
+void Progress::update(int64_t n) {
+  if (!active_) return;
+  const double t = now_s();
+  if (n < total_ && last_ >= 0 && t - last_ < 0.1) return;  // at most 10 redraws a second
+  last_ = t;
+  std::fprintf(stderr, "\r[%s %lld/%lld tokens, %.1f s]\033[K", what_.c_str(), (long long)n, (long long)total_,
+               t - t0_);
+  std::fflush(stderr);
+}
+
+void Progress::done() {
+  if (!active_) return;
+  if (last_ >= 0) std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  active_ = false;
+}
+
+std::span<const float> prefill_with_progress(Engine& engine, std::span<const int32_t> tokens) {
+  const int64_t n = int64_t(tokens.size()), step = engine.batch_tokens();
+  if (n <= step) return engine.eval(tokens, false);
+  if (engine.position() + n > engine.n_ctx())
+    throw Error("context is full: " + std::to_string(engine.position() + n) + " positions needed, context size is " +
+                std::to_string(engine.n_ctx()));
+  Progress progress("prefill", n);
+  std::span<const float> logits;
+  for (int64_t first = 0; first < n; first += step) {
+    const int64_t count = std::min(step, n - first);
+    const Engine::Chunk chunk{engine.sequence(), tokens.subspan(size_t(first), size_t(count)),
+                              first + count == n ? Engine::Logits::Last : Engine::Logits::None};
+    logits = engine.forward(std::span<const Engine::Chunk>(&chunk, 1));
+    progress.update(first + count);
+  }
+  return logits;
+}
+
+void check_stdout() {
+  errno = 0;
+  std::cout.flush();  // through stdio (synced), so errno says why
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout;
+  if (failed) {
+    const int e = errno;
+    throw Error(std::string("cannot write to standard output: ") + (e ? std::strerror(e) : "write error"));
+  }
+}
+
+// AtomicFile: the temporary's name for the signal handler (async-signal-safe: a fixed
+// buffer, unlink and raise only).
+namespace {
+char g_tmp_path[4096];
+volatile std::sig_atomic_t g_tmp_active = 0;
+struct sigaction g_old_actions[3];
+constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+void remove_tmp_and_reraise(int sig) {
+  if (g_tmp_active) unlink(g_tmp_path);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  struct stat st;
+  const bool special = ::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+  if (special) {
+    f_ = std::fopen(path_.c_str(), "wb");
+    if (!f_) throw Error(path_ + ": cannot open for writing: " + std::strerror(errno));
+    return;
+  }
+  if (g_tmp_active) throw Error("internal: one AtomicFile at a time");
+  namespace fs = std::filesystem;
+  const fs::path p(path_);
+  std::string tmp_name = ".";
+  tmp_name += p.filename().string();
+  tmp_name += ".tmp.";
+  tmp_name += std::to_string(getpid());
+  tmp_ = (p.parent_path() / tmp_name).string();
+  if (tmp_.size() >= sizeof(g_tmp_path)) throw Error(path_ + ": path too long");
+  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int e = errno;
+    throw Error(path_ + ": cannot create a file in " +
+                (p.parent_path().empty() ? std::string(".") : p.parent_path().string()) + ": " + std::strerror(e));
+  }
+  f_ = fdopen(fd, "wb");
+  if (!f_) {
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    throw Error(path_ + ": cannot open for writing");
+  }
+  std::memcpy(g_tmp_path, tmp_.c_str(), tmp_.size() + 1);
+  g_tmp_active = 1;
+  struct sigaction sa {};
+  sa.sa_handler = remove_tmp_and_reraise;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &g_old_actions[i]);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
+}
+
+void AtomicFile::discard() noexcept {
+  if (f_) std::fclose(f_);
+  f_ = nullptr;
+  if (!tmp_.empty()) {
+    g_tmp_active = 0;
+    ::unlink(tmp_.c_str());
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_old_actions[i], nullptr);
+    tmp_.clear();
+  }
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  if (!f_ || std::fwrite(data, 1, n, f_) != n) {
+    const int e = errno;
+    discard();
+    throw Error(path_ + ": write failed: " + std::strerror(e));
+  }
+}
+
+void AtomicFile::commit() {
+  errno = 0;
+  bool ok = f_ && std::fflush(f_) == 0;
+  if (ok && !tmp_.empty()) ok = ::fsync(fileno(f_)) == 0;
+  int e = errno;
+  if (f_) {
+    if (std::fclose(f_) != 0 && ok) ok = false, e = errno;
+    f_ = nullptr;
+  }
+  if (ok && !tmp_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0) ok = false, e = errno;
+  if (!ok) {
+    discard();
+    throw Error(path_ + ": write failed: " + (e ? std::strerror(e) : "I/O error"));
+  }
+  committed_ = true;
+  if (!tmp_.empty()) {
+    g_tmp_active = 0;
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_old_actions[i], nullptr);
+  }
 }
 
 void print_profile(const std::string& title, const OpProfile& profile) {

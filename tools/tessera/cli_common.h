@@ -2,11 +2,14 @@
 // threads, plugin config), building the plugin registry and engine, and helpers.
 #pragma once
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tessera/engine.h"
+#include "tessera/model_file.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/sampler.h"
 #include "tessera/scheduler.h"
@@ -24,9 +27,12 @@ struct CommonOptions {
   int64_t batch = 512;  // tokens per forward step
   int parallel = 1;     // sequences at once (commands that run several)
   bool verbose = false;
+  bool check_tensors = false;  // scan every weight for NaN/Inf before running
+  std::string expert_cache = "auto";  // MoE experts: auto, off, or a cache size (4G)
 };
 
-// Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx, --batch.
+// Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx,
+// --batch, --check-tensors and --expert-cache.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model);
 
 // Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n with
@@ -40,7 +46,67 @@ bool parse(int argc, char** argv, const char* usage, po::options_description& de
 std::unique_ptr<PluginRegistry> make_registry(const CommonOptions& o);
 // The bundled default model when -m is not given (see docs/cli.md).
 std::string default_model_path();
+// The engine for o.model. With o.check_tensors, first refuses a file whose weights hold
+// NaN or infinity (naming them). Warns (once) when --threads exceeds the hardware
+// threads or --ctx the model's trained context length.
 std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptions& o);
+// The model's trained context length (<arch>.context_length as the architecture reads
+// it), without creating backends or a KV cache.
+int64_t trained_context_length(const PluginRegistry& reg, const CommonOptions& o);
+
+// --check-tensors: throws tessera::Error naming the tensors of `file` that hold NaN or
+// infinite values (one line); returns the number of tensors checked.
+size_t check_tensors_finite(const ModelFile& file);
+
+// Prefills `tokens` on the engine's own sequence in steps of its batch size (as
+// Engine::eval does) and returns the last token's logits. On a terminal (stderr is a
+// tty) and a prompt longer than one step it shows progress on stderr.
+std::span<const float> prefill_with_progress(Engine& engine, std::span<const int32_t> tokens);
+
+// "[prefill 1024/100000 tokens, 12.3 s]" on stderr, redrawn in place, only when stderr
+// is a terminal; done() clears the line.
+class Progress {
+ public:
+  Progress(std::string what, int64_t total);
+  ~Progress() { done(); }
+  void update(int64_t n);
+  void done();
+  bool active() const { return active_; }
+
+ private:
+  std::string what_;
+  int64_t total_;
+  bool active_;
+  double t0_;
+  double last_ = -1;
+};
+
+// Throws tessera::Error ("cannot write to standard output: <reason>") if a write to
+// stdout (stdio or std::cout) has failed; flushes first.
+void check_stdout();
+
+// A file written under a temporary name in the same folder (created at once, so an
+// unwritable folder fails before any work), renamed over `path` by commit(); the
+// temporary is removed if the object dies uncommitted or the process gets SIGINT /
+// SIGTERM / SIGHUP meanwhile. A `path` that exists and is not a regular file
+// (/dev/null, /dev/stdout, a FIFO) is written in place.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  // Throws tessera::Error naming the file on a failed write.
+  void write(const void* data, size_t n);
+  // Flushes, syncs, closes and renames; throws naming the file on failure.
+  void commit();
+
+ private:
+  void discard() noexcept;
+  std::string path_, tmp_;
+  FILE* f_ = nullptr;
+  bool committed_ = false;
+};
 
 // Prints a --profile table for one step to stderr under a title.
 void print_profile(const std::string& title, const OpProfile& profile);

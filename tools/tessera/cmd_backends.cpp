@@ -4,6 +4,7 @@
 
 #include "cli_common.h"
 #include "tessera/hwprobe.h"
+#include "tessera/model_file.h"
 
 namespace tessera::cli {
 
@@ -15,20 +16,21 @@ int cmd_backends(int argc, char** argv) {
   if (!parse(argc, argv, "usage: tessera backends [--plugins FILE]", desc, nullptr, vm)) return 0;
 
   auto reg = make_registry(o);
-  std::cout << "cpu: " << cpu_features().brand << "\n     " << cpu_features().summary() << "\n";
+  // Names, files and reasons come from plugins and the file system: escaped (issue 24).
+  std::cout << "cpu: " << printable(cpu_features().brand, 100) << "\n     " << cpu_features().summary() << "\n";
   std::cout << "plugin folders:";
-  for (const auto& p : reg->config().paths) std::cout << " " << p;
+  for (const auto& p : reg->config().paths) std::cout << " " << printable(p, 300);
   std::cout << "\n\n";
   std::cout << std::left << std::setw(14) << "name" << std::setw(9) << "kind" << std::setw(7) << "score"
             << std::setw(6) << "rank" << std::setw(8) << "usable" << "file / reason\n";
   int usable_rank = 0;
   for (const auto& r : reg->records()) {
     std::string rank = r.usable && r.kind == "backend" ? std::to_string(++usable_rank) : "-";
-    std::cout << std::left << std::setw(14) << (r.name.empty() ? "?" : r.name) << std::setw(9) << r.kind
-              << std::setw(7) << r.score << std::setw(6) << rank << std::setw(8) << (r.usable ? "yes" : "no")
-              << r.file << "\n";
-    if (!r.usable) std::cout << std::string(44, ' ') << "why not: " << r.reason << "\n";
-    else if (!r.reason.empty()) std::cout << std::string(44, ' ') << "probe: " << r.reason << "\n";
+    std::cout << std::left << std::setw(14) << (r.name.empty() ? "?" : printable(r.name, 64)) << std::setw(9)
+              << printable(r.kind, 16) << std::setw(7) << r.score << std::setw(6) << rank << std::setw(8)
+              << (r.usable ? "yes" : "no") << printable(r.file, 300) << "\n";
+    if (!r.usable) std::cout << std::string(44, ' ') << "why not: " << printable(r.reason, 400) << "\n";
+    else if (!r.reason.empty()) std::cout << std::string(44, ' ') << "probe: " << printable(r.reason, 400) << "\n";
   }
   if (reg->records().empty()) std::cout << "(no plugins found)\n";
   return 0;

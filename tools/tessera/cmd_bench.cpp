@@ -197,9 +197,22 @@ int cmd_bench(int argc, char** argv) {
   if (peak_runs < 0) throw Error("--peak-runs must be >= 0");
   if (o.parallel < 1) throw Error("--parallel must be >= 1");
   const int n_par = o.parallel;
-  if (o.ctx == 0) o.ctx = n_prompt + n_gen + 1;
-
+  // The context is sized to the prompt and generation (decision 8), but never silently
+  // beyond what the model was trained for: past it, --ctx must say so (issue 24).
+  const int64_t needed = int64_t(n_prompt) + n_gen + 1;
   auto reg = make_registry(o);
+  if (o.ctx == 0) {
+    const int64_t trained = trained_context_length(*reg, o);
+    if (needed > trained)
+      throw Error("-p " + std::to_string(n_prompt) + " and -n " + std::to_string(n_gen) + " need a context of " +
+                  std::to_string(needed) + " positions, more than the model's trained context length " +
+                  std::to_string(trained) + " (prefill cost grows with the square of it); pass --ctx " +
+                  std::to_string(needed) + " to measure past it anyway");
+    o.ctx = needed;
+  } else if (o.ctx < needed) {
+    throw Error("--ctx " + std::to_string(o.ctx) + " is too small for -p " + std::to_string(n_prompt) + " and -n " +
+                std::to_string(n_gen) + " (" + std::to_string(needed) + " positions needed)");
+  }
   auto engine = make_engine(*reg, o);
   const ModelInfo& mi = engine->model().info();
   const CpuFeatures& cpu = cpu_features();
@@ -313,7 +326,7 @@ int cmd_bench(int argc, char** argv) {
     for (auto& t : prompt) t = pick(rng);
     auto t0 = std::chrono::steady_clock::now();
     if (n_par > 1) parallel_prefill();
-    else if (n_prompt > 0) engine->eval(prompt, false);
+    else if (n_prompt > 0) prefill_with_progress(*engine, prompt);  // progress on a terminal only
     else engine->eval(std::span<const int32_t>(prompt.data(), 1), false);
     double dt_p = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (probe_peak && r > 0) {  // outside the timed decode below

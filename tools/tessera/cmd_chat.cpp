@@ -129,13 +129,13 @@ int cmd_chat(int argc, char** argv) {
         if (ev.token >= 0) {
           ++generated;
           std::fputs(out.push(ev.token).c_str(), stdout);
-          std::fflush(stdout);
+          check_stdout();  // a failed write ends the chat with an error
         }
       }
     }
     std::fputs(out.finish().c_str(), stdout);
     std::fputs("\n", stdout);
-    std::fflush(stdout);
+    check_stdout();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     messages.push_back({{"role", "assistant"}, {"content", out.text()}});
     ++turn;

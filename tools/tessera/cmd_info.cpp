@@ -21,8 +21,15 @@ std::string human_bytes(double b) {
   return s.str();
 }
 
+// Metadata strings are escaped (control characters, invalid UTF-8, bidi overrides:
+// a file must not drive the terminal, issue 24) and cut at 80 bytes.
 std::string value_str(const MetaValue& v) {
-  if (auto* s = v.as_string()) return s->size() > 80 ? "\"" + s->substr(0, 77) + "...\"" : "\"" + *s + "\"";
+  if (auto* s = v.as_string()) {
+    std::string q = "\"";
+    q += printable(*s, 80);
+    q += '"';
+    return q;
+  }
   if (auto* a = v.as_array()) return "[" + std::to_string(a->size()) + " x " + std::string(meta_type_name(v.elem_type)) + "]";
   if (v.type == MetaType::F32 || v.type == MetaType::F64) {
     std::ostringstream s;
@@ -38,12 +45,14 @@ std::string value_str(const MetaValue& v) {
 
 int cmd_info(int argc, char** argv) {
   CommonOptions o;
-  bool show_metadata = false, show_tensors = false;
+  bool show_metadata = false, show_tensors = false, check_tensors = false;
   po::options_description desc("options");
   desc.add_options()
     ("model,m", po::value(&o.model), "model file (also the first positional argument)")
     ("metadata", po::bool_switch(&show_metadata), "also list every metadata key")
-    ("tensors", po::bool_switch(&show_tensors), "also list every tensor");
+    ("tensors", po::bool_switch(&show_tensors), "also list every tensor")
+    ("check-tensors", po::bool_switch(&check_tensors), "read every tensor and list those holding NaN or infinity "
+                                                       "(exit status 1 if any)");
   add_common_options(desc, o, false);
   po::positional_options_description pos;
   pos.add("model", 1);
@@ -53,7 +62,7 @@ int cmd_info(int argc, char** argv) {
   auto reg = make_registry(o);
   auto opened = open_model_file(*reg, o.model.empty() ? default_model_path() : o.model);
   const ModelFile& f = *opened.file;
-  std::cout << "file:          " << f.path() << " (" << f.format() << ", " << human_bytes(double(f.file_size())) << ")\n";
+  std::cout << "file:          " << printable(f.path()) << " (" << f.format() << ", " << human_bytes(double(f.file_size())) << ")\n";
 
   std::unique_ptr<Model> model;
   std::string model_error;
@@ -64,7 +73,7 @@ int cmd_info(int argc, char** argv) {
   }
   if (model) {
     const ModelInfo& i = model->info();
-    std::cout << "architecture:  " << i.architecture << (i.name.empty() ? "" : "  (" + i.name + ")") << "\n"
+    std::cout << "architecture:  " << i.architecture << (i.name.empty() ? std::string() : std::string("  (").append(printable(i.name, 80)).append(")")) << "\n"
               << "vocabulary:    " << i.n_vocab << "\n"
               << "layers:        " << i.n_layer << "\n"
               << "embedding:     " << i.n_embd << "\n"
@@ -81,8 +90,9 @@ int cmd_info(int argc, char** argv) {
                                                                 double(kvc.recurrent.conv_elems + kvc.recurrent.state_elems) * 4.0)
                 << " per sequence\n";
   } else {
-    std::cout << "architecture:  " << f.metadata().get_string("general.architecture").value_or("?")
-              << "  (cannot run: " << model_error << ")\n";
+    const MetaValue* arch = f.metadata().find("general.architecture");
+    std::cout << "architecture:  " << (arch && arch->as_string() ? printable(*arch->as_string(), 80) : "?")
+              << "  (cannot run: " << printable(model_error) << ")\n";
   }
 
   std::map<std::string, std::pair<int, uint64_t>> by_type;
@@ -102,16 +112,38 @@ int cmd_info(int argc, char** argv) {
     std::cout << "  " << std::left << std::setw(6) << name << std::right << std::setw(5) << e.first << " tensors  "
               << human_bytes(double(e.second)) << "\n";
 
+  if (model && !model->unused_tensors().empty()) {
+    const auto& unused = model->unused_tensors();
+    std::cout << "unused:        " << unused.size() << " tensor" << (unused.size() == 1 ? "" : "s") << " that "
+              << model->info().architecture << " does not read:";
+    for (size_t k = 0; k < unused.size() && k < 16; ++k) std::cout << (k ? ", " : " ") << printable(unused[k], 80);
+    if (unused.size() > 16) std::cout << ", ... (" << unused.size() - 16 << " more)";
+    std::cout << "\n";
+  }
+
   if (show_metadata) {
     std::cout << "metadata:\n";
-    for (const auto& [k, v] : f.metadata().all()) std::cout << "  " << k << " = " << value_str(v) << "\n";
+    for (const auto& [k, v] : f.metadata().all()) std::cout << "  " << printable(k, 120) << " = " << value_str(v) << "\n";
   }
   if (show_tensors) {
     std::cout << "tensor list:\n";
     for (const auto& t : f.tensors()) {
-      std::cout << "  " << std::left << std::setw(36) << t.name << std::setw(6) << dtype_name(t.type) << " [";
+      std::cout << "  " << std::left << std::setw(36) << printable(t.name, 120) << std::setw(6) << dtype_name(t.type) << " [";
       for (size_t d = 0; d < t.ne.size(); ++d) std::cout << (d ? ", " : "") << t.ne[d];
       std::cout << "]\n";
+    }
+  }
+  if (check_tensors) {
+    const std::vector<NonFiniteTensor> bad = find_non_finite_tensors(f);
+    if (bad.empty()) {
+      std::cout << "check:         every value of the " << f.tensors().size() << " tensors is finite\n";
+    } else {
+      std::cout << "check:         " << bad.size() << " of " << f.tensors().size()
+                << " tensors hold NaN or infinite values:\n";
+      for (const auto& b : bad) std::cout << "  " << describe(b) << "\n";
+      check_stdout();
+      throw Error(printable(f.path(), 200) + ": --check-tensors: " + std::to_string(bad.size()) +
+                  " tensors hold NaN or infinite values (listed above)");
     }
   }
   return 0;

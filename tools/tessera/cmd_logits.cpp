@@ -24,17 +24,17 @@ int cmd_logits(int argc, char** argv) {
     return 0;
   std::vector<int32_t> ids = parse_token_list(tokens);
 
+  // The output is created (under a temporary name) before anything is computed, so an
+  // unwritable folder fails at once; it gets its name only when complete.
+  AtomicFile out(out_path);
   auto reg = make_registry(o);
   auto engine = make_engine(*reg, o);
   auto logits = engine->eval(ids, true);
   if (show_placement) std::cerr << engine->placement();
 
-  FILE* f = std::fopen(out_path.c_str(), "wb");
-  if (!f) throw Error(out_path + ": cannot open for writing");
   static_assert(std::endian::native == std::endian::little, "logits are written in host order");
-  size_t written = std::fwrite(logits.data(), sizeof(float), logits.size(), f);
-  bool ok = written == logits.size() && std::fclose(f) == 0;
-  if (!ok) throw Error(out_path + ": write failed");
+  out.write(logits.data(), logits.size() * sizeof(float));
+  out.commit();
   std::cerr << "wrote " << ids.size() << " x " << engine->n_vocab() << " logits to " << out_path << "\n";
   return 0;
 }

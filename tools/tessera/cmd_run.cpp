@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <unistd.h>
 
 #include "cli_common.h"
 #include "server/text_stream.h"
@@ -17,20 +18,21 @@
 namespace tessera::cli {
 namespace {
 
-// Emits only complete UTF-8 sequences, holding back a partial one across tokens.
+// Emits only complete UTF-8 sequences, holding back a partial one across tokens. A
+// failed write (full disk, closed pipe) stops the run with an error at once.
 class Utf8Stream {
  public:
   void write(const std::string& bytes) {
     pending_ += bytes;
     const size_t complete = server::complete_utf8_prefix(pending_);
     std::fwrite(pending_.data(), 1, complete, stdout);
-    std::fflush(stdout);
     pending_.erase(0, complete);
+    check_stdout();
   }
   void flush() {
     std::fwrite(pending_.data(), 1, pending_.size(), stdout);
     pending_.clear();
-    std::fflush(stdout);
+    check_stdout();
   }
 
  private:
@@ -79,7 +81,15 @@ int cmd_run(int argc, char** argv) {
                 std::to_string(engine->n_ctx()) + " (raise --ctx)");
 
   Utf8Stream out;
-  out.write(prompt);
+  // With the prefill's progress on the terminal the prompt is echoed when it is done,
+  // so the progress line does not overwrite it (stdout gets the same bytes either way).
+  const bool long_prefill = int64_t(ids.size()) > engine->batch_tokens() && isatty(STDERR_FILENO) == 1;
+  bool echoed = false;
+  auto echo_prompt = [&] {
+    if (!echoed) out.write(prompt);
+    echoed = true;
+  };
+  if (!long_prefill) echo_prompt();
   int generated = 0;
   double t_prefill = 0, t_decode = 0;
   std::vector<std::pair<std::string, OpProfile>> profiles;
@@ -92,6 +102,9 @@ int cmd_run(int argc, char** argv) {
     gen.add(std::move(req));
     OpProfile prof;
     bool prefill_profiled = false, decode_profiled = false, first = true;
+    // A prompt of several steps shows its prefill's progress on a terminal.
+    Progress progress("prefill", int64_t(ids.size()));
+    const int64_t evaluated_before = engine->tokens_evaluated();
     auto t0 = std::chrono::steady_clock::now();
     while (!gen.idle()) {
       // The first step is a prefill step; the first step after the first token a decode step.
@@ -101,6 +114,8 @@ int cmd_run(int argc, char** argv) {
         engine->set_profile(&prof);
       }
       const auto events = gen.step();
+      if (first && int64_t(ids.size()) > engine->batch_tokens())
+        progress.update(std::min<int64_t>(engine->tokens_evaluated() - evaluated_before, int64_t(ids.size())));
       if (profile_now) {
         engine->set_profile(nullptr);
         // Printed after the text, which streams to stdout meanwhile.
@@ -113,6 +128,8 @@ int cmd_run(int argc, char** argv) {
       }
       for (const GenerationEvent& ev : events) {
         if (first) {
+          progress.done();
+          echo_prompt();
           t_prefill = seconds_since(t0);
           t0 = std::chrono::steady_clock::now();
           first = false;
@@ -126,12 +143,13 @@ int cmd_run(int argc, char** argv) {
     t_decode = generated > 1 ? seconds_since(t0) : 0.0;
   } else {  // -n 0: the prefill alone
     auto t0 = std::chrono::steady_clock::now();
-    engine->eval(ids, false);
+    prefill_with_progress(*engine, ids);
     t_prefill = seconds_since(t0);
   }
+  echo_prompt();
   out.flush();
   std::printf("\n");
-  std::fflush(stdout);  // the statistics below go to stderr: keep them after the text
+  check_stdout();  // the statistics below go to stderr: keep them after the text
   if (show_placement) std::fprintf(stderr, "%s", engine->placement().c_str());
   for (const auto& [title, table] : profiles) print_profile(title, table);
   const int decoded = std::max(generated - 1, 0);  // the first token comes from the prefill's logits

@@ -1,11 +1,14 @@
 // `tessera`: the command line. Each subcommand lives in its own cmd_*.cpp.
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli_common.h"
 #include "tessera/error.h"
+#include "tessera/model_file.h"
 
 namespace tessera::cli {
 int cmd_run(int argc, char** argv);
@@ -66,21 +69,33 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     usage(std::cout);
+    std::cout.flush();
+    if (std::fflush(stdout) != 0 || !std::cout) {
+      std::cerr << "tessera: error: cannot write to standard output\n";
+      return 1;
+    }
     return 0;
   }
+  // Messages can quote a file's metadata, tensor names or a plugin's strings: they are
+  // escaped (no terminal control sequences, one line), issue 24.
   for (const auto& c : kCommands) {
     if (cmd != c.name) continue;
     try {
-      return c.fn(argc - 1, argv + 1);
+      const int rc = c.fn(argc - 1, argv + 1);
+      tessera::cli::check_stdout();  // a full disk or closed pipe is an error, not exit 0
+      return rc;
     } catch (const tessera::Error& e) {
-      std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
+      std::cerr << "tessera " << cmd << ": error: " << tessera::printable(e.what()) << "\n";
     } catch (const std::bad_alloc&) {
       std::cerr << "tessera " << cmd << ": error: out of memory\n";
     } catch (const std::exception& e) {
-      std::cerr << "tessera " << cmd << ": error: " << e.what() << "\n";
+      std::cerr << "tessera " << cmd << ": error: " << tessera::printable(e.what()) << "\n";
     }
+    // Whatever is still buffered for stdout must not fail silently at exit either.
+    std::cout.flush();
+    std::fflush(stdout);
     return 1;
   }
-  std::cerr << "tessera: unknown command '" << cmd << "' (see tessera --help)\n";
+  std::cerr << "tessera: unknown command '" << tessera::printable(cmd, 80) << "' (see tessera --help)\n";
   return 2;
 }

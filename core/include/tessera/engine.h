@@ -34,9 +34,17 @@ struct EngineOptions {
   int page_tokens = 16;    // KV cache page size
   int max_sequences = 1;   // sequences holding KV at once: the pool has n_ctx * max_sequences positions
   int64_t batch_tokens = 512;  // token budget of one forward step (eval() chunks longer inputs)
+  // Routed-expert weights of MoE models (expert_stream.h): kExpertCacheAuto streams
+  // them through a cache only when the model does not fit in the memory available
+  // (saying so on stderr); kExpertCacheOff keeps them all resident; a positive value
+  // streams through a cache of that many bytes (refused, naming the minimum, if one
+  // layer's experts do not fit).
+  static constexpr int64_t kExpertCacheAuto = -1, kExpertCacheOff = 0;
+  int64_t expert_cache_bytes = kExpertCacheAuto;
 };
 
 struct OpProfile;
+class ExpertStream;
 
 class Engine {
  public:
@@ -74,6 +82,10 @@ class Engine {
   std::span<const float> forward(std::span<const Chunk> chunks);
   // Tokens evaluated by forward() since the engine was made.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
+  // The expert stream of a MoE model whose experts are streamed, else null.
+  const ExpertStream* expert_stream() const { return experts_.get(); }
+  // Forward steps run since the engine was made (the step a non-finite-logits error names).
+  int64_t steps() const { return steps_; }
 
   // Feed `tokens` at the next positions of the engine's own sequence, in forward
   // steps of at most batch_tokens. Returns the logits: n_vocab floats per token if
@@ -81,6 +93,9 @@ class Engine {
   // Throws tessera::Error if the context is full or a token id is out of range.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
   int64_t position() const;
+  // The engine's own sequence (the one eval() feeds), for callers that step it through
+  // forward() themselves.
+  KvCache::SeqId sequence() const { return seq_; }
   // Forget the sequence (the KV cache is emptied).
   void reset();
   // Placement of the last evaluated graph, one line per node.
@@ -91,16 +106,21 @@ class Engine {
   size_t scratch_bytes() const { return graph_.scratch_bytes(); }
 
  private:
+  // Throws tessera::Error naming the step, sequence and position if a logits row handed
+  // out holds NaN or infinity.
+  void check_logits_finite(int64_t rows) const;
+
   std::unique_ptr<FastPool> pool_;
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_error_;
+  std::unique_ptr<ExpertStream> experts_;  // before scheduler_: the backends never own it
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<KvCache> kv_;
   KvCache::SeqId seq_ = 0;
-  int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0;
+  int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   Graph graph_;
   std::vector<int32_t> tokens_, positions_, out_rows_;
   std::vector<SeqSlice> slices_;

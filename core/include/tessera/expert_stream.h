@@ -10,6 +10,7 @@
 // the unit of residency: its three slices of one layer come and go together.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,8 @@ class ExpertStream {
   // (a batch may route to every expert of a layer); throws naming the minimum size.
   void finish_setup();
   uint64_t min_cache_bytes() const;
+  // Changes the limit (before the first ensure(), e.g. to min_cache_bytes()).
+  void set_cache_bytes(uint64_t bytes);
 
   // Makes the experts `ids` (any order, repeats allowed, each in [0, n_expert)) of
   // `layer` resident, reading the missing ones; may evict others, never these.
@@ -57,6 +60,14 @@ class ExpertStream {
   // Reads experts `ids` of `layer` ahead of their use where they fit without evicting
   // anything needed sooner (least-recently-used experts go first).
   void prefetch(int layer, std::span<const int32_t> ids);
+  // Runs `job` (e.g. predicting a later layer's experts and prefetching them) on the
+  // stream's own I/O thread, overlapping the caller's compute; ensure() first waits
+  // for every job queued before it. A job's exception is rethrown by the next ensure().
+  void run_async(std::function<void(ExpertStream&)> job);
+
+  // The layer whose streamed tensor `data` points into (an address add_tensor
+  // returned, or inside that tensor), or -1.
+  int layer_of(const void* data) const;
 
   ExpertStreamStats stats() const;
 

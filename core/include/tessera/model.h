@@ -53,7 +53,9 @@ class Model {
   virtual ~Model() = default;
 
   // Build the model for a file's architecture; throws tessera::Error for an unknown
-  // architecture or a missing / misshapen tensor.
+  // architecture, a hyperparameter the tensor table does not back, or a missing /
+  // misshapen tensor. Tensors of the file the architecture does not read are listed
+  // in unused_tensors() and logged as a warning (never ignored silently).
   static std::unique_ptr<Model> load(const ModelFile& file);
   static std::vector<std::string> supported_architectures();
 
@@ -66,6 +68,12 @@ class Model {
   // (F32 [n_vocab, rows]: one row per output row, in order). The caller has reserved
   // the KV positions.
   virtual int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& batch) const = 0;
+
+  // Names of the file's tensors that the forward pass does not read (file order).
+  const std::vector<std::string>& unused_tensors() const { return unused_tensors_; }
+
+ private:
+  std::vector<std::string> unused_tensors_;
 };
 
 }  // namespace tessera

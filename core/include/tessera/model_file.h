@@ -59,6 +59,7 @@ struct TensorInfo {
   DType type = DType::F32;
   std::vector<int64_t> ne;  // ggml order, ne[0] contiguous
   uint64_t offset = 0;      // in the file's data section
+  uint64_t file_offset = 0; // of the first byte, from the start of the file
   size_t nbytes = 0;
   const void* data = nullptr;  // into the mapping, valid while the ModelFile lives
 
@@ -78,6 +79,38 @@ class ModelFile {
  protected:
   uint64_t file_size_ = 0;
 };
+
+// Text from a file (metadata strings, tensor names) or a plugin, made safe to show a
+// person on a terminal, on one line: C0 controls (newline and ESC included), DEL, C1
+// controls and bytes that are not valid UTF-8 become \xNN, Unicode bidirectional
+// overrides and isolates (U+202A-202E, U+2066-2069) become \u{NNNN}; everything else
+// (printable ASCII, valid UTF-8) stays. If max_len > 0, output longer than max_len
+// bytes is cut at a character boundary and ends in "...".
+std::string printable(std::string_view s, size_t max_len = 0);
+
+// A tensor holding NaN or infinite values.
+struct NonFiniteTensor {
+  std::string name;
+  DType type = DType::F32;
+  int64_t count = 0;        // non-finite values
+  int64_t first = 0;        // index of the first one (elements in file order)
+  float first_value = 0.f;  // NaN, +inf or -inf
+};
+// Every floating-point or quantized tensor of the file, read value by value (F32, F16
+// and BF16 as stored, quantized types dequantized block by block; integer tensors are
+// skipped), in file order. Reads the whole file: `tessera info/run/serve
+// --check-tensors`.
+std::vector<NonFiniteTensor> find_non_finite_tensors(const ModelFile& file);
+// "tensor 'x' (q8_0) holds 3 non-finite values (first: nan at element 17)"
+std::string describe(const NonFiniteTensor& t);
+
+// Memory-mapped model files: a loader registers each mapping so that a SIGBUS inside
+// one (the file was truncated or shrunk by another process while mapped) ends the
+// process with a message naming the file instead of a bare "Bus error" (the signal
+// then takes its course: the previous handler, or the default action). At most 64
+// mappings at once are named; more still work, unnamed.
+void register_mapped_file(const void* base, size_t size, const std::string& path);
+void unregister_mapped_file(const void* base);
 
 // The object a loader plugin's create() returns.
 class ModelLoader {

@@ -8,8 +8,14 @@
 #include <cctype>
 #include <chrono>
 #include <cinttypes>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
+#include <utility>
 
 #include "expert_stream/direct_reader.h"
 #include "tessera/error.h"
@@ -51,6 +57,14 @@ struct ExpertStream::Impl {
 
   detail::DirectReader reader;
   uint64_t cap;
+  // The I/O thread: jobs run one at a time, under `mu` like every other use of the
+  // state below (ensure() waits for the queue to drain first).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void(ExpertStream&)>> jobs;
+  bool busy = false, stop = false;
+  std::exception_ptr job_error;
+  std::thread io;
   std::vector<std::vector<Slice>> layers;
   std::vector<std::vector<Entry>> entries;
   std::set<Key> order;  // resident experts
@@ -60,6 +74,12 @@ struct ExpertStream::Impl {
   Impl(const std::string& path, uint64_t cache) : reader(path), cap(cache) {}
 
   ~Impl() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (io.joinable()) io.join();
     for (auto& l : layers)
       for (auto& s : l) ::munmap(s.raw, s.raw_len);
   }
@@ -147,6 +167,36 @@ ExpertStream::ExpertStream(const std::string& path, uint64_t cache_bytes)
   impl_->st.io_uring = impl_->reader.uring();
 }
 
+void ExpertStream::run_async(std::function<void(ExpertStream&)> job) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lk(m.mu);
+  if (!m.io.joinable())
+    m.io = std::thread([this] {
+      Impl& mm = *impl_;
+      std::unique_lock<std::mutex> lk2(mm.mu);
+      for (;;) {
+        mm.cv.wait(lk2, [&] { return mm.stop || !mm.jobs.empty(); });
+        if (mm.stop) return;
+        auto j = std::move(mm.jobs.front());
+        mm.jobs.pop_front();
+        mm.busy = true;
+        lk2.unlock();  // the job takes mu itself (through prefetch())
+        std::exception_ptr err;
+        try {
+          j(*this);
+        } catch (...) {
+          err = std::current_exception();
+        }
+        lk2.lock();
+        if (err && !mm.job_error) mm.job_error = err;
+        mm.busy = false;
+        mm.cv.notify_all();
+      }
+    });
+  m.jobs.push_back(std::move(job));
+  m.cv.notify_all();
+}
+
 ExpertStream::~ExpertStream() = default;
 
 void* ExpertStream::add_tensor(const std::string& name, int layer, uint64_t file_offset, uint64_t expert_bytes,
@@ -186,6 +236,13 @@ uint64_t ExpertStream::min_cache_bytes() const {
   return most;
 }
 
+void ExpertStream::set_cache_bytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (impl_->st.resident_bytes > 0) throw Error("expert stream: the cache size is fixed once experts are resident");
+  impl_->cap = bytes;
+  impl_->st.cache_bytes = bytes;
+}
+
 void ExpertStream::finish_setup() {
   const uint64_t need = min_cache_bytes();
   if (impl_->cap < need)
@@ -196,6 +253,9 @@ void ExpertStream::finish_setup() {
 
 void ExpertStream::ensure(int layer, std::span<const int32_t> ids) {
   Impl& m = *impl_;
+  std::unique_lock<std::mutex> lk(m.mu);
+  m.cv.wait(lk, [&] { return m.jobs.empty() && !m.busy; });  // jobs queued before this call
+  if (m.job_error) std::rethrow_exception(std::exchange(m.job_error, nullptr));
   if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty())
     throw Error("expert stream: layer " + std::to_string(layer) + " has no streamed experts");
   ++m.tick;
@@ -227,6 +287,7 @@ void ExpertStream::ensure(int layer, std::span<const int32_t> ids) {
 
 void ExpertStream::prefetch(int layer, std::span<const int32_t> ids) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lk(m.mu);
   if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty()) return;
   const std::vector<char> want = m.wanted(layer, ids);
   std::vector<int> missing;
@@ -243,7 +304,18 @@ void ExpertStream::prefetch(int layer, std::span<const int32_t> ids) {
   }
 }
 
-ExpertStreamStats ExpertStream::stats() const { return impl_->st; }
+int ExpertStream::layer_of(const void* data) const {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t l = 0; l < impl_->layers.size(); ++l)
+    for (const auto& s : impl_->layers[l])
+      if (p >= s.raw && p < s.raw + s.raw_len) return int(l);
+  return -1;
+}
+
+ExpertStreamStats ExpertStream::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->st;
+}
 
 uint64_t parse_byte_size(const std::string& text) {
   size_t i = 0;

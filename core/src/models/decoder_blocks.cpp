@@ -18,7 +18,9 @@ EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info) {
 
 AttentionWeights load_attention(const WeightSource& w, const std::string& p, const ModelInfo& info, bool qk_norms,
                                 bool qkv_bias) {
-  const int64_t E = info.n_embd, hd = info.head_dim, Q = info.n_head * hd, KV = info.n_head_kv * hd;
+  const int64_t E = info.n_embd, hd = info.head_dim;
+  const int64_t Q = w.mul(info.n_head, hd, "attention.head_count x attention.key_length");
+  const int64_t KV = w.mul(info.n_head_kv, hd, "attention.head_count_kv x attention.key_length");
   AttentionWeights a;
   a.norm = w.require(p + "attn_norm.weight", {E});
   a.wq = w.require(p + "attn_q.weight", {E, Q});

@@ -32,35 +32,32 @@ class LlamaModel final : public Model {
     WeightSource w(file, arch);
     info_.architecture = arch;
     info_.name = w.md().get_string("general.name").value_or("");
-    info_.n_embd = w.hp_int("embedding_length");
-    info_.n_layer = w.hp_int("block_count");
-    info_.n_ff = w.hp_int("feed_forward_length");
-    info_.n_head = w.hp_int("attention.head_count");
-    info_.n_head_kv = w.hp_int("attention.head_count_kv", info_.n_head);
-    info_.context_length = w.hp_int("context_length", 2048);
-    info_.rms_eps = w.hp_float("attention.layer_norm_rms_epsilon", spec.default_rms_eps);
-    info_.rope_freq_base = w.hp_float("rope.freq_base", 10000.f);
-    check_positive("embedding_length", info_.n_embd);
-    check_positive("block_count", info_.n_layer);
-    check_positive("feed_forward_length", info_.n_ff);
-    check_positive("attention.head_count", info_.n_head);
-    check_positive("attention.head_count_kv", info_.n_head_kv);
+    // Every size is checked against the tensor table before anything is sized from it
+    // (model_loader_util.h): block_count first, so a file claiming millions of layers is
+    // refused before a single layer is allocated.
+    info_.n_layer = w.hp_block_count();
+    info_.n_embd = w.hp_size("embedding_length");
+    info_.n_ff = w.hp_size("feed_forward_length");
+    info_.n_head = w.hp_size("attention.head_count");
+    info_.n_head_kv = w.hp_size("attention.head_count_kv", info_.n_head);
+    info_.context_length = w.hp_context_length(2048);
+    info_.rms_eps = w.hp_positive_float("attention.layer_norm_rms_epsilon", spec.default_rms_eps);
+    info_.rope_freq_base = w.hp_positive_float("rope.freq_base", 10000.f);
     if (info_.n_head % info_.n_head_kv != 0)
       throw Error(arch + ": attention.head_count (" + std::to_string(info_.n_head) +
                   ") is not a multiple of attention.head_count_kv (" + std::to_string(info_.n_head_kv) + ")");
-    info_.head_dim = w.hp_int("attention.key_length", info_.n_embd / info_.n_head);
-    if (w.hp_int("attention.value_length", info_.head_dim) != info_.head_dim)
-      throw Error(arch + ": attention.value_length differs from key_length (not supported)");
-    check_positive("attention.key_length", info_.head_dim);
+    info_.head_dim = w.hp_size("attention.key_length", info_.n_embd / info_.n_head);
+    if (const int64_t vl = w.hp_int("attention.value_length", info_.head_dim); vl != info_.head_dim)
+      w.refuse("attention.value_length", std::to_string(vl),
+               "differs from attention.key_length " + std::to_string(info_.head_dim) + " (not supported)");
     info_.rope_dims = w.hp_int("rope.dimension_count", info_.head_dim);
     if (info_.rope_dims <= 0 || info_.rope_dims > info_.head_dim || info_.rope_dims % 2)
-      throw Error(arch + ": rope.dimension_count " + std::to_string(info_.rope_dims) + " is invalid for head size " +
-                  std::to_string(info_.head_dim));
+      w.refuse("rope.dimension_count", std::to_string(info_.rope_dims),
+               "is invalid for head size " + std::to_string(info_.head_dim) + " (must be even, 2 .. head size)");
     if (auto type = w.md().get_string(arch + ".rope.scaling.type"); type && *type != "none") {
-      if (*type != "linear") throw Error(arch + ": rope scaling type '" + *type + "' is not supported");
-      float factor = w.hp_float("rope.scaling.factor", 1.f);
-      if (!(factor > 0.f)) throw Error(arch + ": rope.scaling.factor must be positive");
-      info_.rope_freq_scale = 1.f / factor;
+      if (*type != "linear")
+        throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");
+      info_.rope_freq_scale = 1.f / w.hp_positive_float("rope.scaling.factor", 1.f);
     }
 
     // Llama 3.1-style frequency factors: pair i's angle is divided by factor i.
@@ -119,11 +116,6 @@ class LlamaModel final : public Model {
   }
 
  private:
-  void check_positive(const char* key, int64_t v) const {
-    if (v <= 0)
-      throw Error(std::string(spec_.arch) + ": hyperparameter " + key + " must be positive, got " + std::to_string(v));
-  }
-
   DenseSpec spec_;
   ModelInfo info_;
   Tensor rope_freqs_;  // empty unless the file has rope_freqs.weight

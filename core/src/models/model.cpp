@@ -1,5 +1,9 @@
 #include "tessera/model.h"
 
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
 #include "models/architectures.h"
 #include "tessera/error.h"
 #include "tessera/model_file.h"
@@ -28,11 +32,27 @@ std::vector<std::string> Model::supported_architectures() {
 
 std::unique_ptr<Model> Model::load(const ModelFile& file) {
   std::string arch = file.metadata().require_string("general.architecture");
-  for (const auto& a : kArchitectures)
-    if (arch == a.name) return a.make(file);
+  for (const auto& a : kArchitectures) {
+    if (arch != a.name) continue;
+    std::unique_ptr<Model> m = a.make(file);
+    // A tensor the architecture does not read is reported, never ignored silently: it
+    // may be a feature this build lacks (issue 24), or a sign of a wrong architecture.
+    std::unordered_set<std::string_view> used;
+    for (const Tensor* t : m->weights()) used.insert(t->name);
+    for (const TensorInfo& t : file.tensors())
+      if (!used.count(t.name)) m->unused_tensors_.push_back(t.name);
+    if (const size_t n = m->unused_tensors_.size()) {
+      std::string list;
+      for (size_t i = 0; i < n && i < 8; ++i) list += (i ? ", " : "") + printable(m->unused_tensors_[i], 80);
+      if (n > 8) list += ", ... (" + std::to_string(n - 8) + " more)";
+      spdlog::warn("{}: {} tensor{} that {} does not use (ignored): {}", printable(file.path(), 200), n,
+                   n == 1 ? "" : "s", arch, list);
+    }
+    return m;
+  }
   std::string known;
   for (const auto& n : supported_architectures()) known += (known.empty() ? "" : ", ") + n;
-  throw Error("unsupported architecture '" + arch + "' (this build supports: " + known + ")");
+  throw Error("unsupported architecture '" + printable(arch, 80) + "' (this build supports: " + known + ")");
 }
 
 }  // namespace tessera

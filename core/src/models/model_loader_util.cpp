@@ -1,6 +1,10 @@
 #include "models/model_loader_util.h"
 
+#include <cfloat>
+#include <climits>
+#include <cmath>
 #include <sstream>
+#include <unordered_set>
 
 namespace tessera::models {
 
@@ -14,16 +18,117 @@ KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tok
   return c;
 }
 
-int64_t WeightSource::hp_int(const std::string& suffix) const {
-  return md().require_int(arch_ + "." + suffix);
+namespace {
+
+// N of a tensor named "blk.N.<rest>", or -1.
+int64_t layer_index(std::string_view name) {
+  constexpr std::string_view kPrefix = "blk.";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  int64_t n = 0;
+  size_t i = kPrefix.size();
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+    if (n > (INT64_MAX - 9) / 10) return -1;  // absurd index: not a layer of any model
+    n = n * 10 + (name[i] - '0');
+  }
+  return i < name.size() && name[i] == '.' ? n : -1;
 }
+
+std::string value_text(const Metadata& md, const std::string& key) {
+  const MetaValue* v = md.find(key);
+  if (!v) return "(absent)";
+  if (auto i = v->as_int()) return std::to_string(*i);
+  if (const auto* u = std::get_if<uint64_t>(&v->value)) return std::to_string(*u);
+  if (auto d = v->as_float()) {
+    std::ostringstream s;
+    s << *d;
+    return s.str();
+  }
+  std::string t = "(";
+  t += meta_type_name(v->type);
+  t += ')';
+  return t;
+}
+
+}  // namespace
+
+WeightSource::WeightSource(const ModelFile& file, std::string arch) : file_(file), arch_(std::move(arch)) {
+  const auto& tensors = file_.tensors();
+  by_name_.reserve(tensors.size());
+  std::unordered_set<int64_t> layers;
+  for (const TensorInfo& t : tensors) {
+    by_name_.emplace(std::string_view(t.name), &t);
+    if (int64_t l = layer_index(t.name); l >= 0) layers.insert(l);
+    for (int64_t d : t.ne) max_dim_ = std::max(max_dim_, d);
+  }
+  layers_in_file_ = int64_t(layers.size());
+}
+
+const TensorInfo* WeightSource::find(const std::string& name) const {
+  auto it = by_name_.find(std::string_view(name));
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+void WeightSource::refuse(const std::string& suffix, const std::string& value, const std::string& why) const {
+  throw Error("hyperparameter " + key(suffix) + " = " + value + " " + why);
+}
+
+int64_t WeightSource::mul(int64_t a, int64_t b, const std::string& what) const {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+    throw Error(arch_ + ": " + what + " = " + std::to_string(a) + " x " + std::to_string(b) +
+                " overflows (hyperparameters inconsistent with the tensors)");
+  return r;
+}
+
+int64_t WeightSource::hp_int(const std::string& suffix) const { return md().require_int(key(suffix)); }
 
 int64_t WeightSource::hp_int(const std::string& suffix, int64_t fallback) const {
-  return md().get_int(arch_ + "." + suffix).value_or(fallback);
+  return md().get_int(key(suffix)).value_or(fallback);
 }
 
-float WeightSource::hp_float(const std::string& suffix, float fallback) const {
-  return float(md().get_float(arch_ + "." + suffix).value_or(fallback));
+int64_t WeightSource::check_size(const std::string& suffix, int64_t v, bool present) const {
+  const std::string shown = present ? std::to_string(v) : std::to_string(v) + " (absent, derived)";
+  if (v < 1) refuse(suffix, shown, "must be positive");
+  if (v > INT32_MAX) refuse(suffix, shown, "exceeds 2^31 - 1");
+  if (v > max_dim_)
+    refuse(suffix, shown,
+           "exceeds the largest tensor dimension in the file (" + std::to_string(max_dim_) +
+               "): no tensor can have the shape it implies");
+  return v;
+}
+
+int64_t WeightSource::hp_size(const std::string& suffix) const {
+  return check_size(suffix, md().require_int(key(suffix)), true);
+}
+
+int64_t WeightSource::hp_size(const std::string& suffix, int64_t fallback) const {
+  auto v = md().get_int(key(suffix));
+  return check_size(suffix, v.value_or(fallback), v.has_value());
+}
+
+int64_t WeightSource::hp_block_count() const {
+  const int64_t v = md().require_int(key("block_count"));
+  if (v < 1) refuse("block_count", std::to_string(v), "must be positive");
+  if (v > layers_in_file_)
+    refuse("block_count", std::to_string(v),
+           "exceeds the " + std::to_string(layers_in_file_) + " layers whose tensors (blk.N.*) the file holds");
+  return v;
+}
+
+int64_t WeightSource::hp_context_length(int64_t fallback) const {
+  const int64_t v = hp_int("context_length", fallback);
+  if (v < 1 || v > INT32_MAX) refuse("context_length", std::to_string(v), "must be between 1 and 2^31 - 1");
+  return v;
+}
+
+float WeightSource::hp_positive_float(const std::string& suffix, float fallback) const {
+  const std::string k = key(suffix);
+  const double v = md().get_float(k).value_or(double(fallback));
+  // NaN fails every comparison; the float conversion must neither overflow nor flush to 0.
+  if (!(v > 0.0) || !(v <= double(FLT_MAX)) || !(float(v) > 0.f))
+    refuse(suffix, value_text(md(), k), "must be a finite positive number");
+  return float(v);
 }
 
 static std::string shape_str(const int64_t* ne, size_t n) {
@@ -35,7 +140,7 @@ static std::string shape_str(const int64_t* ne, size_t n) {
 }
 
 Tensor WeightSource::require(const std::string& name, std::initializer_list<int64_t> shape) const {
-  const TensorInfo* ti = file_.find_tensor(name);
+  const TensorInfo* ti = find(name);
   if (!ti) throw Error("model is missing tensor '" + name + "'");
   bool ok = ti->ne.size() == shape.size();
   if (ok) {

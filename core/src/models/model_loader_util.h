@@ -1,8 +1,11 @@
-// Helpers shared by architectures: typed hyperparameter reads keyed by architecture
-// and weight lookup with shape validation.
+// Helpers shared by architectures: typed hyperparameter reads keyed by architecture,
+// validated against limits derived from the file's tensor table before anything is
+// sized from them, and weight lookup with shape validation.
 #pragma once
 #include <initializer_list>
 #include <string>
+#include <unordered_map>
+#include <string_view>
 
 #include "tessera/error.h"
 #include "tessera/kv_cache.h"
@@ -15,25 +18,65 @@ namespace tessera::models {
 // and position, pages enough for n_ctx positions.
 KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens);
 
+// Reads an architecture's hyperparameters and weights from a file.
+//
+// Hostile files (issue 24): a hyperparameter is a claim the tensor table must back.
+// Before an architecture sizes anything from a value it reads it through one of the
+// checked getters below, which refuse (tessera::Error naming the key and the value)
+//  - a layer count above the number of layers whose tensors exist (blk.N.*),
+//  - a size or count above the largest tensor dimension in the file (no tensor could
+//    then have the shape it implies), or below 1,
+//  - an epsilon, RoPE base or factor that is not a finite positive float,
+// and products of sizes go through mul(), which refuses on int64 overflow.
 class WeightSource {
  public:
-  WeightSource(const ModelFile& file, std::string arch) : file_(file), arch_(std::move(arch)) {}
+  WeightSource(const ModelFile& file, std::string arch);
 
   const Metadata& md() const { return file_.metadata(); }
-  // "<arch>.<suffix>" as integer/float; `fallback` when absent (required if no fallback).
+  const std::string& arch() const { return arch_; }
+  std::string key(const std::string& suffix) const { return arch_ + "." + suffix; }
+
+  // "<arch>.<suffix>" as integer/float, unchecked; `fallback` when absent (required if
+  // no fallback). Use only for values that size nothing.
   int64_t hp_int(const std::string& suffix) const;
   int64_t hp_int(const std::string& suffix, int64_t fallback) const;
-  float hp_float(const std::string& suffix, float fallback) const;
+
+  // A size or count (embedding length, heads, head size, experts, ...): required, or
+  // `fallback` when absent; refused unless 1 <= value <= max_dim().
+  int64_t hp_size(const std::string& suffix) const;
+  int64_t hp_size(const std::string& suffix, int64_t fallback) const;
+  // block_count: required, 1 <= value <= layers_in_file().
+  int64_t hp_block_count() const;
+  // context_length: `fallback` when absent; 1 <= value <= 2^31 - 1 (positions are int32).
+  int64_t hp_context_length(int64_t fallback) const;
+  // An epsilon, RoPE base or scaling factor: `fallback` when absent; refused unless it
+  // is finite, positive and stays positive and finite as a float.
+  float hp_positive_float(const std::string& suffix, float fallback) const;
+
+  // Refuse hyperparameter "<arch>.<suffix>" holding `value`, saying why.
+  [[noreturn]] void refuse(const std::string& suffix, const std::string& value, const std::string& why) const;
+  // a * b for a size derived from hyperparameters (both >= 0); refuses naming `what`
+  // (e.g. "attention.head_count x attention.key_length") if it overflows int64.
+  int64_t mul(int64_t a, int64_t b, const std::string& what) const;
+
+  // Distinct N for which the file has a tensor named "blk.N.*".
+  int64_t layers_in_file() const { return layers_in_file_; }
+  // The largest dimension of any tensor in the file (at least 1).
+  int64_t max_dim() const { return max_dim_; }
 
   // The tensor `name` with exactly this shape (ggml order); throws naming the
   // tensor and both shapes otherwise. Optional variant returns an empty Tensor.
   Tensor require(const std::string& name, std::initializer_list<int64_t> shape) const;
-  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
-  const TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+  const TensorInfo* find(const std::string& name) const;
 
  private:
+  int64_t check_size(const std::string& suffix, int64_t v, bool present) const;
+
   const ModelFile& file_;
   std::string arch_;
+  std::unordered_map<std::string_view, const TensorInfo*> by_name_;  // the file's tensor table, indexed
+  int64_t layers_in_file_ = 0, max_dim_ = 1;
 };
 
 }  // namespace tessera::models

@@ -52,46 +52,61 @@ class Qwen35MoeModel final : public Model {
     ModelInfo& i = info_;
     i.architecture = arch;
     i.name = w.md().get_string("general.name").value_or("");
-    i.n_embd = w.hp_int("embedding_length");
-    i.n_layer = w.hp_int("block_count");
-    i.n_head = w.hp_int("attention.head_count");
-    i.n_head_kv = w.hp_int("attention.head_count_kv", i.n_head);
-    i.context_length = w.hp_int("context_length", 4096);
-    i.rms_eps = w.hp_float("attention.layer_norm_rms_epsilon", 1e-6f);
-    i.rope_freq_base = w.hp_float("rope.freq_base", 10000000.f);
-    i.n_expert = w.hp_int("expert_count");
-    i.n_expert_used = w.hp_int("expert_used_count");
-    i.n_ff = w.hp_int("expert_feed_forward_length");
-    n_ff_shexp_ = w.hp_int("expert_shared_feed_forward_length", w.hp_int("feed_forward_length", i.n_ff));
-    d_conv_ = w.hp_int("ssm.conv_kernel");
-    head_dim_ssm_ = w.hp_int("ssm.state_size");
-    n_k_heads_ = w.hp_int("ssm.group_count");
-    n_v_heads_ = w.hp_int("ssm.time_step_rank");
-    const int64_t d_inner = w.hp_int("ssm.inner_size");
+    // Checked against the tensor table before anything is sized (model_loader_util.h);
+    // products of sizes are overflow-checked.
+    i.n_layer = w.hp_block_count();
+    i.n_embd = w.hp_size("embedding_length");
+    i.n_head = w.hp_size("attention.head_count");
+    i.n_head_kv = w.hp_size("attention.head_count_kv", i.n_head);
+    i.context_length = w.hp_context_length(4096);
+    i.rms_eps = w.hp_positive_float("attention.layer_norm_rms_epsilon", 1e-6f);
+    i.rope_freq_base = w.hp_positive_float("rope.freq_base", 10000000.f);
+    i.n_expert = w.hp_size("expert_count");
+    i.n_expert_used = w.hp_size("expert_used_count");
+    i.n_ff = w.hp_size("expert_feed_forward_length");
+    n_ff_shexp_ = w.md().find(w.key("expert_shared_feed_forward_length")) || !w.md().find(w.key("feed_forward_length"))
+                      ? w.hp_size("expert_shared_feed_forward_length", i.n_ff)
+                      : w.hp_size("feed_forward_length");
+    d_conv_ = w.hp_size("ssm.conv_kernel");
+    head_dim_ssm_ = w.hp_size("ssm.state_size");
+    n_k_heads_ = w.hp_size("ssm.group_count");
+    n_v_heads_ = w.hp_size("ssm.time_step_rank");
+    const int64_t d_inner = w.hp_size("ssm.inner_size");
     const int64_t interval = w.hp_int("full_attention_interval", 4);
-    for (auto [key, v] :
-         {std::pair{"embedding_length", i.n_embd}, {"block_count", i.n_layer}, {"attention.head_count", i.n_head},
-          {"attention.head_count_kv", i.n_head_kv}, {"expert_count", i.n_expert},
-          {"expert_used_count", i.n_expert_used}, {"expert_feed_forward_length", i.n_ff},
-          {"expert_shared_feed_forward_length", n_ff_shexp_}, {"ssm.conv_kernel", d_conv_},
-          {"ssm.state_size", head_dim_ssm_}, {"ssm.group_count", n_k_heads_}, {"ssm.time_step_rank", n_v_heads_},
-          {"full_attention_interval", interval}})
-      if (v <= 0) fail("hyperparameter " + std::string(key) + " must be positive, got " + std::to_string(v));
-    if (i.n_expert_used > i.n_expert) fail("expert_used_count exceeds expert_count");
-    if (i.n_head % i.n_head_kv != 0) fail("attention.head_count is not a multiple of head_count_kv");
-    if (n_v_heads_ % n_k_heads_ != 0) fail("ssm.time_step_rank (value heads) is not a multiple of ssm.group_count");
-    if (d_inner != head_dim_ssm_ * n_v_heads_)
-      fail("ssm.inner_size " + std::to_string(d_inner) + " differs from ssm.state_size x ssm.time_step_rank");
-    i.head_dim = w.hp_int("attention.key_length", i.n_embd / i.n_head);
-    if (w.hp_int("attention.value_length", i.head_dim) != i.head_dim)
-      fail("attention.value_length differs from key_length (not supported)");
+    if (interval < 1 || interval > i.n_layer)
+      w.refuse("full_attention_interval", std::to_string(interval),
+               "must be between 1 and block_count " + std::to_string(i.n_layer) + " (no full-attention layer otherwise)");
+    if (i.n_expert_used > i.n_expert)
+      w.refuse("expert_used_count", std::to_string(i.n_expert_used),
+               "exceeds expert_count " + std::to_string(i.n_expert));
+    if (i.n_head % i.n_head_kv != 0)
+      w.refuse("attention.head_count", std::to_string(i.n_head),
+               "is not a multiple of attention.head_count_kv " + std::to_string(i.n_head_kv));
+    if (n_v_heads_ % n_k_heads_ != 0)
+      w.refuse("ssm.time_step_rank", std::to_string(n_v_heads_),
+               "(value heads) is not a multiple of ssm.group_count " + std::to_string(n_k_heads_));
+    if (d_inner != w.mul(head_dim_ssm_, n_v_heads_, "ssm.state_size x ssm.time_step_rank"))
+      w.refuse("ssm.inner_size", std::to_string(d_inner),
+               "differs from ssm.state_size x ssm.time_step_rank (" + std::to_string(head_dim_ssm_) + " x " +
+                   std::to_string(n_v_heads_) + ")");
+    i.head_dim = w.hp_size("attention.key_length", i.n_embd / i.n_head);
+    if (const int64_t vl = w.hp_int("attention.value_length", i.head_dim); vl != i.head_dim)
+      w.refuse("attention.value_length", std::to_string(vl),
+               "differs from attention.key_length " + std::to_string(i.head_dim) + " (not supported)");
     i.rope_dims = w.hp_int("rope.dimension_count", i.head_dim);
-    if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2) fail("rope.dimension_count is invalid");
+    if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2)
+      w.refuse("rope.dimension_count", std::to_string(i.rope_dims),
+               "is invalid for head size " + std::to_string(i.head_dim) + " (must be even, 2 .. head size)");
     read_rope_sections(w);
 
     embd_ = load_embedding(w, i);
     const int64_t E = i.n_embd, hd = i.head_dim, S = head_dim_ssm_;
-    const int64_t key_dim = S * n_k_heads_, value_dim = S * n_v_heads_, conv_dim = 2 * key_dim + value_dim;
+    const int64_t key_dim = w.mul(S, n_k_heads_, "ssm.state_size x ssm.group_count");
+    const int64_t value_dim = d_inner;
+    const int64_t conv_dim = w.mul(2, key_dim, "2 x key dim") + value_dim;  // both <= max_dim: no overflow
+    const int64_t q_gate_dim = w.mul(2, w.mul(hd, i.n_head, "attention.key_length x attention.head_count"),
+                                     "2 x query dim");
+    const int64_t kv_dim = w.mul(hd, i.n_head_kv, "attention.key_length x attention.head_count_kv");
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
@@ -113,10 +128,10 @@ class Qwen35MoeModel final : public Model {
         d.out = w.require(p + "ssm_out.weight", {value_dim, E});
       } else {
         GatedAttentionWeights& a = L.at;
-        a.wq_gate = w.require(p + "attn_q.weight", {E, 2 * hd * i.n_head});
-        a.wk = w.require(p + "attn_k.weight", {E, hd * i.n_head_kv});
-        a.wv = w.require(p + "attn_v.weight", {E, hd * i.n_head_kv});
-        a.wo = w.require(p + "attn_output.weight", {hd * i.n_head, E});
+        a.wq_gate = w.require(p + "attn_q.weight", {E, q_gate_dim});
+        a.wk = w.require(p + "attn_k.weight", {E, kv_dim});
+        a.wv = w.require(p + "attn_v.weight", {E, kv_dim});
+        a.wo = w.require(p + "attn_output.weight", {q_gate_dim / 2, E});
         a.q_norm = w.require(p + "attn_q_norm.weight", {hd});
         a.k_norm = w.require(p + "attn_k_norm.weight", {hd});
       }
@@ -126,7 +141,6 @@ class Qwen35MoeModel final : public Model {
       L.shexp.gate = w.require(p + "ffn_gate_shexp.weight", {E, n_ff_shexp_});
       L.shexp.down = w.require(p + "ffn_down_shexp.weight", {n_ff_shexp_, E});
     }
-    if (n_attention_ == 0) fail("no full-attention layer (full_attention_interval exceeds block_count)");
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -179,15 +193,21 @@ class Qwen35MoeModel final : public Model {
     if (!v) fail("missing metadata key qwen35moe.rope.dimension_sections");
     const auto* arr = v->as_array();
     if (!arr || arr->empty() || arr->size() > 4) fail("rope.dimension_sections must be an array of up to 4 integers");
+    // Each section is bounded before it is summed or narrowed (a huge section was signed
+    // overflow in the int32 sum).
+    const int64_t limit = info_.rope_dims / 2;
     int64_t total = 0;
     for (size_t j = 0; j < arr->size(); ++j) {
       auto s = (*arr)[j].as_int();
-      if (!s || *s < 0) fail("rope.dimension_sections must hold non-negative integers");
+      if (!s || *s < 0 || *s > limit)
+        w.refuse("rope.dimension_sections", "[.., " + (s ? std::to_string(*s) : std::string("?")) + ", ..]",
+                 "must hold integers between 0 and rope.dimension_count / 2 = " + std::to_string(limit));
       sections_[j] = int32_t(*s);
       total += *s;
     }
-    if (sections_[0] + sections_[1] + sections_[2] <= 0 || total > info_.rope_dims / 2)
-      fail("rope.dimension_sections does not fit rope.dimension_count " + std::to_string(info_.rope_dims));
+    if (int64_t(sections_[0]) + sections_[1] + sections_[2] <= 0 || total > limit)
+      w.refuse("rope.dimension_sections", "(sum " + std::to_string(total) + ")",
+               "does not fit rope.dimension_count " + std::to_string(info_.rope_dims));
   }
 
   int32_t delta_net(GraphBuilder& g, const Qwen35MoeLayer& L, KvCache& kv, const ForwardBatch& b, int32_t h) const {

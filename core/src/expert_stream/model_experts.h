@@ -1,0 +1,43 @@
+// Connecting ExpertStream to a loaded model and its forward graphs: which weights are
+// streamed, and the host hooks that make a step's routed experts resident.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+
+#include "tessera/expert_stream.h"
+#include "tessera/graph.h"
+#include "tessera/model.h"
+#include "tessera/model_file.h"
+
+namespace tessera::detail {
+
+// Bytes of the routed-expert tensors (blk.N.ffn_{gate,up,down}_exps.weight) of a
+// model, and of all its weights.
+struct ExpertBytes {
+  uint64_t experts = 0;
+  uint64_t all = 0;
+};
+ExpertBytes expert_bytes(Model& model);
+
+// Streams every routed-expert tensor of `model` from `file` through a cache of
+// `cache_bytes`: each such Tensor's data now points into the stream's reservation.
+// Returns the stream (nullptr when the model has no routed experts; the caller calls
+// finish_setup() once the size is final); `streamed` gets the tensors it took over
+// (their bytes are not resident: no backend may repack them).
+std::unique_ptr<ExpertStream> stream_model_experts(const ModelFile& file, Model& model, uint64_t cache_bytes,
+                                                   std::unordered_set<const Tensor*>& streamed);
+
+// Adds to `graph` (just built) a host hook before the first MatMulId of each layer
+// that reads streamed experts: it makes the experts of that MatMulId's ids resident.
+void add_expert_hooks(Graph& graph, ExpertStream& stream);
+
+// The cache size chosen when the user gave none: nothing (everything resident) when
+// the model fits in the memory available now with 2 GiB of headroom, else what is
+// left for experts after the other weights and the headroom (possibly 0: the caller
+// raises it to the stream's minimum).
+std::optional<uint64_t> auto_expert_cache(uint64_t expert_bytes, uint64_t other_bytes);
+
+}  // namespace tessera::detail

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets for a while each, seeded from ../shared/fixtures (read at
+# run time, never copied into the repository).
+#
+#   fuzz/run.sh BUILD_DIR [SECONDS_PER_TARGET] [TARGET ...]
+#
+# BUILD_DIR is a build configured with -DTESSERA_FUZZ=ON (see docs/hardening.md);
+# TARGET is gguf, tokenizer or chat_template (default: all three). Inputs that reach
+# new code are kept in BUILD_DIR/fuzz-corpus/TARGET between runs; a crash, sanitizer
+# report, leak, timeout (10 s) or out-of-memory (2 GiB) stops the target with its input
+# saved as BUILD_DIR/fuzz-artifacts/TARGET/crash-* (reproduce: bin/fuzz_TARGET FILE),
+# and the script exits non-zero.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:?usage: fuzz/run.sh BUILD_DIR [SECONDS] [TARGET ...]}" && pwd)
+secs=${2:-60}
+shift $(($# >= 2 ? 2 : $#))
+targets=("$@")
+((${#targets[@]})) || targets=(gguf tokenizer chat_template)
+fixtures=${TESSERA_FIXTURES_DIR:-$root/../shared/fixtures}
+if [ ! -d "$fixtures" ]; then
+  echo "fuzz: $fixtures is missing: no seed corpora" >&2
+  exit 1
+fi
+
+seeds=$build/fuzz-seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"/{gguf,tokenizer,chat_template}
+# GGUF: the small model fixtures (real tensor tables, tokenizer metadata, every
+# architecture) and the smallest vocabulary file.
+find "$fixtures/models" -name '*.gguf' -size -1100k -exec ln -s {} "$seeds/gguf/" \;
+ln -s "$fixtures/vocab/ggml-vocab-llama-spm.gguf" "$seeds/gguf/"
+# And, where a tessera-gen is built ($TESSERA_GEN, else build/bin/), one tiny model per
+# architecture (130-430 KB: mutations reach the metadata more often than in 1 MB files).
+gen=${TESSERA_GEN:-$root/build/bin/tessera-gen}
+if [ -x "$gen" ]; then
+  "$gen" -q -o "$seeds/gguf/tiny-llama.gguf" --preset tiny --type q4_0 --layers 1 --embd 64 --heads 2 --ff 64
+  "$gen" -q -o "$seeds/gguf/tiny-qwen3moe.gguf" --preset qwen3moe-tiny --type q8_0 --layers 1 --embd 64 --heads 2 \
+    --kv-heads 1 --head-dim 32 --experts 4 --experts-used 2 --expert-ff 32
+  "$gen" -q -o "$seeds/gguf/tiny-qwen35moe.gguf" --preset qwen35moe-tiny --type q4_k_m --layers 4 --embd 64 \
+    --heads 2 --kv-heads 1 --experts 4 --experts-used 2 --expert-ff 32 --shared-ff 32
+fi
+# Tokenizer: the vocabularies' test texts, once per vocabulary and option byte.
+n_vocab=$(find "$fixtures/vocab" -name '*.gguf' | wc -l)
+for inp in "$fixtures"/vocab/*.inp; do
+  for ((v = 0; v < n_vocab; ++v)); do
+    for opt in 0 3; do
+      sel=$((v * 4 + opt))
+      { printf "\\x$(printf %02x "$sel")"; cat "$inp"; } >"$seeds/tokenizer/$(basename "$inp").$sel"
+    done
+  done
+done
+# Chat templates: the real ones.
+cp "$fixtures"/chat_templates/templates/*.jinja "$seeds/chat_template/"
+
+declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536)
+status=0
+for t in "${targets[@]}"; do
+  exe=$build/bin/fuzz_$t
+  [ -x "$exe" ] || { echo "fuzz: $exe is not built" >&2; exit 1; }
+  corpus=$build/fuzz-corpus/$t
+  artifacts=$build/fuzz-artifacts/$t/
+  mkdir -p "$corpus" "$artifacts"
+  echo "== fuzz_$t: ${secs} s"
+  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+       TESSERA_FUZZ_VOCAB_DIR="$fixtures/vocab" \
+       "$exe" "$corpus" "$seeds/$t" -max_total_time="$secs" -max_len="${max_len[$t]}" -timeout=10 \
+              -rss_limit_mb=2048 -artifact_prefix="$artifacts" -print_final_stats=1 2>"$build/fuzz-$t.log"; then
+    echo "fuzz_$t: FAILED (log: $build/fuzz-$t.log, input: $artifacts)" >&2
+    tail -n 40 "$build/fuzz-$t.log" >&2
+    status=1
+  else
+    grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$build/fuzz-$t.log" | tail -n 2 || true
+  fi
+done
+exit $status
