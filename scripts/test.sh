@@ -17,13 +17,14 @@ fi
 # tests (16 concurrent streaming clients among them). See docs/hardening.md.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON \
   -DTESSERA_NODE_MODULES_DIR="$PWD/build/node/node_modules" >/dev/null
-cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture_logits tessera tessera-gen \
-  default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good -j"$(nproc)"
+cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture_logits test_server_units tessera \
+  tessera-gen default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good -j"$(nproc)"
 echo "== GGUF, CLI, hardening, fixture (cpu_scalar) and server tests under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -L 'gguf|server|cli|hardening' -j"$(nproc)" --output-on-failure --timeout 600
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -R 'FixtureLogits.*cpu_scalar' -j"$(nproc)" --output-on-failure --timeout 600
+  ctest --test-dir build-asan -R 'FixtureLogits.*cpu_scalar|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson)\.' \
+  -j"$(nproc)" --output-on-failure --timeout 600
 
 # Fuzzing (libFuzzer, clang): each target briefly, seeded from ../shared/fixtures
 # (fuzz/run.sh; the long run is in docs/hardening.md). TESSERA_FUZZ_SECONDS=0 skips.

@@ -170,6 +170,19 @@ struct StraySilu : Wrapper {
   bool before_;
 };
 
+// Correct products, then one output element moved by `delta` (issue 21's mutation).
+struct OneElementOff : Wrapper {
+  explicit OneElementOff(float delta) : Wrapper("one_element_off"), delta_(delta) {}
+  bool custom(Graph& g, const Node& n, size_t k) override {
+    if (n.op != Op::MatMul && n.op != Op::MatMulId) return false;
+    inner().execute(g, k, 1);
+    const int64_t ne = g.tensor(n.dst).nelements();
+    fdata(g, n.dst)[ne / 2] += delta_;
+    return true;
+  }
+  float delta_;
+};
+
 // A NaN in the Softmax output.
 struct NanSoftmax : Wrapper {
   NanSoftmax() : Wrapper("nan_softmax") {}
@@ -465,6 +478,24 @@ TEST(SelfCheck, WrongArithmeticFails) {
   }
   // The other ops of the same backend still pass.
   for (const auto& r : run(be, "Mul")) EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << r.message;
+}
+
+// One MatMul / MatMulId output element off by 1e-3 fails every case of every weight
+// type (the per-element limit), and the unperturbed products pass.
+TEST(SelfCheck, OneProductElementOffByAThousandthFails) {
+  OneElementOff be(1e-3f);
+  std::set<std::string> dtypes;
+  for (const char* op : {"MatMul", "MatMulId"}) {
+    auto rs = run(be, op);
+    ASSERT_FALSE(rs.empty());
+    for (const auto& r : rs) {
+      dtypes.insert(r.c.dtype);
+      EXPECT_EQ(r.status, ConformanceStatus::Fail) << r.c.name() << " passed with one element off by 1e-3";
+    }
+  }
+  EXPECT_GE(dtypes.size(), 16u);
+  OneElementOff exact(0.0f);
+  for (const auto& r : run(exact, "MatMul")) EXPECT_EQ(r.status, ConformanceStatus::Pass) << r.c.name() << r.message;
 }
 
 TEST(SelfCheck, WritePastTheEndIsCaught) {

@@ -41,3 +41,12 @@ if(CMAKE_MATCH_1 LESS 50)
   message(FATAL_ERROR "only ${CMAKE_MATCH_1} cases verified on example_cpu:\n${STEP_OUT}")
 endif()
 message(STATUS "example_cpu: ${CMAKE_MATCH_1} cases pass")
+
+# 4. The mutant (one MatMul output element off by 1e-3) must fail conformance.
+execute_process(COMMAND ${CMAKE_COMMAND} -E env TESSERA_PLUGIN_PATH=${ex}
+                ${prefix}/bin/tessera conformance --backend example_cpu_mutant -q
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT out MATCHES "example_cpu_mutant: [0-9]+ cases, [0-9]+ pass, ([1-9][0-9]*) fail")
+  message(FATAL_ERROR "conformance did not fail the mutant (exit ${rc}):\n${out}\n${err}")
+endif()
+message(STATUS "example_cpu_mutant: ${CMAKE_MATCH_1} cases fail, as they must")

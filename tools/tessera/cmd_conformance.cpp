@@ -14,6 +14,7 @@
 #include "tessera/conformance.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
+#include "tessera/model_file.h"
 
 namespace tessera::cli {
 
@@ -85,8 +86,10 @@ int cmd_conformance(int argc, char** argv) {
   for (const std::string& name : names) {
     auto be = reg->create_backend(name, &pool);
     std::cout << "\n== " << name << " against cpu_scalar ==\n";
-    std::cout << pad("op", 14) << pad("dtype", 6) << pad("shape", 44) << pad("result", 7) << pad("NMSE", 10)
-              << pad("limit", 10) << "\n";
+    if (const PluginRecord* rec = reg->find(name); rec && !rec->reason.empty())
+      std::cout << "probe: " << printable(rec->reason, 300) << "\n";  // e.g. which device, or "emulated"
+    std::cout << pad("op", 14) << pad("dtype", 7) << pad("shape", 44) << pad("result", 7) << pad("NMSE", 10)
+              << pad("limit", 10) << pad("max err", 10) << pad("limit", 10) << "\n";
     int pass = 0, fail = 0, skip = 0;
     for (const ConformanceCase& c : conformance_cases(f)) {
       ConformanceResult r = run_conformance_case(c, *be, *reference);
@@ -101,14 +104,19 @@ int cmd_conformance(int argc, char** argv) {
         --pass, ++fail;
       }
       if (quiet && r.status == ConformanceStatus::Pass) continue;
-      std::cout << pad(c.op, 14) << pad(c.dtype, 6) << pad(c.shape, 44) << pad(conformance_status_name(r.status), 7)
-                << pad(r.status == ConformanceStatus::Skip ? "-" : fmt(r.nmse), 10)
-                << pad(r.limit > 0 ? fmt(r.limit) : "exact", 10);
+      const bool ran = r.status != ConformanceStatus::Skip;
+      std::cout << pad(c.op, 14) << pad(c.dtype, 7) << pad(c.shape, 44) << pad(conformance_status_name(r.status), 7)
+                << pad(ran ? fmt(r.nmse) : "-", 10) << pad(r.limit > 0 ? fmt(r.limit) : "exact", 10)
+                << pad(ran ? fmt(r.max_err) : "-", 10) << pad(r.max_err_limit > 0 ? fmt(r.max_err_limit) : "exact", 10);
       if (!r.message.empty()) std::cout << r.message;
       std::cout << "\n" << std::flush;
     }
     std::cout << name << ": " << (pass + fail + skip) << " cases, " << pass << " pass, " << fail << " fail, " << skip
               << " skip\n";
+    if (pass == 0 && fail == 0) {  // declining everything verifies nothing: not a pass
+      std::cout << name << ": 0 cases verified (it declined every case)\n";
+      ++fail;
+    }
     total_pass += pass, total_fail += fail, total_skip += skip;
   }
   std::cout << "\nconformance: " << names.size() << " backend(s), " << (total_pass + total_fail + total_skip)

@@ -82,6 +82,10 @@ struct ConformanceResult {
   ConformanceStatus status = ConformanceStatus::Fail;
   double nmse = 0.0;   // worst compared output (for Argmax: fraction of ids that differ)
   double limit = 0.0;  // the limit that output was held to
+  // Largest |got - reference| of any output element over that output's RMS, and its
+  // limit: one wrong element fails even where the NMSE over many elements would not.
+  double max_err = 0.0;
+  double max_err_limit = 0.0;
   std::string message; // why it failed / was skipped; empty on a clean pass
 };
 
@@ -106,6 +110,13 @@ std::vector<ConformanceResult> run_conformance(Backend& test, Backend& reference
                                                const ConformanceFilter& filter = {});
 
 // NMSE limits by op, as above (0 for Argmax: identical).
-double conformance_limit(Op op);
+// The limits a case is held to, from what a correct implementation achieves (see
+// docs/conformance.md): NMSE over each output, and the largest element error relative
+// to the output's RMS. 0 = exact.
+struct ConformanceLimits {
+  double nmse = 0.0;
+  double element = 0.0;
+};
+ConformanceLimits conformance_limits(Op op, DType weight);
 
 }  // namespace tessera
