@@ -57,8 +57,11 @@ constexpr Shape kShapes[] = {{2048, 2048}, {2048, 5632}, {5632, 2048}, {2048, 32
 // aside), so the figure is the kernel's arithmetic ceiling, the rate it would stream
 // at if memory were free. Decode from DRAM can reach the probe only below it.
 constexpr Shape kL2Shape = {2048, 256};
-constexpr DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                            DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                            DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                            // issue #20's formats
+                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4,
+                            DType::Q2_K, DType::Q3_K, DType::IQ4_XS};
 
 // Lives for the whole run: plugins stay loaded while their backends exist.
 struct Globals {
@@ -77,6 +80,26 @@ void fill_random(float* p, int64_t n, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     s ^= s << 13; s ^= s >> 7; s ^= s << 17;
     p[i] = float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(int64_t(1) << 23);
+  }
+}
+
+// Q2_K, Q3_K and IQ4_XS have no quantizer (read from files only): one row of random
+// but valid blocks (every code; F16 scales finite, of a typical magnitude), as
+// `tessera-gen` writes them. The kernels' speed does not depend on the values.
+bool has_quantizer(DType t) { return t != DType::Q2_K && t != DType::Q3_K && t != DType::IQ4_XS; }
+void random_blocks_row(DType t, int64_t K, uint64_t seed, unsigned char* dst) {
+  const size_t bytes = row_bytes(t, K), bs = dtype_traits(t).block_bytes;
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < bytes; ++i) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    dst[i] = static_cast<unsigned char>(s >> 32);
+  }
+  const uint16_t d = quant::fp32_to_fp16(0.01f);
+  for (size_t o = 0; o < bytes; o += bs) {
+    unsigned char* b = dst + o;
+    if (t == DType::Q2_K) std::memcpy(b + 80, &d, 2), std::memcpy(b + 82, &d, 2);
+    if (t == DType::Q3_K) std::memcpy(b + 108, &d, 2);
+    if (t == DType::IQ4_XS) std::memcpy(b, &d, 2);
   }
 }
 
@@ -117,6 +140,10 @@ const RawWeight& raw_weight(DType t, int64_t K, int64_t N) {
   globals().pool->parallel_for(N, [&c](int64_t b, int64_t e) {
     std::vector<float> row(size_t(c.w->K));
     for (int64_t r = b; r < e; ++r) {
+      if (!has_quantizer(c.w->type)) {
+        random_blocks_row(c.w->type, c.w->K, uint64_t(r) + 1, c.w->bytes.data() + size_t(r) * c.rb);
+        continue;
+      }
       fill_random(row.data(), c.w->K, uint64_t(r) + 1);
       quant::quantize_row(c.w->type, row.data(), c.w->bytes.data() + size_t(r) * c.rb, c.w->K);
     }

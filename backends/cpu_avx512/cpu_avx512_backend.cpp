@@ -165,8 +165,6 @@ class CpuAvx512Backend final : public Backend {
     // it accepts is executed here, by a kernel or by the reference code.
     OpSupport s = ref_->supports(graph, node);
     if (!s.supported) return s;
-    if (node.op == Op::Rope && node.src[2] >= 0)
-      return OpSupport::no("Rope: frequency factors (src2) are left to the reference backend");
     if (node.op == Op::MatMul && !kern::matmul_type_supported(graph.tensor(node.src[0]).type))
       return OpSupport::no("MatMul: no AVX-512 kernel for this weight dtype");
     // MatMulId with another weight dtype runs the reference code (run_node).
@@ -202,6 +200,13 @@ class CpuAvx512Backend final : public Backend {
       Scope(bool& f, bool v) : flag(f) { flag = v; }
       ~Scope() { flag = false; }
     } scope(validated_, validated);
+    struct RowHints {  // hints into the caller's tensors end with the call, whatever it throws
+      CpuAvx512Backend& be;
+      ~RowHints() {
+        if (be.row_hints_ && be.pool_) be.pool_->cancelIdlePrefetch();
+        be.row_hints_ = false;
+      }
+    } row_hints{*this};
     act_key_.valid = false;  // x may have been written since the last call
     next_.node = SIZE_MAX;    // found in another graph or call
     const size_t end = first + count;
@@ -209,6 +214,21 @@ class CpuAvx512Backend final : public Backend {
       const Node& n = nodes[k];
       if (n.op == Op::MatMul && k + 1 < end && nodes[k + 1].op == Op::MatMul) {
         const ProductGroup grp = next_.node == k ? next_ : find_group(graph, k, end);
+        if (grp.n == 0) {  // products of issue #20's formats (row kernels) as one dispatch
+          const Tensor* rws[kMaxGroup];
+          const Tensor* rdsts[kMaxGroup];
+          const int rn = row_group(graph, k, end, rws, rdsts);
+          if (rn > 1) {
+            prepare_next_product(graph, k + size_t(rn), first, end);
+            try {
+              mat_mul_rows_group(rws, rdsts, rn, graph.tensor(n.src[1]), n.src[1]);
+            } catch (const Error& e) {
+              fail(graph, k, e.what());
+            }
+            k += size_t(rn) - 1;
+            continue;
+          }
+        }
         const size_t after = k + size_t(std::max(grp.n, 1)) + (grp.swiglu ? 1 : 0);
         prepare_next_product(graph, after, first, end);
         if (grp.n > 1) {
@@ -381,7 +401,9 @@ class CpuAvx512Backend final : public Backend {
         });
         return true;
       }
-      case Op::Rope: return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
+      case Op::Rope:
+        return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n,
+                    n.src[2] >= 0 ? static_cast<const float*>(g.tensor(n.src[2]).data) : nullptr);
       case Op::GetRows: return get_rows(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), n);
       case Op::MoeCombine: {
@@ -419,9 +441,11 @@ class CpuAvx512Backend final : public Backend {
 
   // Rope, normal and NeoX (other modes: the reference). The reference's arithmetic
   // exactly: per token the (cos, sin) table of ggml's cache (theta multiplied by
-  // theta_scale per pair, libm cosf/sinf), then x0 c - x1 s, x0 s + x1 c in float
-  // (this file is compiled without FMA). Items (token, head) split above the threshold.
-  bool rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n) {
+  // theta_scale per pair, libm cosf/sinf; with frequency factors ff (src2, Llama 3.1's
+  // rope_freqs) pair i's angle is freq_scale * (theta / ff[i])), then x0 c - x1 s,
+  // x0 s + x1 c in float (this file is compiled without FMA). Items (token, head) split
+  // above the threshold.
+  bool rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n, const float* ff) {
     const int32_t mode = n.i[1];
     if (mode != kRopeNormal && mode != kRopeNeox) return false;
     const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
@@ -436,7 +460,7 @@ class CpuAvx512Backend final : public Backend {
         float* cs = rope_cs_.data() + t * n_dims;
         float theta = float(p[t]);
         for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
-          const float ang = freq_scale * theta;
+          const float ang = freq_scale * (ff ? theta / ff[i0 / 2] : theta);
           cs[i0] = std::cos(ang);
           cs[i0 + 1] = std::sin(ang);
           theta *= theta_scale;
@@ -712,6 +736,88 @@ class CpuAvx512Backend final : public Backend {
     const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
     const Tensor* swiglu = nullptr;
   };
+  // Consecutive products (from node k, up to kMaxGroup) over one x whose weights are of
+  // one of issue #20's formats (GGUF layout, row kernels), one dtype and K, with the
+  // same non-overlap conditions as matmul_group: q/k and gate/up of an IQ4_XS or Q3_K
+  // model then wait once for the slower executor, as repacked groups do (decision 25).
+  int row_group(const Graph& g, size_t k, size_t end, const Tensor** ws, const Tensor** dsts) const {
+    const auto& nodes = g.nodes();
+    const int32_t xi = nodes[k].src[1];
+    if (xi < 0 || !g.tensor(xi).data) return 0;
+    const Tensor& x = g.tensor(xi);
+    int n = 0;
+    for (size_t j = k; j < end && n < kMaxGroup; ++j) {
+      const Node& nd = nodes[j];
+      if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
+      const Tensor& w = g.tensor(nd.src[0]);
+      const Tensor& d = g.tensor(nd.dst);
+      if (!w.data || !d.data || !kern::format_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1) break;
+      if (n && (w.type != ws[0]->type || w.ne[0] != ws[0]->ne[0])) break;
+      if (!accepted(g, nd) || !uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
+      bool clash = false;
+      for (int i = 0; i < n && !clash; ++i)
+        clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
+      if (clash || overlaps_bytes(d, w)) break;
+      ws[n] = &w;
+      dsts[n] = &d;
+      ++n;
+    }
+    return n;
+  }
+
+  // The products of row_group as one dispatch: items are 16-row tiles of each product in
+  // turn (claims never cross into the next), each computed by matmul_rows exactly as
+  // mat_mul computes it alone.
+  void mat_mul_rows_group(const Tensor* const* ws, const Tensor* const* dsts, int n, const Tensor& x, int32_t xi) {
+    const DType wt = ws[0]->type;
+    const int64_t K = ws[0]->ne[0], M = x.nrows();
+    const size_t ab = kern::act_bytes(wt, K);
+    uint8_t* act = prepared_act(x, xi, wt, false, K, ab);
+    struct Ctx {
+      kern::MatMulJob job[kMaxGroup];
+      int64_t N[kMaxGroup], tiles[kMaxGroup];
+      int n;
+      WorkSplit* split;
+      void run(int64_t b, int64_t e) const {
+        for (int i = 0; i < n && b < e; ++i) {
+          if (b >= tiles[i]) {
+            b -= tiles[i], e -= tiles[i];
+            continue;
+          }
+          const int64_t t1 = std::min(e, tiles[i]);
+          kern::matmul_rows(job[i], b * kern::kTileRows, std::min(N[i], t1 * kern::kTileRows));
+          b = 0, e -= tiles[i];
+        }
+      }
+    } ctx;
+    ctx.n = n;
+    ctx.split = &split_;
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& w = *ws[i];
+      const Tensor& d = *dsts[i];
+      ctx.job[i] = kern::MatMulJob{wt, K, static_cast<const uint8_t*>(w.data), int64_t(w.nb[1]), M, act, ab,
+                                   static_cast<float*>(d.data), int64_t(d.nb[1] / sizeof(float))};
+      ctx.job[i].decode_prefetch = decode_prefetch_;
+      ctx.N[i] = w.ne[1];
+      ctx.tiles[i] = (w.ne[1] + kern::kTileRows - 1) / kern::kTileRows;
+      total += ctx.tiles[i];
+    }
+    const int execs = pool_ ? pool_->executorCount() : 1;
+    if (execs <= 1 || total < 2) {
+      ctx.run(0, total);
+      return;
+    }
+    split_.reset(total, execs, 1);
+    pool_->parallel(
+        [](void* p, int index) {
+          auto* c = static_cast<Ctx*>(p);
+          int64_t b, e;
+          while (c->split->next(index, b, e)) c->run(b, e);
+        },
+        &ctx);
+  }
+
   ProductGroup find_group(const Graph& g, size_t k, size_t end) {
     ProductGroup grp;
     grp.n = matmul_group(g, k, end, grp.rps, grp.ws, grp.dsts);
@@ -776,6 +882,26 @@ class CpuAvx512Backend final : public Backend {
     if (j < end && nodes[j].op == Op::MatMul) {
       next_ = find_group(g, j, end);
       if (j >= from) next_.node = j;  // a product of this call still to come
+    }
+    if (next_.n == 0 && j >= from && j < end && nodes[j].op == Op::MatMul && nodes[j].src[0] >= 0) {
+      // A product of issue #20's formats (row kernels on the GGUF layout): the start of
+      // each worker's share of its rows, as for a repacked one. Only for a product of
+      // this call (the tensor is the caller's; see row_hints_).
+      const Tensor& w = g.tensor(nodes[j].src[0]);
+      if (w.data && kern::format_supported(w.type) && w.ne[2] == 1 && w.ne[3] == 1) {
+        const int64_t N = w.ne[1], tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
+        for (int e = 1; e < execs; ++e) {
+          FastPool::PrefetchHint h;
+          const int64_t r = tiles * e / execs * kern::kTileRows;  // where worker e's share starts
+          if (r < N) {
+            h.p = static_cast<const char*>(w.data) + size_t(r) * w.nb[1];
+            h.bytes = std::min(kIdlePrefetchBytes, size_t(N - r) * w.nb[1]);
+          }
+          pool_->setIdlePrefetch(e, h);
+        }
+        row_hints_ = true;
+        return;
+      }
     }
     const int parts = next_.swiglu ? 1 : next_.n;  // fused: the share starts in gate and in up alike
     int64_t tiles = 0;
@@ -1122,6 +1248,10 @@ class CpuAvx512Backend final : public Backend {
   std::vector<kern::MatMulJob> moe_jobs_;
   WorkSplit split_;     // the items of the current product dispatch
   ProductGroup next_;  // the next product's group, found for its idle prefetch
+  // An idle-prefetch hint points into a GGUF-layout weight (a row-kernel product of
+  // issue #20's formats): cancelled at the end of the execute call, since that memory
+  // is the caller's and may be freed after it.
+  bool row_hints_ = false;
   bool repack_ = true;
   bool validated_ = false;  // inside execute_validated (see accepted)
   int decode_tiles_ = 1;         // MatMulJob::decode_tiles for repacked products

@@ -12,6 +12,8 @@
 //    6-bit scales in int32 (exact); the mins use the activation's 32-element sums.
 //  - Q6_K: q (0..63) unsigned, scaled by the int8 sub-block scales in int32; the -32
 //    offset uses the activation's 16-element sums.
+// Issue #20's formats (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS) have their
+// row kernels and layouts in kernels_matmul_formats.cpp (format_dot and friends).
 // Integer partial sums are exact; only the float scaling/accumulation order differs
 // from cpu_scalar (float rounding). F16/BF16 weights: activations rounded to F16/BF16
 // (exact products), F32 accumulation.
@@ -100,8 +102,10 @@ void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
     const __m512 vs = _mm512_set1_ps(iscale);
     int16_t s16[16];
     for (int g = 0; g < 16; ++g) {
-      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vs)),
-                                         _mm512_set1_epi32(127));
+      // max(-128): a NaN or Inf converts to INT_MIN, whose sums would overflow (a no-op for finite x)
+      const __m512i q = _mm512_max_epi32(
+          _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vs)), _mm512_set1_epi32(127)),
+          _mm512_set1_epi32(-128));
       s16[g] = int16_t(_mm512_reduce_add_epi32(q));
       const int e = 16 * g;
       const int at = q6 ? e : 128 * (e / 128) + kPos[(e % 128) / 32] + e % 32;
@@ -498,7 +502,7 @@ void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[3], _mm512_load_si512(a + 192)), sv[3]);
       const float dd = d * PrepQ8K::d(a);
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(dd), acc[c]);
-      const __m256i mm = _mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 272)));
+      const __m256i mm = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 272)));  // 16-byte aligned only
       accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dd), accm[c]);
     }
   }
@@ -640,7 +644,7 @@ DotFn pick(DType wt) {
     case DType::Q4_K: return &dot_q45_k<NC, false>;
     case DType::Q5_K: return &dot_q45_k<NC, true>;
     case DType::Q6_K: return &dot_q6_k<NC>;
-    default: return nullptr;
+    default: return format_dot(wt, NC);  // issue #20's formats (kernels_matmul_formats.cpp)
   }
 }
 
@@ -656,7 +660,7 @@ bool matmul_type_supported(DType wt) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return true;
-    default: return false;
+    default: return format_supported(wt);
   }
 }
 
@@ -670,7 +674,7 @@ size_t act_bytes(DType wt, int64_t K) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return size_t(K / QK_K) * kQ8KBlockBytes;
-    default: return 0;
+    default: return format_act_bytes(wt, K);
   }
 }
 
@@ -691,7 +695,7 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: prep_q8_k_for(wt, x, K, dst); return;
-    default: return;
+    default: format_prep_act(wt, x, K, dst); return;
   }
 }
 
@@ -712,6 +716,14 @@ void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
       const Dot2Fn g = nc == 4 ? g4 : nc == 3 ? g3 : nc == 2 ? g2 : g1;
       float res[8];
       int64_t r = rb;
+      // Decode of issue #20's 256-blocks: 2 rows per pass (each row computed as alone).
+      const RowDot2Fn d2 = j.M == 1 ? format_dot2(j.wt) : nullptr;
+      if (d2)
+        for (; r + 2 <= re; r += 2) {
+          d2(j.w + r * j.wstride, j.wstride, j.K, a, res);
+          o[0][r] = res[0];
+          o[0][r + 1] = res[4];
+        }
       if (g && j.M > 1)  // prefill: 2 rows x nc columns per pass
         for (; r + 2 <= re; r += 2) {
           g(j.w + r * j.wstride, j.wstride, j.K, a, res);

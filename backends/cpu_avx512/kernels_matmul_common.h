@@ -71,4 +71,19 @@ void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst);
 // (Q6_K: natural order and 16-element sums; Q4_K / Q5_K: their chunk order, 32-element sums).
 void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst);
 
+// ---- Row kernels of issue #20's formats (kernels_matmul_formats.cpp) -------------
+// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K and IQ4_XS weights in their GGUF layout
+// against activations quantized exactly as quant::quantize_row of vec_dot_type(wt)
+// (Q8_1, Q8_0 or Q8_K) and laid out for the kernel (see the file's comment).
+// res[c] = dot(weight row, prepared column c) for NC columns.
+using RowDotFn = void (*)(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res);
+bool format_supported(DType wt);
+size_t format_act_bytes(DType wt, int64_t K);  // a multiple of 64
+void format_prep_act(DType wt, const float* x, int64_t K, uint8_t* dst);
+RowDotFn format_dot(DType wt, int nc);  // nc = 1..4; null for other dtypes
+// Two rows (w, w + wstride) x one column (decode), res[0] and res[4], each row bit for
+// bit as format_dot(wt, 1) computes it alone; null where there is none.
+using RowDot2Fn = void (*)(const uint8_t* w, int64_t wstride, int64_t K, const uint8_t* const* act, float* res);
+RowDot2Fn format_dot2(DType wt);
+
 }  // namespace tessera::cpu_avx512::kern

@@ -453,8 +453,11 @@ void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
     const float id = d != 0.f ? 1.f / d : 0.f;
     dd[b] = round_to_f16(d);
     const __m512 vid = _mm512_set1_ps(id);
-    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)));
-    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid)));
+    // max(-127): NaN converts to INT_MIN, whose sums would overflow (a no-op for finite x,
+    // and the block's NaN scale still carries the NaN to the output)
+    const __m512i lo = _mm512_set1_epi32(-127);
+    const __m512i q0 = _mm512_max_epi32(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid))), lo);
+    const __m512i q1 = _mm512_max_epi32(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid))), lo);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
     cc[b] = mult * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));

@@ -91,7 +91,46 @@ struct Out {
   }
 };
 
+// Random but valid blocks of an issue-#20 format (every code, every scale bit pattern
+// the format's bytes allow, F16 scales and MXFP4 exponents set to finite values of a
+// useful range): Q2_K, Q3_K and IQ4_XS have no quantizer (they are read from files
+// only). `tiny_e`: MXFP4 exponents 0..3 only (2^-128..2^-125, F32 subnormals among them).
+std::vector<uint8_t> random_blocks(DType t, int64_t K, int64_t N, uint32_t seed, bool tiny_e = false) {
+  const size_t rb = row_bytes(t, K), bs = dtype_traits(t).block_bytes;
+  std::vector<uint8_t> q(rb * size_t(N));
+  std::mt19937 rng(seed);
+  for (auto& b : q) b = uint8_t(rng());
+  std::uniform_real_distribution<float> mag(0.25f, 1.0f);
+  auto f16 = [&](uint8_t* p, float scale, bool any_sign) {
+    const float v = mag(rng) * scale * (any_sign && (rng() & 1) ? -1.0f : 1.0f);
+    const uint16_t h = quant::fp32_to_fp16(v);
+    std::memcpy(p, &h, 2);
+  };
+  for (size_t o = 0; o < q.size(); o += bs) {
+    uint8_t* b = q.data() + o;
+    switch (t) {
+      case DType::Q4_1: case DType::Q5_1: f16(b, 0.05f, true), f16(b + 2, 0.5f, true); break;
+      case DType::Q5_0: case DType::IQ4_NL: f16(b, 0.05f, true); break;
+      case DType::MXFP4: b[0] = tiny_e ? uint8_t(rng() % 4) : uint8_t(118 + rng() % 16); break;
+      case DType::Q2_K: f16(b + 80, 0.05f, true), f16(b + 82, 0.05f, true); break;
+      case DType::Q3_K: f16(b + 108, 0.05f, true); break;
+      case DType::IQ4_XS: f16(b, 0.01f, true); break;
+      default: ADD_FAILURE() << "random_blocks: " << dtype_name(t); break;
+    }
+  }
+  return q;
+}
+
+bool has_quantizer(DType t) { return t != DType::Q2_K && t != DType::Q3_K && t != DType::IQ4_XS; }
+
+// The rows of w quantized to t (types without a quantizer: random valid blocks, seeded
+// by the floats).
 std::vector<uint8_t> quantize_matrix(DType t, const std::vector<float>& w, int64_t K, int64_t N) {
+  if (!has_quantizer(t)) {
+    uint32_t seed;
+    std::memcpy(&seed, w.data(), 4);
+    return random_blocks(t, K, N, seed);
+  }
   const size_t rb = row_bytes(t, K);
   std::vector<uint8_t> q(rb * size_t(N));
   for (int64_t r = 0; r < N; ++r) quant::quantize_row(t, w.data() + r * K, q.data() + size_t(r) * rb, K);
@@ -185,8 +224,83 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MatMulCase{DType::F32, {1, 37, 96, 512}}, MatMulCase{DType::F16, {5, 48, 96, 1000}},
                       MatMulCase{DType::BF16, {3, 48, 96, 1000}}, MatMulCase{DType::Q8_0, {32, 64, 96, 608, 2048}},
                       MatMulCase{DType::Q4_0, {32, 64, 96, 608, 2048}}, MatMulCase{DType::Q4_K, {256, 512, 2048}},
-                      MatMulCase{DType::Q5_K, {256, 512, 2048}}, MatMulCase{DType::Q6_K, {256, 512, 2048}}),
+                      MatMulCase{DType::Q5_K, {256, 512, 2048}}, MatMulCase{DType::Q6_K, {256, 512, 2048}},
+                      // Issue #20's formats (row kernels only): 1, 3, 5, 19 and 64 blocks of 32
+                      // (partial groups of 4 and of 16 blocks), 1, 2, 3 and 8 blocks of 256.
+                      MatMulCase{DType::Q4_1, {32, 96, 160, 608, 2048}}, MatMulCase{DType::Q5_0, {32, 96, 160, 608, 2048}},
+                      MatMulCase{DType::Q5_1, {32, 96, 160, 608, 2048}},
+                      MatMulCase{DType::IQ4_NL, {32, 96, 160, 608, 2048}},
+                      MatMulCase{DType::MXFP4, {32, 96, 160, 608, 2048}}, MatMulCase{DType::Q2_K, {256, 512, 768, 2048}},
+                      MatMulCase{DType::Q3_K, {256, 512, 768, 2048}}, MatMulCase{DType::IQ4_XS, {256, 512, 768, 2048}}),
     [](const ::testing::TestParamInfo<MatMulCase>& i) { return std::string(dtype_name(i.param.wt)); });
+
+// Issue #20's formats from random valid blocks (every code and bit pattern, not only
+// what a quantizer produces; MXFP4 also with the smallest exponents, whose scales are
+// F32 subnormals), decode and prefill column counts, on 1 and 2 executors. The
+// integer sums are exact, so the row kernels differ from the reference by float
+// rounding only.
+TEST_F(Avx512, NewFormatsFromRandomBlocksAgreeWithScalar) {
+  uint32_t seed = 2000;
+  for (DType wt : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                   DType::IQ4_XS})
+    for (bool tiny_e : {false, true}) {
+      if (tiny_e && wt != DType::MXFP4) continue;
+      for (int64_t K : {256, 2304})
+        for (int64_t N : {1, 33})
+          for (int64_t M : {1, 4, 5}) {
+            SCOPED_TRACE(std::string(dtype_name(wt)) + (tiny_e ? " tiny exponents" : "") + " K=" + std::to_string(K) +
+                         " N=" + std::to_string(N) + " M=" + std::to_string(M));
+            std::vector<uint8_t> w = random_blocks(wt, K, N, seed++, tiny_e);
+            std::vector<float> x = randn(size_t(K * M), seed++);
+            Out r = matmul(*ref, wt, w, K, N, x, M);
+            Out a = matmul(*be1, wt, w, K, N, x, M), b = matmul(*be2, wt, w, K, N, x, M);
+            const double e = tessera::nmse(r.data(), a.data(), r.n);
+            EXPECT_LE(e, 1e-6) << "nmse " << e;
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * r.n), 0) << "1 vs 2 threads differ";
+            EXPECT_TRUE(a.guard_ok() && b.guard_ok());
+            if (N > 1 && M == 1) {
+              // Decode may compute rows in pairs: each row equals the row computed alone
+              // (rows 0-2 as a product of 3: a pair and a lone row; here rows 2 pairs with 3).
+              std::vector<uint8_t> w3(w.begin(), w.begin() + ptrdiff_t(3 * row_bytes(wt, K)));
+              Out a3 = matmul(*be1, wt, w3, K, 3, x, 1);
+              EXPECT_EQ(std::memcmp(a3.data(), a.data(), sizeof(float) * 3), 0) << "rows alone and paired differ";
+            }
+          }
+    }
+}
+
+// The activations of issue #20's formats are quantized as the reference does (Q8_0 and
+// Q8_1: halves rounded away from zero, Q8_1's sum through F16; Q8_K: halves to even):
+// a column of exact halves at a scale of 1 (every value a tie: rounding them the other
+// way moves the integer sums by about 1% of the result, NMSE ~1e-4), tiny and zero blocks.
+TEST_F(Avx512, NewFormatsQuantizeActivationsAsTheReference) {
+  uint32_t seed = 3000;
+  for (DType wt : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                   DType::IQ4_XS}) {
+    const int64_t K = 512, N = 19;
+    std::vector<uint8_t> w = has_quantizer(wt) ? quantize_matrix(wt, randn(size_t(K * N), seed++, 0.5f), K, N)
+                                               : random_blocks(wt, K, N, seed++);
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(std::string(dtype_name(wt)) + " variant " + std::to_string(variant));
+      std::vector<float> x;
+      if (variant == 0) {
+        // Every 32-block (and 256-block) has a maximum of exactly 127: scale 1, and
+        // every other value an exact half, so every rounding is a tie.
+        x.resize(size_t(K));
+        std::mt19937 rng(seed++);
+        for (int64_t k = 0; k < K; ++k) x[size_t(k)] = float(int(rng() % 254) - 127) + 0.5f;
+        for (int64_t b = 0; b < K; b += 32) x[size_t(b + (b / 32) % 32)] = (b / 32) % 2 ? 127.0f : -127.0f;
+      } else {
+        x = randn(size_t(K), seed++, variant == 1 ? 1e-4f : 3e-6f);
+        std::fill(x.begin() + 256, x.begin() + 320, 0.0f);  // two blocks of 32 zeros
+      }
+      Out r = matmul(*ref, wt, w, K, N, x, 1);
+      Out a = matmul(*be1, wt, w, K, N, x, 1), b = matmul(*be2, wt, w, K, N, x, 1);
+      EXPECT_LE(tessera::nmse(r.data(), a.data(), r.n), 1e-6);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * r.n), 0);
+    }
+  }
+}
 
 // Repacked Q4_0 / Q8_0 decode walks 1, 2 or 4 tiles per call (make_backend's
 // decode_tiles; the default depends on the CPU, so each is tested here): every one is
@@ -516,7 +630,8 @@ TEST_F(Avx512, ConsecutiveMatMulsShareTheActivationSafely) {
 TEST_F(Avx512, GroupedMatMulsEqualEachProductAlone) {
   const int64_t K = 256;
   const std::vector<int64_t> Ns = {40, 16, 16, 72, 24, 16};
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+  // Issue #20's formats are grouped too (row kernels on the GGUF layout, one dispatch).
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::IQ4_XS, DType::Q3_K, DType::Q4_1}) {
     for (int64_t M : {int64_t(1), int64_t(5)}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M));
       std::vector<std::vector<uint8_t>> ws;
@@ -833,7 +948,8 @@ TEST_F(Avx512, ArgmaxFirstMaximum) {
 TEST_F(Avx512, GetRowsAndRopeAgree) {
   const int64_t K = 256, V = 11;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K}) {
+                  DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K,
+                  DType::Q3_K, DType::IQ4_XS}) {
     std::vector<float> tf = randn(size_t(K * V), 9);
     std::vector<uint8_t> tab = t == DType::F32 ? std::vector<uint8_t>(reinterpret_cast<uint8_t*>(tf.data()),
                                                                       reinterpret_cast<uint8_t*>(tf.data() + tf.size()))
@@ -877,6 +993,41 @@ TEST_F(Avx512, GetRowsAndRopeAgree) {
       n.f[1] = 1.0f;
       g.add_node(n);
       run(*be, g);
+    }
+    EXPECT_EQ(std::memcmp(r.data(), a.data(), sizeof(float) * r.n), 0) << "rope variant " << variant;
+    EXPECT_TRUE(a.guard_ok());
+  }
+}
+
+// Rope with frequency factors (src2: Llama 3.1's rope_freqs, pair i's angle divided by
+// ff[i]) runs here, normal and NeoX, full and partial rotation, one token and a prefill
+// split over the pool, bit for bit as the reference.
+TEST_F(Avx512, RopeWithFrequencyFactorsMatchesReferenceBitForBit) {
+  for (int variant = 0; variant < 8; ++variant) {
+    const int mode = variant % 2 ? int(kRopeNeox) : int(kRopeNormal);
+    const bool partial = (variant / 2) % 2, long_prefill = variant >= 4;
+    const int64_t hd = 128, heads = long_prefill ? 32 : 4, T = long_prefill ? 300 : 3;
+    const int32_t n_dims = partial ? 64 : 128;
+    std::vector<float> x = randn(size_t(hd * heads * T), 40 + variant);
+    std::vector<int32_t> pos(static_cast<size_t>(T), 0);
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t * 13 + 5);
+    std::vector<float> ff(size_t(n_dims / 2));  // Llama 3.1's shape: 1 for high frequencies, up to 8 for low
+    for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + 7.0f * float(i) / float(ff.size() - 1);
+    Out r(x.size()), a(x.size());
+    for (Backend* be : {ref.get(), be2.get()}) {
+      Graph g;
+      const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {hd, heads, T}, x.data()));
+      const int tp = g.add_tensor(Tensor::contiguous(DType::I32, {T}, pos.data()));
+      const int tf = g.add_tensor(Tensor::contiguous(DType::F32, {n_dims / 2}, ff.data()));
+      const int to = g.add_tensor(Tensor::contiguous(DType::F32, {hd, heads, T}, (be == ref.get() ? r : a).data()));
+      Node n = node(Op::Rope, to, tx, tp);
+      n.src[2] = tf;
+      n.i[0] = n_dims;
+      n.i[1] = mode;
+      n.f[0] = 500000.0f;
+      n.f[1] = variant == 3 ? 0.25f : 1.0f;
+      g.add_node(n);
+      run(*be, g);  // asserts that this backend supports it
     }
     EXPECT_EQ(std::memcmp(r.data(), a.data(), sizeof(float) * r.n), 0) << "rope variant " << variant;
     EXPECT_TRUE(a.guard_ok());
@@ -1193,7 +1344,10 @@ INSTANTIATE_TEST_SUITE_P(
     AllWeightTypes, Avx512MatMulId,
     ::testing::Values(MatMulCase{DType::F32, {96}}, MatMulCase{DType::F16, {96}}, MatMulCase{DType::BF16, {96}},
                       MatMulCase{DType::Q8_0, {512}}, MatMulCase{DType::Q4_0, {512}}, MatMulCase{DType::Q4_K, {512}},
-                      MatMulCase{DType::Q5_K, {512}}, MatMulCase{DType::Q6_K, {512}}),
+                      MatMulCase{DType::Q5_K, {512}}, MatMulCase{DType::Q6_K, {512}},
+                      MatMulCase{DType::Q4_1, {160}}, MatMulCase{DType::Q5_0, {160}}, MatMulCase{DType::Q5_1, {160}},
+                      MatMulCase{DType::IQ4_NL, {160}}, MatMulCase{DType::MXFP4, {256}},
+                      MatMulCase{DType::Q2_K, {512}}, MatMulCase{DType::Q3_K, {512}}, MatMulCase{DType::IQ4_XS, {512}}),
     [](const ::testing::TestParamInfo<MatMulCase>& i) { return std::string(dtype_name(i.param.wt)); });
 
 // A repacked expert tensor is only used while it still matches: new contents at the
