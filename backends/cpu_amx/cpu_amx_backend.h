@@ -1,0 +1,51 @@
+// cpu_amx: AMX tile products for many activation rows (prefill, batched decode,
+// mixture-of-experts groups) on top of the AVX-512 backend.
+//
+// The backend wraps a cpu_avx512 backend (cpu_scalar where AVX-512 is missing) and
+// accepts exactly the nodes it accepts. MatMul nodes with Q8_0 / Q4_0 weights and at
+// least `min_columns` activation rows, and MatMulId nodes with as many (token, expert)
+// pairs, run on the tiles; every other node, and every run of them, goes to the
+// wrapped backend in one call, so one-token decode is cpu_avx512's own path. Wrapping
+// rather than declining is deliberate: only the best-ranked backend gets to repack
+// weights (decision 4), so a cpu_amx that declined small products would leave the
+// decode products of a cpu_avx512 after it without its repacked tiles.
+//
+// The tile products read cpu_avx512's repacked Q8_0 / Q4_0 copy (its layout is the
+// VNNI B-tile layout), found through the wrapped backend's weight_bytes() and checked
+// at load; without one (repack off, no AVX-512) cpu_amx keeps its own copy.
+// Results equal cpu_scalar's bit for bit (see kernel_impl.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/backend.h"
+
+namespace tessera {
+class FastPool;
+}
+
+namespace tessera::cpu_amx {
+
+// True when this CPU and OS run AMX (CPUID AMX-TILE, AMX-INT8 and AMX-BF16; XCR0
+// bits 17-18; Linux's arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) permission);
+// otherwise *why names what is missing. Safe on any x86-64 CPU.
+bool hardware_usable(std::string* why = nullptr);
+
+// TESSERA_AMX_EMULATE is set to 1 (or true / yes / on).
+bool emulation_requested_by_env();
+
+struct Options {
+  bool emulate = false;       // the tile emulator instead of the instructions
+  int64_t min_columns = 16;   // fewest activation rows (MatMulId: pairs) a tile product takes
+  // Passed to the wrapped cpu_avx512 (see cpu_avx512::make_backend).
+  bool repack = true;
+  int decode_tiles = 0;
+  int decode_prefetch = -1;
+};
+
+// Throws tessera::Error when neither emulation is asked for nor the hardware usable,
+// or min_columns < 1.
+std::unique_ptr<Backend> make_backend(FastPool* pool, const Options& options);
+
+}  // namespace tessera::cpu_amx

@@ -1,0 +1,125 @@
+// Plugin entry of the cpu_amx backend. Compiled WITHOUT ISA flags: probe() and
+// create() run on any x86-64 CPU; the tile kernels are only reached through a backend
+// that create() made after the hardware check (or for the emulator).
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cpu_amx_backend.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/plugin_abi.h"
+#include "tessera/plugin_config.h"
+
+namespace {
+
+bool truthy(const std::string& v) { return v == "true" || v == "1" || v == "yes" || v == "on"; }
+bool falsy(const std::string& v) { return v == "false" || v == "0" || v == "no" || v == "off"; }
+
+// probe() receives no options, so it reads `emulate` from the plugins.toml the host
+// discovers ([backend.cpu_amx] options = { emulate = true }); an unreadable file
+// counts as not asking.
+bool emulation_requested_by_config() {
+  try {
+    const tessera::PluginConfig cfg = tessera::PluginConfig::discover();
+    if (const tessera::PluginSettings* s = cfg.settings("cpu_amx")) {
+      auto it = s->options.find("emulate");
+      return it != s->options.end() && truthy(it->second);
+    }
+  } catch (...) {
+  }
+  return false;
+}
+
+int32_t probe(char* reason, size_t reason_size) {
+  try {
+    std::string why;
+    const bool hw = tessera::cpu_amx::hardware_usable(&why);
+    const bool env = tessera::cpu_amx::emulation_requested_by_env();
+    const bool emulate = env || emulation_requested_by_config();
+    std::string note;
+    int32_t score = 0;
+    if (emulate) {
+      // Usable for testing, ranked below cpu_avx512 (50): never chosen over it by default.
+      note = std::string("emulated (") + (env ? "TESSERA_AMX_EMULATE" : "plugins.toml emulate = true") +
+             "): tile instructions in software, for testing" + (hw ? "; real AMX is present" : "");
+      score = 2 * TESSERA_SCORE_PORTABLE;  // emulated: below cpu_avx512, above cpu_scalar
+    } else if (hw) {
+      note = "AMX tile/int8/bf16 usable (CPUID, XCR0, arch_prctl)";
+      score = TESSERA_SCORE_CPU_MATRIX;
+    } else {
+      note = "needs AMX: " + why + " (TESSERA_AMX_EMULATE=1 emulates it, for testing)";
+    }
+    if (reason && reason_size) std::snprintf(reason, reason_size, "%s", note.c_str());
+    return score;
+  } catch (...) {
+    if (reason && reason_size) std::snprintf(reason, reason_size, "cpu_amx: probe failed");
+    return 0;
+  }
+}
+
+void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
+  try {
+    tessera::FastPool* pool = nullptr;
+    if (args && args->struct_size >= offsetof(TesseraCreateArgs, pool) + sizeof(args->pool))
+      pool = static_cast<tessera::FastPool*>(args->pool);
+    // Options: `emulate` (true/false), `min_columns` (integer >= 1: fewest activation
+    // rows a tile product takes), and cpu_avx512's `repack`, `decode_tiles`,
+    // `decode_prefetch` for the wrapped backend.
+    tessera::cpu_amx::Options o;
+    o.emulate = tessera::cpu_amx::emulation_requested_by_env();
+    if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
+      for (size_t i = 0; i < args->option_count; ++i) {
+        const TesseraOption& opt = args->options[i];
+        if (!opt.key || !opt.value) continue;
+        const std::string k = opt.key, v = opt.value;
+        if (k == "emulate") {
+          if (truthy(v)) o.emulate = true;
+          else if (!falsy(v)) throw tessera::Error("option emulate must be true or false, not '" + v + "'");
+        } else if (k == "min_columns") {
+          size_t used = 0;
+          long long n = 0;
+          try {
+            n = std::stoll(v, &used);
+          } catch (...) {
+            used = 0;
+          }
+          if (used != v.size() || n < 1) throw tessera::Error("option min_columns must be an integer >= 1, not '" + v + "'");
+          o.min_columns = n;
+        } else if (k == "repack") {
+          o.repack = !falsy(v);
+        } else if (k == "decode_tiles") {
+          if (v != "1" && v != "2" && v != "4")
+            throw tessera::Error("option decode_tiles must be 1, 2 or 4, not '" + v + "'");
+          o.decode_tiles = std::stoi(v);
+        } else if (k == "decode_prefetch") {
+          if (truthy(v)) o.decode_prefetch = 1;
+          else if (falsy(v)) o.decode_prefetch = 0;
+          else throw tessera::Error("option decode_prefetch must be true or false, not '" + v + "'");
+        }
+      }
+    return static_cast<tessera::Backend*>(tessera::cpu_amx::make_backend(pool, o).release());
+  } catch (const std::exception& e) {
+    if (error && error_size) std::snprintf(error, error_size, "cpu_amx: %s", e.what());
+  } catch (...) {
+    if (error && error_size) std::snprintf(error, error_size, "cpu_amx: unknown error");
+  }
+  return nullptr;
+}
+
+void destroy(void* instance) { delete static_cast<tessera::Backend*>(instance); }
+
+const TesseraPluginDescriptor kDescriptor = {
+    TESSERA_PLUGIN_ABI_VERSION,
+    sizeof(TesseraPluginDescriptor),
+    "cpu_amx",
+    TESSERA_PLUGIN_BACKEND,
+    "AMX tile products (Q8_0/Q4_0) for prefill and expert batches; everything else as cpu_avx512",
+    &probe,
+    &create,
+    &destroy,
+};
+
+}  // namespace
+
+TESSERA_DEFINE_PLUGIN(kDescriptor)
