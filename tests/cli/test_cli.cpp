@@ -197,6 +197,25 @@ TEST(Cli, BenchParallelAndProfile) {
   expect_one_line_error("run -p x --batch 0", "--batch");
 }
 
+// --expert-cache streams a MoE model's experts; bench reports what the decode read.
+TEST(Cli, BenchReportsStreamedExperts) {
+  if (!fs::exists(fixture("models/qwen35moe-f16.gguf"))) GTEST_SKIP() << "fixtures not found";
+  const auto j = bench_json("-p 6 -n 6 -r 2 --membw-mib 0 --peak-runs 0 --expert-cache 64M");
+  ASSERT_TRUE(j.contains("experts")) << j.dump();
+  const auto& x = j.at("experts");
+  EXPECT_EQ(x.at("cache_bytes").get<uint64_t>(), 64ull << 20);
+  EXPECT_EQ(x.at("decode_tokens").get<int>(), 12);
+  const double hit = x.at("hit_rate").get<double>();
+  EXPECT_GE(hit, 0.0);
+  EXPECT_LE(hit, 1.0);
+  EXPECT_GE(x.at("disk_bytes_per_token").get<double>(), 0.0);
+  EXPECT_FALSE(bench_json("-p 2 -n 2 -r 1 --membw-mib 0 --peak-runs 0 --expert-cache off").contains("experts"));
+  expect_one_line_error("bench -m " + fixture("models/qwen35moe-f16.gguf") + " -p 2 -n 2 --expert-cache 1K",
+                        "use --expert-cache");
+  expect_one_line_error("bench -m " + fixture("models/qwen35moe-f16.gguf") + " -p 2 -n 2 --expert-cache lots",
+                        "must start with a number");
+}
+
 // A prompt longer than --batch is prefilled in chunks and gives the same greedy text.
 TEST(Cli, RunChunkedPrefillGivesTheSameText) {
   const std::string text = "\"Once upon a time there was a small town by the sea\"";

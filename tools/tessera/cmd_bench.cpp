@@ -34,6 +34,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/expert_stream.h"
+
 #include "cli_common.h"
 #include "tessera/backend.h"
 #include "tessera/compute_peak.h"
@@ -321,6 +323,10 @@ int cmd_bench(int argc, char** argv) {
   };
 
   std::vector<double> pp, tg;
+  // Streamed experts: what the timed decode runs read (deltas of the stream's counters).
+  ExpertStreamStats xs_decode{};
+  int64_t xs_tokens = 0;
+  auto xs_now = [&] { return engine->expert_stream() ? engine->expert_stream()->stats() : ExpertStreamStats{}; };
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
     for (auto& t : prompt) t = pick(rng);
@@ -333,6 +339,7 @@ int cmd_bench(int argc, char** argv) {
       let_engine_sleep();
       peaks.push_back(measure_compute_peak(*probe_pool, peak_kernel, peak_runs));
     }
+    const ExpertStreamStats xs0 = xs_now();
     auto t1 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_gen; ++i) {
       if (n_par > 1) {
@@ -344,6 +351,16 @@ int cmd_bench(int argc, char** argv) {
     }
     double dt_g = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     if (r == 0) continue;
+    if (const ExpertStreamStats xs1 = xs_now(); engine->expert_stream()) {
+      xs_decode.lookups += xs1.lookups - xs0.lookups;
+      xs_decode.hits += xs1.hits - xs0.hits;
+      xs_decode.prefetched += xs1.prefetched - xs0.prefetched;
+      xs_decode.prefetch_hits += xs1.prefetch_hits - xs0.prefetch_hits;
+      xs_decode.bytes_read += xs1.bytes_read - xs0.bytes_read;
+      xs_decode.read_seconds += xs1.read_seconds - xs0.read_seconds;
+      xs_decode.stall_seconds += xs1.stall_seconds - xs0.stall_seconds;
+      xs_tokens += int64_t(n_gen) * n_par;
+    }
     if (n_prompt > 0) pp.push_back(double(n_prompt) * n_par / dt_p);
     if (n_gen > 0) tg.push_back(double(n_gen) * n_par / dt_g);
     if (probe_bandwidth) probe();
@@ -513,6 +530,28 @@ int cmd_bench(int argc, char** argv) {
                     "median (%.0f-%.0f)\n",
                     barrier.executors, barrier.median_ns, barrier.min_ns, barrier.max_ns);
     }
+  }
+  if (const ExpertStream* xs = engine->expert_stream()) {
+    const ExpertStreamStats all = xs->stats();
+    const double tok = double(std::max<int64_t>(xs_tokens, 1));
+    const auto ratio = [](uint64_t a, uint64_t b) { return b ? double(a) / double(b) : 0.0; };
+    j["experts"] = {{"cache_bytes", all.cache_bytes},
+                    {"direct_io", all.direct_io},
+                    {"io_uring", all.io_uring},
+                    {"decode_tokens", xs_tokens},
+                    {"hit_rate", ratio(xs_decode.hits, xs_decode.lookups)},
+                    {"prefetch_hit_rate", ratio(xs_decode.prefetch_hits, xs_decode.prefetched)},
+                    {"disk_bytes_per_token", double(xs_decode.bytes_read) / tok},
+                    {"disk_gbs", xs_decode.read_seconds > 0 ? double(xs_decode.bytes_read) / xs_decode.read_seconds / 1e9 : 0.0},
+                    {"stall_seconds_per_token", xs_decode.stall_seconds / tok}};
+    if (!json)
+      std::printf("experts     streamed through a %.0f MiB cache (%s%s): decode hit rate %.1f%%, prefetch hit rate %.1f%%, "
+                  "%.1f MB read per token at %.2f GB/s, %.1f ms stalled per token\n",
+                  double(all.cache_bytes) / double(1 << 20), all.direct_io ? "O_DIRECT" : "buffered",
+                  all.io_uring ? ", io_uring" : ", pread", 100.0 * ratio(xs_decode.hits, xs_decode.lookups),
+                  100.0 * ratio(xs_decode.prefetch_hits, xs_decode.prefetched), double(xs_decode.bytes_read) / tok / 1e6,
+                  xs_decode.read_seconds > 0 ? double(xs_decode.bytes_read) / xs_decode.read_seconds / 1e9 : 0.0,
+                  1e3 * xs_decode.stall_seconds / tok);
   }
   if (json) std::printf("%s\n", j.dump(2).c_str());
   return 0;

@@ -26,7 +26,8 @@ struct ExpertStreamStats {
   uint64_t prefetched = 0;          // experts read ahead of their use
   uint64_t prefetch_hits = 0;       // uses served by an expert read ahead
   uint64_t bytes_read = 0;          // from the file (widened ranges)
-  double read_seconds = 0;          // waiting for reads (stall time of the caller)
+  double read_seconds = 0;          // reads in flight (on either thread)
+  double stall_seconds = 0;         // inside ensure(): the compute thread waiting for experts
   bool direct_io = false;           // O_DIRECT in use (else buffered reads)
   bool io_uring = false;            // io_uring in use (else pread)
 };

@@ -30,7 +30,8 @@ uint64_t up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 
 std::string mib(uint64_t b) {
   char s[32];
-  std::snprintf(s, sizeof s, "%.1f MiB", double(b) / double(1 << 20));
+  if (b < (1 << 20)) std::snprintf(s, sizeof s, "%llu bytes", static_cast<unsigned long long>(b));
+  else std::snprintf(s, sizeof s, "%.1f MiB", double(b) / double(1 << 20));
   return s;
 }
 
@@ -253,7 +254,13 @@ void ExpertStream::finish_setup() {
 
 void ExpertStream::ensure(int layer, std::span<const int32_t> ids) {
   Impl& m = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(m.mu);
+  struct Stall {  // the whole call, waiting for earlier jobs included
+    Impl& m;
+    std::chrono::steady_clock::time_point t0;
+    ~Stall() { m.st.stall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } stall{m, t0};
   m.cv.wait(lk, [&] { return m.jobs.empty() && !m.busy; });  // jobs queued before this call
   if (m.job_error) std::rethrow_exception(std::exchange(m.job_error, nullptr));
   if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty())
