@@ -119,10 +119,11 @@ void parse_plugin_table(const std::string& src, const std::string& section, cons
     const std::string key(k.str());
     if (key == "rank") {
       const auto* i = v.as_integer();
-      if (!i) fail(src, v, "[" + section + "." + name + "] rank must be an integer >= 0");
+      if (!i) fail(src, v, "[" + section + "." + name + "] rank must be an integer between 0 and 1000000000");
       int64_t r = i->get();
       if (r < 0 || r > 1000000000)
-        fail(src, v, "[" + section + "." + name + "] rank must be an integer >= 0, got " + std::to_string(r));
+        fail(src, v, "[" + section + "." + name + "] rank must be an integer between 0 and 1000000000, got " +
+                         std::to_string(r));
       st.rank = int(r);
     } else if (key == "enabled") {
       const auto* b = v.as_boolean();
@@ -182,6 +183,9 @@ PluginConfig parse(std::string_view text, const std::string& base_dir, const std
           for (std::string p : string_array(src, pv, "paths")) {
             fs::path path(p);
             if (path.is_relative() && !base_dir.empty()) path = fs::path(base_dir) / path;
+            std::error_code ec;
+            if (!fs::is_directory(path, ec))  // searched anyway (it may appear later), but said
+              spdlog::warn("{}: [plugins] paths: folder {} does not exist", src, path.lexically_normal().string());
             cfg.paths.push_back(path.lexically_normal().string());
           }
         } else if (pkey == "disable") {
