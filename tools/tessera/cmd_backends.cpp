@@ -21,16 +21,20 @@ int cmd_backends(int argc, char** argv) {
   std::cout << "plugin folders:";
   for (const auto& p : reg->config().paths) std::cout << " " << printable(p, 300);
   std::cout << "\n\n";
-  std::cout << std::left << std::setw(14) << "name" << std::setw(9) << "kind" << std::setw(7) << "score"
-            << std::setw(6) << "rank" << std::setw(8) << "usable" << "file / reason\n";
-  int usable_rank = 0;
+  // rank: what orders usable plugins (plugins.toml's rank, else the probe score);
+  // order: the backend's place in the default preference list.
+  std::cout << std::left << std::setw(20) << "name" << std::setw(9) << "kind" << std::setw(7) << "score"
+            << std::setw(6) << "rank" << std::setw(7) << "order" << std::setw(8) << "usable" << "file / reason\n";
+  int order = 0;
   for (const auto& r : reg->records()) {
-    std::string rank = r.usable && r.kind == "backend" ? std::to_string(++usable_rank) : "-";
-    std::cout << std::left << std::setw(14) << (r.name.empty() ? "?" : printable(r.name, 64)) << std::setw(9)
-              << printable(r.kind, 16) << std::setw(7) << r.score << std::setw(6) << rank << std::setw(8)
+    const std::string pos = r.usable && r.kind == "backend" ? std::to_string(++order) : "-";
+    const std::string name = r.name.empty() ? "?" : printable(r.name, 64);
+    std::cout << std::left << std::setw(20) << (name.size() < 20 ? name : name + " ") << std::setw(9)
+              << printable(r.kind, 16) << std::setw(7) << r.score << std::setw(6)
+              << (r.usable ? std::to_string(r.rank) : std::string("-")) << std::setw(7) << pos << std::setw(8)
               << (r.usable ? "yes" : "no") << printable(r.file, 300) << "\n";
-    if (!r.usable) std::cout << std::string(44, ' ') << "why not: " << printable(r.reason, 400) << "\n";
-    else if (!r.reason.empty()) std::cout << std::string(44, ' ') << "probe: " << printable(r.reason, 400) << "\n";
+    if (!r.usable) std::cout << std::string(57, ' ') << "why not: " << printable(r.reason, 400) << "\n";
+    else if (!r.reason.empty()) std::cout << std::string(57, ' ') << "probe: " << printable(r.reason, 400) << "\n";
   }
   if (reg->records().empty()) std::cout << "(no plugins found)\n";
   return 0;
