@@ -70,10 +70,17 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
       cache = detail::auto_expert_cache(b.experts, b.all - b.experts);
     }
     if (cache) {
-      for (const auto& be : backends)
-        if (!be->uses_host_memory())
-          throw Error("streaming experts needs CPU backends (" + be->name() +
+      // A device backend keeps a copy of every weight it reads: the default list goes
+      // on without it (said on stderr); one the user named is an error.
+      for (size_t i = backends.size(); i-- > 0;) {
+        if (backends[i]->uses_host_memory()) continue;
+        if (!opt.backends.empty())
+          throw Error("streaming experts needs CPU backends (" + backends[i]->name() +
                       " keeps weights on its device): choose --backend cpu_avx512,cpu_scalar, or --expert-cache off");
+        spdlog::info("streaming experts: backend {} (weights on its device) is not used", backends[i]->name());
+        backends.erase(backends.begin() + std::ptrdiff_t(i));
+      }
+      if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
       experts_ = detail::stream_model_experts(*file_, *model_, *cache, streamed);
       if (experts_ && opt.expert_cache_bytes <= 0) {  // automatic: at least the smallest that works
         experts_->set_cache_bytes(std::max(*cache, experts_->min_cache_bytes()));
