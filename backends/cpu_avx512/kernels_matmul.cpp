@@ -80,36 +80,15 @@ void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
     uint8_t* o = dst + size_t(b) * kQ8KBlockBytes;
     std::memset(o + 256, 0, 64);
     int16_t* sums = reinterpret_cast<int16_t*>(o + 272);
-    __m512 am = _mm512_setzero_ps();
-    for (int g = 0; g < 16; ++g) am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)));
-    const float amax = _mm512_reduce_max_ps(am);
-    if (amax == 0.f) {
-      std::memset(o, 0, 256);
-      continue;
-    }
-    float mx = 0.f;
-    for (int g = 0; g < 16; ++g) {
-      const __mmask16 k =
-          _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
-      if (k) {
-        mx = xb[16 * g + __builtin_ctz(unsigned(k))];
-        break;
-      }
-    }
-    const float iscale = -127.f / mx;
-    const float d = 1.f / iscale;
-    std::memcpy(o + 256, &d, 4);
-    const __m512 vs = _mm512_set1_ps(iscale);
+    alignas(64) int8_t q[256];
     int16_t s16[16];
+    float d;
+    quant_q8_k_block(xb, q, s16, d);
+    std::memcpy(o + 256, &d, 4);
     for (int g = 0; g < 16; ++g) {
-      // max(-128): a NaN or Inf converts to INT_MIN, whose sums would overflow (a no-op for finite x)
-      const __m512i q = _mm512_max_epi32(
-          _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vs)), _mm512_set1_epi32(127)),
-          _mm512_set1_epi32(-128));
-      s16[g] = int16_t(_mm512_reduce_add_epi32(q));
       const int e = 16 * g;
       const int at = q6 ? e : 128 * (e / 128) + kPos[(e % 128) / 32] + e % 32;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + at), _mm512_cvtepi32_epi8(q));
+      std::memcpy(o + at, q + e, 16);
     }
     if (q6)
       for (int j = 0; j < 16; ++j) sums[j] = s16[j];

@@ -65,6 +65,41 @@ inline void unpack_scales_k4(const uint8_t* scales, uint32_t u[4]) {
   u[0] &= kmask1;
 }
 
+// Q8_K quantization of one 256-block exactly as quant::quantize_row: the signed value
+// of largest magnitude (first one) maps to -127, q = min(127, nearest_int(-127/max * x)).
+// q in natural order, the 16-element sums and d (all zero for an all-zero block).
+inline void quant_q8_k_block(const float* xb, int8_t q[256], int16_t sums[16], float& d) {
+  __m512 am = _mm512_setzero_ps();
+  for (int g = 0; g < 16; ++g) am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)));
+  const float amax = _mm512_reduce_max_ps(am);
+  if (amax == 0.f) {
+    std::memset(q, 0, 256);
+    std::memset(sums, 0, 32);
+    d = 0.f;
+    return;
+  }
+  float mx = 0.f;
+  for (int g = 0; g < 16; ++g) {
+    const __mmask16 k =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+    if (k) {
+      mx = xb[16 * g + __builtin_ctz(unsigned(k))];
+      break;
+    }
+  }
+  const float iscale = -127.f / mx;
+  d = 1.f / iscale;
+  const __m512 vs = _mm512_set1_ps(iscale);
+  for (int g = 0; g < 16; ++g) {
+    // max(-128): a NaN or Inf converts to INT_MIN, whose sums would overflow (a no-op for finite x)
+    const __m512i v = _mm512_max_epi32(
+        _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vs)), _mm512_set1_epi32(127)),
+        _mm512_set1_epi32(-128));
+    sums[g] = int16_t(_mm512_reduce_add_epi32(v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * g), _mm512_cvtepi32_epi8(v));
+  }
+}
+
 // Q8_0 activations exactly as quant::quantize_row, laid out for the Q8_0 row kernel.
 void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst);
 // Q8_K activations exactly as quant::quantize_row, laid out for weight type wt
