@@ -42,8 +42,8 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
        "`off` keeps them all in memory; `auto` streams only when the model does not fit in the memory available");
   }
   desc.add_options()
-    ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ./plugins.toml, "
-                                            "then the installed one)")
+    ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ~/.config/tessera/plugins.toml, "
+                                            "then the installed one; never the current folder's)")
     ("verbose,v", po::bool_switch(&o.verbose), "debug logging on stderr")
     ("help,h", "show this help");
 }
