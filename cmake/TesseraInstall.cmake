@@ -1,21 +1,34 @@
 # `cmake --install BUILD [--prefix PREFIX]`: the tessera tools, the bundled plugins and
 # model, and the SDK a plugin author builds against — the public headers,
-# libtessera_core with a versioned soname, a CMake package (find_package(tessera),
-# tessera::core, tessera_add_backend_plugin()) and a pkg-config file.
+# libtessera_core (and its siblings libtessera_probes, libtessera_conformance) with a
+# versioned soname, a CMake package (find_package(tessera), tessera::core,
+# tessera::probes, tessera::conformance, tessera_add_backend_plugin()) and pkg-config
+# files (tessera, tessera-probes, tessera-conformance).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 # Always lib/ (not Debian's multiarch lib/x86_64-linux-gnu under /usr): tessera finds
 # its plugins at <exe>/../lib/tessera/plugins.
 set(CMAKE_INSTALL_LIBDIR lib)
 
-# Before 1.0 every minor version may change the plugin-facing C++ interface.
-set_target_properties(tessera_core PROPERTIES
-  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR} EXPORT_NAME core)
+# Before 1.0 every minor version may change the plugin-facing C++ interface. The
+# probes (tessera::probes: CPUID and OS support for a CPU plugin's probe, bandwidth and
+# peak) and the conformance suite (tessera::conformance) sit beside the core: the
+# bundled CPU plugins and the tools need them at run time, and an outside plugin may
+# link them. Each finds the core next to itself ($ORIGIN).
+set(_tessera_sdk_libs tessera_core tessera_probes tessera_conformance)
+set_target_properties(${_tessera_sdk_libs} PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+set_target_properties(tessera_core PROPERTIES EXPORT_NAME core)
+set_target_properties(tessera_probes PROPERTIES EXPORT_NAME probes INSTALL_RPATH "$ORIGIN")
+set_target_properties(tessera_conformance PROPERTIES EXPORT_NAME conformance INSTALL_RPATH "$ORIGIN")
 
-install(TARGETS tessera_core EXPORT tesseraTargets
+install(TARGETS ${_tessera_sdk_libs} EXPORT tesseraTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/core/include/tessera DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# One include/tessera/ for all three (their headers never share a name).
+foreach(_dir core probes conformance)
+  install(DIRECTORY ${CMAKE_SOURCE_DIR}/${_dir}/include/tessera DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endforeach()
 install(EXPORT tesseraTargets NAMESPACE tessera:: FILE tesseraTargets.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/tesseraConfig.cmake.in
@@ -25,7 +38,17 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/tesseraConfigVersion.
 install(FILES ${CMAKE_BINARY_DIR}/cmake/tesseraConfig.cmake ${CMAKE_BINARY_DIR}/cmake/tesseraConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 configure_file(${CMAKE_SOURCE_DIR}/cmake/tessera.pc.in ${CMAKE_BINARY_DIR}/cmake/tessera.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/cmake/tessera.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# tessera-probes.pc and tessera-conformance.pc: the sibling libraries, each on top of tessera.pc.
+foreach(_pc probes:machine_probes conformance:conformance_suite)
+  string(REPLACE ":" ";" _pc ${_pc})
+  list(GET _pc 0 TESSERA_PC_LIB)
+  list(GET _pc 1 TESSERA_PC_WHAT)
+  string(REPLACE "_" " " TESSERA_PC_WHAT ${TESSERA_PC_WHAT})
+  configure_file(${CMAKE_SOURCE_DIR}/cmake/tessera-sibling.pc.in ${CMAKE_BINARY_DIR}/cmake/tessera-${TESSERA_PC_LIB}.pc @ONLY)
+endforeach()
+install(FILES ${CMAKE_BINARY_DIR}/cmake/tessera.pc ${CMAKE_BINARY_DIR}/cmake/tessera-probes.pc
+              ${CMAKE_BINARY_DIR}/cmake/tessera-conformance.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # Tools find libtessera_core in ../lib and their plugins in ../lib/tessera/plugins.
 foreach(t tessera tessera-gen)

@@ -16,24 +16,27 @@
 #include <chrono>
 #include <string>
 
+#include <boost/version.hpp>
+
 #include "tessera/error.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+// The spin-wait hint (the CPU's pause instruction, or nothing where it has none) comes
+// from Boost, so the core names no instruction set (decision 65). Boost.Core made it
+// public in 1.81; bookworm's 1.74 has the same function in Boost.SmartPtr's detail.
+#if BOOST_VERSION >= 108100
+#include <boost/core/yield_primitives.hpp>
+#define TESSERA_SPIN_PAUSE() boost::core::sp_thread_pause()
+#else
+#include <boost/smart_ptr/detail/sp_thread_pause.hpp>
+#define TESSERA_SPIN_PAUSE() boost::detail::sp_thread_pause()
 #endif
 
 namespace tessera {
 namespace {
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#else
-  std::this_thread::yield();
-#endif
-}
+// One step of a spin wait: tells the core (and an SMT sibling) that this thread is
+// polling, without giving up the time slice.
+inline void cpu_relax() { TESSERA_SPIN_PAUSE(); }
 
 int resolve_threads(int threads) {
   if (threads < 0)

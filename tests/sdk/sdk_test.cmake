@@ -14,6 +14,8 @@ endfunction()
 # 1. The SDK installs: headers, the versioned core library, the CMake package, pkg-config.
 step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 foreach(f include/tessera/backend.h include/tessera/plugin_abi.h lib/libtessera_core.so
+          include/tessera/hwprobe.h lib/libtessera_probes.so include/tessera/conformance.h
+          lib/libtessera_conformance.so lib/pkgconfig/tessera-probes.pc lib/pkgconfig/tessera-conformance.pc
           lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake
           lib/pkgconfig/tessera.pc bin/tessera lib/tessera/plugins/backend_cpu_scalar.so)
   if(NOT EXISTS ${prefix}/${f})
@@ -23,6 +25,25 @@ endforeach()
 file(GLOB sonames ${prefix}/lib/libtessera_core.so.*)
 if(NOT sonames)
   message(FATAL_ERROR "libtessera_core has no versioned soname")
+endif()
+# Every installed binary finds the tessera libraries it links inside the prefix (the
+# CPU plugins need libtessera_probes, the CLI also libtessera_conformance). Under
+# `tessera` they would load anyway (it has them loaded already), so ask ldd.
+find_program(LDD ldd)
+if(LDD)
+  file(GLOB installed_bins ${prefix}/bin/tessera ${prefix}/lib/*.so ${prefix}/lib/tessera/plugins/*.so)
+  foreach(b IN LISTS installed_bins)
+    execute_process(COMMAND ${LDD} ${b} OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    string(REGEX MATCHALL "libtessera_[a-z_]+\\.so[.0-9]* => [^ \n]+" found "${out}")
+    foreach(f IN LISTS found)
+      if(NOT f MATCHES " => ${prefix}/")
+        message(FATAL_ERROR "${b} does not find its tessera libraries in the prefix:\n${out}${err}")
+      endif()
+    endforeach()
+    if(out MATCHES "not found")
+      message(FATAL_ERROR "${b} lacks a library:\n${out}${err}")
+    endif()
+  endforeach()
 endif()
 
 # 2. The example builds out of tree (the default generator, nothing from the source tree

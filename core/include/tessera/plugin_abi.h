@@ -41,7 +41,8 @@ typedef struct TesseraPluginDescriptor {
   uint32_t kind;          /* TesseraPluginKind */
   const char* description;
   /* Score this plugin on this machine: 0 = unusable (write why into reason),
-   * larger = better. Must run on any x86-64 CPU (no ISA-specific code). */
+   * larger = better. Must run on any CPU of the platform: compile it without ISA
+   * flags, and keep instructions the CPU may lack out of it. */
   int32_t (*probe)(char* reason, size_t reason_size);
   /* Create an instance; returns NULL and writes error on failure. */
   void* (*create)(const TesseraCreateArgs* args, char* error, size_t error_size);
@@ -52,12 +53,12 @@ typedef const TesseraPluginDescriptor* (*TesseraPluginEntryFn)(void);
 
 /* The one scale probe scores are on (larger = preferred; a `rank` in plugins.toml
  * replaces the score). A plugin picks the step that describes it, +-a few to order
- * itself against a neighbour. */
+ * itself against a neighbour. docs/plugins.md lists the bundled plugins' steps. */
 #define TESSERA_SCORE_FALLBACK 1    /* works, but slower than the portable CPU code (a CPU Vulkan device) */
 #define TESSERA_SCORE_PORTABLE 10   /* portable code that runs anywhere (cpu_scalar) */
 #define TESSERA_SCORE_GPU_SHARED 40 /* an integrated GPU (vulkan); a virtual GPU 20 */
-#define TESSERA_SCORE_CPU_VECTOR 50 /* the CPU's vector units (cpu_avx512) */
-#define TESSERA_SCORE_CPU_MATRIX 60 /* the CPU's matrix units (cpu_amx, real AMX) */
+#define TESSERA_SCORE_CPU_VECTOR 50 /* the CPU's wide vector units */
+#define TESSERA_SCORE_CPU_MATRIX 60 /* the CPU's matrix (tile) units */
 #define TESSERA_SCORE_GPU 100       /* a discrete GPU (vulkan) */
 
 #ifdef __cplusplus

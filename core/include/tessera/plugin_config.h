@@ -3,11 +3,11 @@
 //
 //   [plugins]
 //   paths = ["lib/tessera/plugins"]   # relative paths are relative to the toml file
-//   disable = ["cpu_amx"]              # never load these
+//   disable = ["vulkan"]               # never load these
 //
-//   [backend.cpu_avx512]
+//   [backend.NAME]
 //   rank = 50                          # replaces the probe score for ordering
-//   options = { threads = "2" }        # passed to the plugin's create()
+//   options = { key = "value" }        # passed to the plugin's create()
 #pragma once
 #include <map>
 #include <optional>

@@ -1,5 +1,5 @@
 // Median, minimum and maximum of a probe's repeated measurements (membw.cpp,
-// compute_peak.cpp). Internal to the core library.
+// compute_peak.cpp, dispatch_probe.cpp). Internal to the probes library.
 #pragma once
 #include <algorithm>
 #include <vector>
