@@ -5,7 +5,7 @@
 #   fuzz/run.sh BUILD_DIR [SECONDS_PER_TARGET] [TARGET ...]
 #
 # BUILD_DIR is a build configured with -DTESSERA_FUZZ=ON (see docs/hardening.md);
-# TARGET is gguf, tokenizer or chat_template (default: all three). Inputs that reach
+# TARGET is gguf, tokenizer, chat_template or safetensors (default: all four). Inputs that reach
 # new code are kept in BUILD_DIR/fuzz-corpus/TARGET between runs; a crash, sanitizer
 # report, leak, timeout (10 s) or out-of-memory (2 GiB) stops the target with its input
 # saved as BUILD_DIR/fuzz-artifacts/TARGET/crash-* (reproduce: bin/fuzz_TARGET FILE),
@@ -16,7 +16,7 @@ build=$(cd "${1:?usage: fuzz/run.sh BUILD_DIR [SECONDS] [TARGET ...]}" && pwd)
 secs=${2:-60}
 shift $(($# >= 2 ? 2 : $#))
 targets=("$@")
-((${#targets[@]})) || targets=(gguf tokenizer chat_template)
+((${#targets[@]})) || targets=(gguf tokenizer chat_template safetensors)
 fixtures=${TESSERA_FIXTURES_DIR:-$root/../shared/fixtures}
 if [ ! -d "$fixtures" ]; then
   echo "fuzz: $fixtures is missing: no seed corpora" >&2
@@ -25,7 +25,7 @@ fi
 
 seeds=$build/fuzz-seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{gguf,tokenizer,chat_template}
+mkdir -p "$seeds"/{gguf,tokenizer,chat_template,safetensors}
 # GGUF: the small model fixtures (real tensor tables, tokenizer metadata, every
 # architecture) and the smallest vocabulary file.
 find "$fixtures/models" -name '*.gguf' -size -1100k -exec ln -s {} "$seeds/gguf/" \;
@@ -52,8 +52,23 @@ for inp in "$fixtures"/vocab/*.inp; do
 done
 # Chat templates: the real ones.
 cp "$fixtures"/chat_templates/templates/*.jinja "$seeds/chat_template/"
+# safetensors: the Hugging Face fixture files (real headers; their data is cut at
+# max_len below) and a few small complete files that open.
+if [ -d "$fixtures/hf/models" ]; then
+  find "$fixtures/hf/models" -name '*.safetensors' -exec sh -c 'ln -s "$1" "$2/$(basename "$(dirname "$1")")-$(basename "$1")"' \
+    _ {} "$seeds/safetensors" \;
+fi
+st_seed() {  # st_seed FILE HEADER DATA_BYTES: the 8-byte little-endian header size, the header, zeros
+  local n=${#2} i le=""
+  for ((i = 0; i < 8; ++i)); do le+=$(printf '\\x%02x' $(((n >> (8 * i)) & 255))); done
+  { printf "$le"; printf '%s' "$2"; head -c "$3" /dev/zero; } >"$1"
+}
+st_seed "$seeds/safetensors/two.safetensors" \
+  '{"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}    ' 32
+st_seed "$seeds/safetensors/dtypes.safetensors" \
+  '{"i":{"dtype":"I64","shape":[2],"data_offsets":[4,20]},"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"z":{"dtype":"F16","shape":[0,5],"data_offsets":[8,8]},"u":{"dtype":"U8","shape":[1,1,2],"data_offsets":[20,22]},"f8":{"dtype":"F8_E5M2","shape":[3],"data_offsets":[22,25]}}' 25
 
-declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536)
+declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536 [safetensors]=65536)
 status=0
 for t in "${targets[@]}"; do
   exe=$build/bin/fuzz_$t

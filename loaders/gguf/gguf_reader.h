@@ -33,6 +33,8 @@ class GgufFile final : public ModelFile {
   std::string path() const override { return path_; }
   const Metadata& metadata() const override { return meta_; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  // gguf_description.cpp: GGUF's names are tessera's, less the architecture prefix.
+  ModelDescription describe() const override;
 
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }

@@ -1,9 +1,10 @@
 // tessera-gen: writes a valid GGUF model (llama, qwen3moe or qwen35moe) with
-// deterministic random weights in any supported weight format. Same flags and seed ->
-// same bytes, whatever the thread count. Used for the bundled default model and for
-// benchmarks at real shapes (e.g. --preset qwen3-30b-a3b --type q4_k_m). The tensor
-// data is produced one tensor at a time straight into the file, so models far larger
-// than memory can be written.
+// deterministic random weights in any supported weight format, or (--format hf) the
+// same model as a Hugging Face checkpoint folder (config.json + safetensors). Same
+// flags and seed -> same bytes, whatever the thread count. Used for the bundled default
+// model and for benchmarks at real shapes (e.g. --preset qwen3-30b-a3b --type q4_k_m).
+// The tensor data is produced one tensor at a time straight into the file, so models
+// far larger than memory can be written.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -22,7 +23,9 @@
 #include "gen_quant.h"
 #include "gguf_reader.h"
 #include "gguf_writer.h"
+#include "hf_export.h"
 #include "model_spec.h"
+#include "safetensors_writer.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/quant.h"
@@ -155,44 +158,148 @@ int check_stdout() {
   return 0;
 }
 
-// The temporary file being written, removed by a fatal signal (Ctrl-C, kill) so an
-// interrupted run leaves nothing behind. Only unlink() and raise() run in the handler.
-char g_partial[4096];
+// The temporaries being written (files, then the folder holding them for --format hf),
+// removed by a fatal signal (Ctrl-C, kill) so an interrupted run leaves nothing behind.
+// Only unlink(), rmdir() and raise() run in the handler, over paths made beforehand.
+const char* const* volatile g_partial_files = nullptr;
+volatile size_t g_partial_count = 0;
+const char* volatile g_partial_dir = nullptr;
 
 extern "C" void remove_partial_and_die(int sig) {
-  if (g_partial[0]) unlink(g_partial);
+  for (size_t i = 0; i < g_partial_count; ++i) unlink(g_partial_files[i]);
+  if (g_partial_dir) rmdir(g_partial_dir);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
 
-class PartialFile {
+class PartialOutput {
  public:
-  explicit PartialFile(const std::string& path) : path_(path) {
-    if (path.size() < sizeof g_partial) std::memcpy(g_partial, path.c_str(), path.size() + 1);
+  // `files`: every file the run may create; `dir`: the temporary folder holding them
+  // (empty for a single file).
+  PartialOutput(std::vector<std::string> files, std::string dir = {}) : files_(std::move(files)), dir_(std::move(dir)) {
+    for (const auto& f : files_) ptrs_.push_back(f.c_str());
+    g_partial_files = ptrs_.data();
+    g_partial_dir = dir_.empty() ? nullptr : dir_.c_str();
+    g_partial_count = ptrs_.size();
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, remove_partial_and_die);
     // Over a file-size limit (ulimit -f) a write then fails with EFBIG and is reported,
     // instead of SIGXFSZ killing the process with the temporary left behind.
     std::signal(SIGXFSZ, SIG_IGN);
   }
-  // Renamed to its final name: nothing to remove any more.
-  void commit(const std::string& out) {
+  // Renames `from` (the temporary file or folder) to its final name: nothing to remove
+  // any more.
+  void commit(const std::string& from, const std::string& to) {
     std::error_code ec;
-    std::filesystem::rename(path_, out, ec);
-    if (ec) throw Error("cannot rename " + path_ + " to " + out + ": " + ec.message());
+    std::filesystem::rename(from, to, ec);
+    if (ec) throw Error("cannot rename " + from + " to " + to + ": " + ec.message());
     committed_ = true;
   }
-  ~PartialFile() {
-    g_partial[0] = 0;
+  ~PartialOutput() {
+    g_partial_count = 0;
+    g_partial_dir = nullptr;
     if (!committed_) {
       std::error_code ec;
-      std::filesystem::remove(path_, ec);
+      for (const auto& f : files_) std::filesystem::remove(f, ec);
+      if (!dir_.empty()) std::filesystem::remove(dir_, ec);
     }
   }
 
  private:
-  std::string path_;
+  std::vector<std::string> files_;
+  std::vector<const char*> ptrs_;
+  std::string dir_;
   bool committed_ = false;
 };
+
+// Progress: on a terminal a \r line at most 10 times a second, updated inside large
+// tensors too; in a log a line every 10 s and one at the end.
+class Progress {
+ public:
+  Progress(bool quiet, uint64_t total) : quiet_(quiet), total_(total), tty_(isatty(2)) {}
+  void operator()(const std::string& name, uint64_t bytes, bool last) {
+    if (quiet_) return;
+    const double el = elapsed();
+    if (el - last_line_ < (tty_ ? 0.1 : 10.0) && !last) return;
+    last_line_ = el;
+    const double frac = total_ ? double(bytes) / double(total_) : 1.0;
+    const double eta = frac > 0 ? el / frac - el : 0;
+    if (tty_) {
+      std::fprintf(stderr, "\r[%5.1f%%] %-32s %7.1f s, about %.0f s left   ", 100.0 * frac, name.c_str(), el, eta);
+      line_open_ = true;
+    } else {
+      std::fprintf(stderr, "[%5.1f%%] %s, %.1f s, about %.0f s left\n", 100.0 * frac, name.c_str(), el, eta);
+    }
+  }
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  bool line_open() const { return line_open_; }  // a \r progress line without its newline yet
+
+ private:
+  bool quiet_;
+  uint64_t total_;
+  bool tty_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  double last_line_ = -1.0;
+  bool line_open_ = false;
+};
+
+// Makes rows 0 .. rows of a tensor on the pool, make(r0, r1) per chunk of rows. Large
+// tensors go in slices so progress moves inside them (every row depends only on seed,
+// name and row: the bytes do not depend on the slicing); on_slice(rows done) after
+// each slice but the last.
+template <class Make, class OnSlice>
+void make_rows(FastPool& pool, int64_t rows, const Make& make, const OnSlice& on_slice) {
+  const int64_t slice = std::max<int64_t>(rows / 64, 1024);
+  for (int64_t s0 = 0; s0 < rows; s0 += slice) {
+    const int64_t s1 = std::min(rows, s0 + slice);
+    pool.parallel_for(s1 - s0, [&](int64_t r0, int64_t r1) { make(s0 + r0, s0 + r1); });
+    if (s1 < rows) on_slice(s1);
+  }
+}
+
+// `out` without trailing slashes ("dir/" names the folder "dir").
+std::string strip_slashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+// --format hf: `dir` may be replaced when it does not exist, is empty, or holds only
+// the files of a checkpoint tessera-gen writes (as an existing .gguf is replaced);
+// anything else in it is refused, never deleted.
+void check_replaceable_folder(const std::string& dir, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto st = fs::symlink_status(dir, ec);
+  if (ec || !fs::exists(st)) return;
+  if (!fs::is_directory(st))
+    throw Error(dir + " exists and is not a folder: --format hf writes a folder (" + what + ")");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || e.is_symlink() || !gen::hf::is_checkpoint_file_name(name))
+      throw Error(dir + " is not empty (it holds '" + name + "'): --format hf only replaces a folder holding " +
+                  "nothing but a checkpoint's config.json and *.safetensors files (" + what + ")");
+  }
+}
+
+// Removes the checkpoint files of a folder check_replaceable_folder accepted.
+void clear_checkpoint_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (gen::hf::is_checkpoint_file_name(e.path().filename().string())) files.push_back(e.path());
+  for (const auto& f : files)
+    if (!fs::remove(f, ec) && ec) throw Error("cannot remove " + f.string() + ": " + ec.message());
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error(path + ": cannot create: " + std::strerror(errno));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  int err = ok ? 0 : errno;
+  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
+  if (!ok) throw Error(path + ": write failed: " + std::strerror(err));
+}
 
 std::string types_help() {
   std::string names;
@@ -218,10 +325,127 @@ std::string types_help() {
          "(largest-value scales, no error search); the other types from tessera's quantizers.\n";
 }
 
+std::string hf_help() {
+  return "--format hf: the same model as a Hugging Face checkpoint folder, for the llama and qwen3moe presets\n"
+         "(qwen35moe is refused: tessera has no Hugging Face loader for it) and --type f32, f16 or bf16 only:\n"
+         "  config.json       LlamaForCausalLM or Qwen3MoeForCausalLM, the shape's hyperparameters\n"
+         "  *.safetensors     the weights under transformers' names (model.layers.N.self_attn.q_proj.weight,\n"
+         "                    mlp.experts.E.gate_proj.weight, ...), [out, in] row-major; the values of the GGUF\n"
+         "                    file the same flags write (llama's q_proj / k_proj rows in transformers'\n"
+         "                    rotate-half order, the inverse of llama.cpp's convert permutation); matrices in\n"
+         "                    the --type, norms F32. One model.safetensors when the weights fit in one shard,\n"
+         "                    else model-00001-of-0000N.safetensors shards of at most --shard-size (split as\n"
+         "                    save_pretrained splits; a larger tensor gets a shard of its own) and\n"
+         "                    model.safetensors.index.json\n"
+         "  no tokenizer.json tessera's tokenizer.json reader takes GPT-2-style byte-level BPE only, and the\n"
+         "                    built-in vocabulary is SentencePiece-style (byte fallback): the folder runs from\n"
+         "                    token ids (tessera logits, tessera bench); tessera run reports no usable tokenizer\n"
+         "The folder is written as FOLDER.part and renamed when complete. An existing FOLDER is replaced when it\n"
+         "is empty or holds only a checkpoint's files (config.json, *.safetensors, the index), as an existing\n"
+         ".gguf file is; a folder holding anything else is refused.\n";
+}
+
+// --format hf: the checkpoint folder `out` (the preset's name for a dry run).
+int write_hf(gen::ModelShape s, std::string out, const std::string& type, uint64_t seed, int threads, bool quiet,
+             bool dry_run, uint64_t shard_bytes) {
+  namespace fs = std::filesystem;
+  namespace st = gen::safetensors;
+  // The vocabulary size of the GGUF file of the same flags (the built-in vocabulary's).
+  s.n_vocab = int64_t(gen::builtin_vocab(s.n_vocab).tokens.size());
+  const std::vector<gen::TensorSpec> specs = gen::model_tensors(s, type);
+  const std::vector<gen::hf::HfTensor> tensors = gen::hf::hf_tensors(s, specs);
+  std::vector<st::Entry> entries;
+  for (const auto& t : tensors) entries.push_back(t.entry);
+  const std::vector<std::vector<size_t>> shards = st::plan_shards(entries, shard_bytes);
+  std::vector<st::FileLayout> layouts;
+  for (const auto& members : shards) layouts.push_back(st::layout_file(entries, members));
+  const std::string config = gen::hf::config_json(s, type);
+  const std::string index = shards.size() > 1 ? st::index_json(entries, shards) : std::string();
+
+  uint64_t total = 0, largest = 0, params = 0, folder_bytes = config.size() + index.size();
+  for (const auto& e : entries) {
+    total += e.nbytes();
+    largest = std::max(largest, e.nbytes());
+    uint64_t n = 1;
+    for (int64_t d : e.shape) n *= uint64_t(d);
+    params += n;
+  }
+  for (const auto& l : layouts) folder_bytes += l.file_size;
+  if (!quiet || dry_run) {
+    std::fprintf(stderr, "%s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %zu tensors, %s parameters\n",
+                 out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer, (long long)s.n_embd,
+                 (long long)s.n_vocab, type.c_str(), entries.size(), human_count(double(params)).c_str());
+    std::fprintf(stderr, "folder size: %s in %zu safetensors file%s (largest tensor %s, the memory it needs)\n",
+                 human_bytes(double(folder_bytes)).c_str(), shards.size(), shards.size() == 1 ? "" : "s",
+                 human_bytes(double(largest)).c_str());
+  }
+  if (dry_run) return 0;
+
+  out = strip_slashes(out);
+  const std::string tmp = out + ".part";
+  check_replaceable_folder(out, "--out");
+  check_replaceable_folder(tmp, "the temporary folder of an interrupted run");
+  {
+    std::error_code ec;
+    auto dir = fs::absolute(out).parent_path();
+    auto space = fs::space(dir, ec);
+    if (!ec && space.available < folder_bytes)
+      throw Error("not enough disk space in " + dir.string() + ": the folder needs " +
+                  human_bytes(double(folder_bytes)) + ", " + human_bytes(double(space.available)) + " available");
+    clear_checkpoint_folder(tmp);
+    fs::remove(tmp, ec);
+    if (!fs::create_directory(tmp, ec) || ec)
+      throw Error(tmp + ": cannot create the folder: " + (ec ? ec.message() : std::string("exists")));
+  }
+  std::vector<std::string> paths = {tmp + "/config.json"};
+  for (size_t k = 0; k < shards.size(); ++k) paths.push_back(tmp + "/" + st::shard_name(k, shards.size()));
+  if (!index.empty()) paths.push_back(tmp + "/model.safetensors.index.json");
+
+  FastPool pool(threads);
+  Progress progress(quiet, total);
+  uint64_t done = 0;
+  // Written as OUT.part and renamed when complete; on any failure the folder is removed.
+  try {
+    PartialOutput partial(paths, tmp);
+    write_text_file(paths[0], config);
+    for (size_t k = 0; k < shards.size(); ++k) {
+      st::write_file(paths[1 + k], entries, layouts[k], [&](size_t i, uint8_t* dst, size_t nbytes) {
+        const gen::hf::HfTensor& h = tensors[i];
+        const gen::TensorSpec& t = specs[h.spec];
+        const size_t rb = row_bytes(t.type, t.ne[0]);
+        make_rows(
+            pool, h.rows,
+            [&](int64_t r0, int64_t r1) {
+              std::vector<float> row(size_t(t.ne[0]));
+              for (int64_t r = r0; r < r1; ++r) {
+                fill_row(t, seed, h.gguf_row(r), row.data());
+                gen::quantize_row(t.type, row.data(), dst + size_t(r) * rb, t.ne[0]);
+              }
+            },
+            [&](int64_t rows_done) { progress(h.entry.name, done + uint64_t(rows_done) * rb, false); });
+        done += nbytes;
+        progress(h.entry.name, done, done == total);
+      });
+    }
+    if (!index.empty()) write_text_file(paths.back(), index);
+    clear_checkpoint_folder(out);  // a previous checkpoint: the rename replaces the empty folder
+    partial.commit(tmp, out);
+  } catch (...) {
+    if (progress.line_open()) std::fputc('\n', stderr);
+    throw;
+  }
+  if (!quiet)
+    std::fprintf(stderr, "%swrote %s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %s in %zu safetensors file%s in %.1f s\n",
+                 progress.line_open() ? "\n" : "", out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer,
+                 (long long)s.n_embd, (long long)s.n_vocab, type.c_str(), human_bytes(double(folder_bytes)).c_str(),
+                 shards.size(), shards.size() == 1 ? "" : "s", progress.elapsed());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string preset = "default", type = "q8_0", out, vocab_path;
+  std::string preset = "default", type = "q8_0", out, vocab_path, format = "gguf", shard_size_text = "5GB";
   uint64_t seed = 42;
   int threads = 0;
   bool quiet = false, tied = false, dry_run = false, fast = false;
@@ -229,12 +453,17 @@ int main(int argc, char** argv) try {
   desc.add_options()
     ("help,h", "show this help")
     ("list-presets", "list the presets: architecture and where each shape comes from")
-    ("out,o", po::value(&out), "output .gguf file (required)")
+    ("out,o", po::value(&out), "output .gguf file, or with --format hf the checkpoint folder (required)")
+    ("format", po::value(&format)->default_value(format),
+     "gguf: one GGUF file; hf: a Hugging Face checkpoint folder (see '--format hf' below)")
+    ("shard-size", po::value(&shard_size_text)->default_value(shard_size_text),
+     "--format hf: largest shard, as save_pretrained's max_shard_size (500MB, 5GB, 2GiB; GB = 10^9 bytes)")
     ("preset", po::value(&preset)->default_value(preset),
      "shape: default, tiny, tinyllama-1.1b, llama2-7b (llama); qwen3moe-tiny, qwen3-30b-a3b (qwen3moe); "
      "qwen35moe-tiny, qwen3.5-35b-a3b (qwen35moe)")
     ("type", po::value(&type)->default_value(type), "weight types (see 'types' below)")
-    ("vocab", po::value(&vocab_path), "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary)")
+    ("vocab", po::value(&vocab_path),
+     "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary; not with --format hf)")
     ("seed", po::value(&seed)->default_value(seed), "random seed of the weights")
     ("layers", po::value<int64_t>(), "override: number of layers")
     ("embd", po::value<int64_t>(), "override: embedding size")
@@ -259,11 +488,13 @@ int main(int argc, char** argv) try {
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
-      std::cout << "usage: tessera-gen --out FILE [--preset NAME] [--type TYPE] [--vocab VOCAB.gguf] [overrides]\n\n"
-                << "Writes a GGUF model with deterministic random weights (same flags and seed, same bytes, for\n"
-                << "any thread count), streaming one tensor at a time to the file: memory use stays at the size\n"
-                << "of the largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe.\n\n"
-                << "presets:\n" << preset_table() << "\n" << types_help() << "\n" << desc << "\n";
+      std::cout << "usage: tessera-gen --out FILE [--preset NAME] [--type TYPE] [--vocab VOCAB.gguf] [overrides]\n"
+                << "       tessera-gen --format hf --out FOLDER [--preset NAME] [--type f32|f16|bf16] [--shard-size SIZE]\n\n"
+                << "Writes a GGUF model (or with --format hf the same model as a Hugging Face checkpoint folder,\n"
+                << "see below) with deterministic random weights (same flags and seed, same bytes, for any thread\n"
+                << "count), streaming one tensor at a time to the file: memory use stays at the size of the\n"
+                << "largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe.\n\n"
+                << "presets:\n" << preset_table() << "\n" << types_help() << "\n" << hf_help() << "\n" << desc << "\n";
       return check_stdout();
     }
     if (vm.count("list-presets")) {
@@ -290,6 +521,16 @@ int main(int argc, char** argv) try {
     throw Error("--experts, --experts-used, --expert-ff and --shared-ff need a MoE preset");
   if (s.arch != gen::Arch::Qwen35Moe && vm.count("shared-ff")) throw Error("--shared-ff needs a qwen35moe preset");
   gen::validate(s);
+  if (format != "gguf" && format != "hf") throw Error("unknown --format '" + format + "' (gguf or hf)");
+  if (format == "gguf" && !vm["shard-size"].defaulted()) throw Error("--shard-size needs --format hf");
+  if (format == "hf") {
+    gen::hf::check_supported(s, type);
+    if (!vocab_path.empty())
+      throw Error("--vocab needs --format gguf: the Hugging Face folder gets no tokenizer (--vocab-size sets the "
+                  "vocabulary's size)");
+    const uint64_t shard_bytes = gen::safetensors::parse_size(shard_size_text);
+    return write_hf(s, dry_run ? preset : out, type, seed, threads, quiet, dry_run, shard_bytes);
+  }
 
   gguf::GgufWriter w(3);
   w.set_string("general.architecture", gen::arch_name(s.arch));
@@ -358,70 +599,45 @@ int main(int argc, char** argv) try {
 
   FastPool pool(threads);
   RowPool row_pool(seed, pool);
-  const bool tty = isatty(2);
-  auto t0 = std::chrono::steady_clock::now();
-  double last_line = -1.0;
-  bool line_open = false;  // a \r progress line without its newline yet
-  // Progress: on a terminal a \r line at most 10 times a second, updated inside large
-  // tensors too; in a log a line every 10 s and one at the end.
-  auto progress = [&](const std::string& name, uint64_t bytes, bool last) {
-    if (quiet) return;
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (el - last_line < (tty ? 0.1 : 10.0) && !last) return;
-    last_line = el;
-    const double frac = total ? double(bytes) / double(total) : 1.0;
-    const double eta = frac > 0 ? el / frac - el : 0;
-    if (tty) {
-      std::fprintf(stderr, "\r[%5.1f%%] %-32s %7.1f s, about %.0f s left   ", 100.0 * frac, name.c_str(), el, eta);
-      line_open = true;
-    } else {
-      std::fprintf(stderr, "[%5.1f%%] %s, %.1f s, about %.0f s left\n", 100.0 * frac, name.c_str(), el, eta);
-    }
-  };
+  Progress progress(quiet, total);
   // Written under a temporary name and renamed when complete; on any failure (a write
   // error, a full disk, an exception, a fatal signal) the temporary is removed.
   try {
-    PartialFile partial(out + ".part");
+    PartialOutput partial({out + ".part"});
     w.write_file_streaming(out + ".part", [&](size_t index, uint8_t* dst, size_t nbytes) {
       const gen::TensorSpec& t = specs[index];
-      const int64_t rows = t.nelements_rows();
       const size_t rb = row_bytes(t.type, t.ne[0]);
       const bool pooled = fast && dtype_traits(t.type).quantized;
       if (pooled) row_pool.copy_row(t, 0, dst);  // makes the pool for this row shape (parallel) first
-      // Large tensors go in slices so progress moves inside them (every row depends only
-      // on seed, name and row: the bytes do not depend on the slicing).
-      const int64_t slice = std::max<int64_t>(rows / 64, 1024);
-      for (int64_t s0 = 0; s0 < rows; s0 += slice) {
-        const int64_t s1 = std::min(rows, s0 + slice);
-        pool.parallel_for(s1 - s0, [&](int64_t r0, int64_t r1) {
-          std::vector<float> row(pooled ? 0 : size_t(t.ne[0]));
-          for (int64_t r = s0 + r0; r < s0 + r1; ++r) {
-            if (pooled) {
-              row_pool.copy_row(t, r, dst + size_t(r) * rb);
-            } else {
-              fill_row(t, seed, r, row.data());
-              gen::quantize_row(t.type, row.data(), dst + size_t(r) * rb, t.ne[0]);
+      make_rows(
+          pool, t.nelements_rows(),
+          [&](int64_t r0, int64_t r1) {
+            std::vector<float> row(pooled ? 0 : size_t(t.ne[0]));
+            for (int64_t r = r0; r < r1; ++r) {
+              if (pooled) {
+                row_pool.copy_row(t, r, dst + size_t(r) * rb);
+              } else {
+                fill_row(t, seed, r, row.data());
+                gen::quantize_row(t.type, row.data(), dst + size_t(r) * rb, t.ne[0]);
+              }
             }
-          }
-        });
-        if (s1 < rows) progress(t.name, done + uint64_t(s1) * rb, false);
-      }
+          },
+          [&](int64_t rows_done) { progress(t.name, done + uint64_t(rows_done) * rb, false); });
       done += nbytes;
       progress(t.name, done, index + 1 == specs.size());
     });
-    partial.commit(out);
+    partial.commit(out + ".part", out);
   } catch (...) {
-    if (line_open) std::fputc('\n', stderr);
+    if (progress.line_open()) std::fputc('\n', stderr);
     throw;
   }
   if (!quiet) {
-    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::error_code ec;
     auto size = std::filesystem::file_size(out, ec);
     std::fprintf(stderr, "%swrote %s: %s, %lld layers, n_embd %lld, vocab %lld, %s, %s in %.1f s\n",
-                 line_open ? "\n" : "", out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer,
+                 progress.line_open() ? "\n" : "", out.c_str(), gen::arch_name(s.arch), (long long)s.n_layer,
                  (long long)s.n_embd, (long long)s.n_vocab, type.c_str(), human_bytes(double(ec ? total : size)).c_str(),
-                 el);
+                 progress.elapsed());
   }
   return 0;
 } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
-// A model architecture: reads hyperparameters and weight tensors from a ModelFile
-// (validating names and shapes) and builds the compute graph of one forward step
-// over a batch of tokens of one or more sequences. Architectures register by name
-// (general.architecture); the forward math follows llama.cpp's conventions.
+// A model architecture: reads hyperparameters and weight tensors from the model's
+// description in tessera's names (model_description.h, docs/model_names.md; each loader
+// translates its format), validating names and shapes, and builds the compute graph of
+// one forward step over a batch of tokens of one or more sequences. Architectures
+// register by tessera's name; the forward math follows llama.cpp's conventions.
 #pragma once
 #include <cstdint>
 #include <memory>

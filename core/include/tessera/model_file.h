@@ -66,13 +66,20 @@ struct TensorInfo {
   Tensor view() const;  // a Tensor over the mapped data
 };
 
+struct ModelDescription;
+
 class ModelFile {
  public:
   virtual ~ModelFile() = default;
-  virtual std::string format() const = 0;  // "gguf v3"
+  virtual std::string format() const = 0;  // "gguf v3", "safetensors"
   virtual std::string path() const = 0;
+  // The file's own metadata and tensors, under the format's names (what `tessera
+  // info` shows).
   virtual const Metadata& metadata() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;
+  // The model under tessera's names (model_description.h); throws tessera::Error when
+  // the file does not say what the model is or says something tessera cannot express.
+  virtual ModelDescription describe() const = 0;
   const TensorInfo* find_tensor(std::string_view name) const;
   uint64_t file_size() const { return file_size_; }
 

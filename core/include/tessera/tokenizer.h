@@ -5,6 +5,17 @@
 //    tokenizer.ggml.pre (llama-bpe/llama3, qwen2, qwen35, gpt-2, default).
 // encode() does not parse special tokens in the text (as the fixtures expect);
 // encode_with_special() does.
+//
+// Keys beyond GGUF's, written by the Hugging Face tokenizer.json reader
+// (loaders/safetensors/hf_tokenizer.h) and honoured here:
+//  - tokenizer.ggml.ignore_merges (bool): take a pre-tokenized piece that is itself a
+//    token whole instead of merging it; when present it overrides the default of the
+//    pre type (true for llama3-style vocabularies, false otherwise);
+//  - tokenizer.tessera.normalizer (string): "nfc" puts each text fragment in Unicode
+//    NFC before pre-tokenizing (gpt2 model only); absent or "none": no normalizer;
+//    any other value is refused;
+//  - a negative tokenizer.ggml.{bos,eos,unknown}_token_id means "none": the model
+//    type's default id (e.g. 11 for gpt2) does not apply.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -51,6 +51,11 @@ std::unique_ptr<ExpertStream> stream_model_experts(const ModelFile& file, Model&
   for (Tensor* w : model.weights())
     if (const int l = expert_layer(w->name); l >= 0) todo.emplace_back(w, l);
   if (todo.empty()) return nullptr;
+  // Streaming reads each expert batch as one range of the model file: GGUF keeps it so;
+  // a checkpoint folder's experts are separate tensors across shards.
+  if (file.format().rfind("gguf", 0) != 0)
+    throw Error("expert streaming reads experts from GGUF files, and " + file.path() + " is " + file.format() +
+                ": use --expert-cache off (keeps every expert in memory) or convert it to GGUF");
   auto stream = std::make_unique<ExpertStream>(file.path(), cache_bytes);
   for (auto [w, layer] : todo) {
     const TensorInfo* ti = file.find_tensor(w->name);

@@ -3,11 +3,12 @@
 #include <memory>
 
 #include "tessera/model.h"
+#include "tessera/model_description.h"
 
 namespace tessera::models {
-std::unique_ptr<Model> make_llama(const ModelFile& file);
-std::unique_ptr<Model> make_qwen2(const ModelFile& file);
-std::unique_ptr<Model> make_qwen3(const ModelFile& file);
-std::unique_ptr<Model> make_qwen3moe(const ModelFile& file);
-std::unique_ptr<Model> make_qwen35moe(const ModelFile& file);
+std::unique_ptr<Model> make_llama(const ModelDescription& desc);
+std::unique_ptr<Model> make_qwen2(const ModelDescription& desc);
+std::unique_ptr<Model> make_qwen3(const ModelDescription& desc);
+std::unique_ptr<Model> make_qwen3moe(const ModelDescription& desc);
+std::unique_ptr<Model> make_qwen35moe(const ModelDescription& desc);
 }

@@ -27,11 +27,11 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(const ModelFile& file, const DenseSpec& spec) : spec_(spec) {
+  LlamaModel(const ModelDescription& desc, const DenseSpec& spec) {
     const std::string arch = spec.arch;
-    WeightSource w(file, arch);
+    WeightSource w(desc);
     info_.architecture = arch;
-    info_.name = w.md().get_string("general.name").value_or("");
+    info_.name = desc.name;
     // Every size is checked against the tensor table before anything is sized from it
     // (model_loader_util.h): block_count first, so a file claiming millions of layers is
     // refused before a single layer is allocated.
@@ -54,11 +54,16 @@ class LlamaModel final : public Model {
     if (info_.rope_dims <= 0 || info_.rope_dims > info_.head_dim || info_.rope_dims % 2)
       w.refuse("rope.dimension_count", std::to_string(info_.rope_dims),
                "is invalid for head size " + std::to_string(info_.head_dim) + " (must be even, 2 .. head size)");
-    if (auto type = w.md().get_string(arch + ".rope.scaling.type"); type && *type != "none") {
+    if (auto type = w.hp_string("rope.scaling.type"); type && *type != "none") {
       if (*type != "linear")
         throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");
       info_.rope_freq_scale = 1.f / w.hp_positive_float("rope.scaling.factor", 1.f);
     }
+
+    // Llama's q/k rows come interleaved for adjacent-pair RoPE in GGUF files; a format
+    // that keeps them in rotate-half order (Hugging Face's) says so, and the same
+    // rotation is then applied to pairs (i, i + d/2): NeoX mode, no weights copied.
+    rope_mode_ = w.hp_bool("rope.qk_rotate_half").value_or(false) ? kRopeNeox : spec.rope_mode;
 
     // Llama 3.1-style frequency factors: pair i's angle is divided by factor i.
     if (w.has("rope_freqs.weight")) {
@@ -103,7 +108,7 @@ class LlamaModel final : public Model {
     const int32_t factors = rope_freqs_.data ? g.input(rope_freqs_) : -1;
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const LlamaLayer& L = layers_[size_t(l)];
-      x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, spec_.rope_mode, factors));
+      x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, rope_mode_, factors));
       int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
       // gate's product first, then up's: one statement per node keeps the graph's order
       // independent of the compiler's argument evaluation order (GCC built up first).
@@ -116,7 +121,7 @@ class LlamaModel final : public Model {
   }
 
  private:
-  DenseSpec spec_;
+  int rope_mode_ = kRopeNormal;
   ModelInfo info_;
   Tensor rope_freqs_;  // empty unless the file has rope_freqs.weight
   EmbeddingWeights embd_;
@@ -125,14 +130,14 @@ class LlamaModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama(const ModelFile& file) {
-  return std::make_unique<LlamaModel>(file, DenseSpec{"llama", kRopeNormal, false, false, 1e-5f});
+std::unique_ptr<Model> make_llama(const ModelDescription& d) {
+  return std::make_unique<LlamaModel>(d, DenseSpec{"llama", kRopeNormal, false, false, 1e-5f});
 }
-std::unique_ptr<Model> make_qwen2(const ModelFile& file) {
-  return std::make_unique<LlamaModel>(file, DenseSpec{"qwen2", kRopeNeox, false, true, 1e-6f});
+std::unique_ptr<Model> make_qwen2(const ModelDescription& d) {
+  return std::make_unique<LlamaModel>(d, DenseSpec{"qwen2", kRopeNeox, false, true, 1e-6f});
 }
-std::unique_ptr<Model> make_qwen3(const ModelFile& file) {
-  return std::make_unique<LlamaModel>(file, DenseSpec{"qwen3", kRopeNeox, true, false, 1e-6f});
+std::unique_ptr<Model> make_qwen3(const ModelDescription& d) {
+  return std::make_unique<LlamaModel>(d, DenseSpec{"qwen3", kRopeNeox, true, false, 1e-6f});
 }
 
 }  // namespace tessera::models

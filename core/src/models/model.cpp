@@ -6,15 +6,16 @@
 
 #include "models/architectures.h"
 #include "tessera/error.h"
+#include "tessera/model_description.h"
 #include "tessera/model_file.h"
 
 namespace tessera {
 namespace {
 struct Architecture {
   const char* name;
-  std::unique_ptr<Model> (*make)(const ModelFile&);
+  std::unique_ptr<Model> (*make)(const ModelDescription&);
 };
-// general.architecture -> factory.
+// tessera's architecture name -> factory.
 constexpr Architecture kArchitectures[] = {
     {"llama", models::make_llama},
     {"qwen2", models::make_qwen2},
@@ -31,16 +32,17 @@ std::vector<std::string> Model::supported_architectures() {
 }
 
 std::unique_ptr<Model> Model::load(const ModelFile& file) {
-  std::string arch = file.metadata().require_string("general.architecture");
+  const ModelDescription desc = file.describe();
+  const std::string& arch = desc.architecture;
   for (const auto& a : kArchitectures) {
     if (arch != a.name) continue;
-    std::unique_ptr<Model> m = a.make(file);
+    std::unique_ptr<Model> m = a.make(desc);
     // A tensor the architecture does not read is reported, never ignored silently: it
     // may be a feature this build lacks (issue 24), or a sign of a wrong architecture.
     std::unordered_set<std::string_view> used;
     for (const Tensor* t : m->weights()) used.insert(t->name);
-    for (const TensorInfo& t : file.tensors())
-      if (!used.count(t.name)) m->unused_tensors_.push_back(t.name);
+    for (const TensorInfo& t : desc.tensors)
+      if (!used.count(t.name)) m->unused_tensors_.push_back(desc.origin_of(t.name));
     if (const size_t n = m->unused_tensors_.size()) {
       std::string list;
       for (size_t i = 0; i < n && i < 8; ++i) list += (i ? ", " : "") + printable(m->unused_tensors_[i], 80);

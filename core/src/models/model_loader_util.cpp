@@ -52,8 +52,8 @@ std::string value_text(const Metadata& md, const std::string& key) {
 
 }  // namespace
 
-WeightSource::WeightSource(const ModelFile& file, std::string arch) : file_(file), arch_(std::move(arch)) {
-  const auto& tensors = file_.tensors();
+WeightSource::WeightSource(const ModelDescription& desc) : desc_(desc) {
+  const auto& tensors = desc_.tensors;
   by_name_.reserve(tensors.size());
   std::unordered_set<int64_t> layers;
   for (const TensorInfo& t : tensors) {
@@ -76,15 +76,40 @@ void WeightSource::refuse(const std::string& suffix, const std::string& value, c
 int64_t WeightSource::mul(int64_t a, int64_t b, const std::string& what) const {
   int64_t r = 0;
   if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
-    throw Error(arch_ + ": " + what + " = " + std::to_string(a) + " x " + std::to_string(b) +
+    throw Error(arch() + ": " + what + " = " + std::to_string(a) + " x " + std::to_string(b) +
                 " overflows (hyperparameters inconsistent with the tensors)");
   return r;
 }
 
-int64_t WeightSource::hp_int(const std::string& suffix) const { return md().require_int(key(suffix)); }
+template <class F>
+auto WeightSource::read(const std::string& suffix, F&& get) const -> decltype(get()) {
+  try {
+    return get();
+  } catch (const Error& e) {
+    const std::string theirs = key(suffix);
+    if (theirs == suffix) throw;
+    std::string msg = e.what();
+    const std::string quoted = "'" + suffix + "'";
+    if (size_t at = msg.find(quoted); at != std::string::npos) msg.replace(at, quoted.size(), "'" + theirs + "'");
+    throw Error(msg);
+  }
+}
+
+int64_t WeightSource::hp_int(const std::string& suffix) const {
+  if (!hp_has(suffix)) throw Error("missing metadata key '" + key(suffix) + "'");
+  return read(suffix, [&] { return md().require_int(suffix); });
+}
 
 int64_t WeightSource::hp_int(const std::string& suffix, int64_t fallback) const {
-  return md().get_int(key(suffix)).value_or(fallback);
+  return read(suffix, [&] { return md().get_int(suffix); }).value_or(fallback);
+}
+
+std::optional<std::string> WeightSource::hp_string(const std::string& suffix) const {
+  return read(suffix, [&] { return md().get_string(suffix); });
+}
+
+std::optional<bool> WeightSource::hp_bool(const std::string& suffix) const {
+  return read(suffix, [&] { return md().get_bool(suffix); });
 }
 
 int64_t WeightSource::check_size(const std::string& suffix, int64_t v, bool present) const {
@@ -99,16 +124,16 @@ int64_t WeightSource::check_size(const std::string& suffix, int64_t v, bool pres
 }
 
 int64_t WeightSource::hp_size(const std::string& suffix) const {
-  return check_size(suffix, md().require_int(key(suffix)), true);
+  return check_size(suffix, hp_int(suffix), true);
 }
 
 int64_t WeightSource::hp_size(const std::string& suffix, int64_t fallback) const {
-  auto v = md().get_int(key(suffix));
+  auto v = read(suffix, [&] { return md().get_int(suffix); });
   return check_size(suffix, v.value_or(fallback), v.has_value());
 }
 
 int64_t WeightSource::hp_block_count() const {
-  const int64_t v = md().require_int(key("block_count"));
+  const int64_t v = hp_int("block_count");
   if (v < 1) refuse("block_count", std::to_string(v), "must be positive");
   if (v > layers_in_file_)
     refuse("block_count", std::to_string(v),
@@ -123,11 +148,10 @@ int64_t WeightSource::hp_context_length(int64_t fallback) const {
 }
 
 float WeightSource::hp_positive_float(const std::string& suffix, float fallback) const {
-  const std::string k = key(suffix);
-  const double v = md().get_float(k).value_or(double(fallback));
+  const double v = read(suffix, [&] { return md().get_float(suffix); }).value_or(double(fallback));
   // NaN fails every comparison; the float conversion must neither overflow nor flush to 0.
   if (!(v > 0.0) || !(v <= double(FLT_MAX)) || !(float(v) > 0.f))
-    refuse(suffix, value_text(md(), k), "must be a finite positive number");
+    refuse(suffix, value_text(md(), suffix), "must be a finite positive number");
   return float(v);
 }
 
@@ -141,14 +165,14 @@ static std::string shape_str(const int64_t* ne, size_t n) {
 
 Tensor WeightSource::require(const std::string& name, std::initializer_list<int64_t> shape) const {
   const TensorInfo* ti = find(name);
-  if (!ti) throw Error("model is missing tensor '" + name + "'");
+  if (!ti) throw Error("model is missing tensor '" + desc_.origin_of(name) + "'");
   bool ok = ti->ne.size() == shape.size();
   if (ok) {
     size_t i = 0;
     for (int64_t d : shape) ok = ok && ti->ne[i++] == d;
   }
   if (!ok)
-    throw Error("tensor '" + name + "' has shape " + shape_str(ti->ne.data(), ti->ne.size()) +
+    throw Error("tensor '" + desc_.origin_of(name) + "' has shape " + shape_str(ti->ne.data(), ti->ne.size()) +
                 ", expected " + shape_str(shape.begin(), shape.size()));
   Tensor t = ti->view();
   t.name = name;

@@ -3,6 +3,7 @@
 // sized from them, and weight lookup with shape validation.
 #pragma once
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <string_view>
@@ -10,7 +11,7 @@
 #include "tessera/error.h"
 #include "tessera/kv_cache.h"
 #include "tessera/model.h"
-#include "tessera/model_file.h"
+#include "tessera/model_description.h"
 
 namespace tessera::models {
 
@@ -18,7 +19,8 @@ namespace tessera::models {
 // and position, pages enough for n_ctx positions.
 KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens);
 
-// Reads an architecture's hyperparameters and weights from a file.
+// Reads an architecture's hyperparameters and weights from a model description
+// (tessera's names; model_description.h). Messages name what the file calls them.
 //
 // Hostile files (issue 24): a hyperparameter is a claim the tensor table must back.
 // Before an architecture sizes anything from a value it reads it through one of the
@@ -30,13 +32,22 @@ KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tok
 // and products of sizes go through mul(), which refuses on int64 overflow.
 class WeightSource {
  public:
-  WeightSource(const ModelFile& file, std::string arch);
+  explicit WeightSource(const ModelDescription& desc);
 
-  const Metadata& md() const { return file_.metadata(); }
-  const std::string& arch() const { return arch_; }
-  std::string key(const std::string& suffix) const { return arch_ + "." + suffix; }
+  const ModelDescription& desc() const { return desc_; }
+  const Metadata& md() const { return desc_.hparams; }  // tessera's keys
+  const std::string& arch() const { return desc_.architecture; }
+  // What the file calls hyperparameter `suffix` ("llama.block_count", "num_hidden_layers").
+  std::string key(const std::string& suffix) const { return desc_.origin_of(suffix); }
 
-  // "<arch>.<suffix>" as integer/float, unchecked; `fallback` when absent (required if
+  // Optional hyperparameters that size nothing: nullopt when absent; a wrong type is
+  // refused naming the file's key.
+  bool hp_has(const std::string& suffix) const { return md().find(suffix) != nullptr; }
+  std::optional<std::string> hp_string(const std::string& suffix) const;
+  std::optional<bool> hp_bool(const std::string& suffix) const;
+  const MetaValue* hp_value(const std::string& suffix) const { return md().find(suffix); }
+
+  // Hyperparameter `suffix` as integer/float, unchecked; `fallback` when absent (required if
   // no fallback). Use only for values that size nothing.
   int64_t hp_int(const std::string& suffix) const;
   int64_t hp_int(const std::string& suffix, int64_t fallback) const;
@@ -53,7 +64,7 @@ class WeightSource {
   // is finite, positive and stays positive and finite as a float.
   float hp_positive_float(const std::string& suffix, float fallback) const;
 
-  // Refuse hyperparameter "<arch>.<suffix>" holding `value`, saying why.
+  // Refuse hyperparameter `suffix` holding `value`, saying why.
   [[noreturn]] void refuse(const std::string& suffix, const std::string& value, const std::string& why) const;
   // a * b for a size derived from hyperparameters (both >= 0); refuses naming `what`
   // (e.g. "attention.head_count x attention.key_length") if it overflows int64.
@@ -72,10 +83,12 @@ class WeightSource {
 
  private:
   int64_t check_size(const std::string& suffix, int64_t v, bool present) const;
+  // md().get_*(suffix) with errors naming the file's key instead of tessera's.
+  template <class F>
+  auto read(const std::string& suffix, F&& get) const -> decltype(get());
 
-  const ModelFile& file_;
-  std::string arch_;
-  std::unordered_map<std::string_view, const TensorInfo*> by_name_;  // the file's tensor table, indexed
+  const ModelDescription& desc_;
+  std::unordered_map<std::string_view, const TensorInfo*> by_name_;  // the description's tensors, indexed
   int64_t layers_in_file_ = 0, max_dim_ = 1;
 };
 

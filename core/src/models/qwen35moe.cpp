@@ -46,12 +46,12 @@ struct Qwen35MoeLayer {
 
 class Qwen35MoeModel final : public Model {
  public:
-  explicit Qwen35MoeModel(const ModelFile& file) {
+  explicit Qwen35MoeModel(const ModelDescription& desc) {
     const std::string arch = "qwen35moe";
-    WeightSource w(file, arch);
+    WeightSource w(desc);
     ModelInfo& i = info_;
     i.architecture = arch;
-    i.name = w.md().get_string("general.name").value_or("");
+    i.name = desc.name;
     // Checked against the tensor table before anything is sized (model_loader_util.h);
     // products of sizes are overflow-checked.
     i.n_layer = w.hp_block_count();
@@ -64,7 +64,7 @@ class Qwen35MoeModel final : public Model {
     i.n_expert = w.hp_size("expert_count");
     i.n_expert_used = w.hp_size("expert_used_count");
     i.n_ff = w.hp_size("expert_feed_forward_length");
-    n_ff_shexp_ = w.md().find(w.key("expert_shared_feed_forward_length")) || !w.md().find(w.key("feed_forward_length"))
+    n_ff_shexp_ = w.hp_has("expert_shared_feed_forward_length") || !w.hp_has("feed_forward_length")
                       ? w.hp_size("expert_shared_feed_forward_length", i.n_ff)
                       : w.hp_size("feed_forward_length");
     d_conv_ = w.hp_size("ssm.conv_kernel");
@@ -189,8 +189,8 @@ class Qwen35MoeModel final : public Model {
   [[noreturn]] static void fail(const std::string& why) { throw Error("qwen35moe: " + why); }
 
   void read_rope_sections(const WeightSource& w) {
-    const MetaValue* v = w.md().find("qwen35moe.rope.dimension_sections");
-    if (!v) fail("missing metadata key qwen35moe.rope.dimension_sections");
+    const MetaValue* v = w.hp_value("rope.dimension_sections");
+    if (!v) fail("missing metadata key " + w.key("rope.dimension_sections"));
     const auto* arr = v->as_array();
     if (!arr || arr->empty() || arr->size() > 4) fail("rope.dimension_sections must be an array of up to 4 integers");
     // Each section is bounded before it is summed or narrowed (a huge section was signed
@@ -282,6 +282,6 @@ class Qwen35MoeModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_qwen35moe(const ModelFile& file) { return std::make_unique<Qwen35MoeModel>(file); }
+std::unique_ptr<Model> make_qwen35moe(const ModelDescription& d) { return std::make_unique<Qwen35MoeModel>(d); }
 
 }  // namespace tessera::models

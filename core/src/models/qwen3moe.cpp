@@ -15,12 +15,12 @@ struct Qwen3MoeLayer {
 
 class Qwen3MoeModel final : public Model {
  public:
-  explicit Qwen3MoeModel(const ModelFile& file) {
+  explicit Qwen3MoeModel(const ModelDescription& desc) {
     const std::string arch = "qwen3moe";
-    WeightSource w(file, arch);
+    WeightSource w(desc);
     ModelInfo& i = info_;
     i.architecture = arch;
-    i.name = w.md().get_string("general.name").value_or("");
+    i.name = desc.name;
     // Checked against the tensor table before anything is sized (model_loader_util.h).
     i.n_layer = w.hp_block_count();
     i.n_embd = w.hp_size("embedding_length");
@@ -31,7 +31,7 @@ class Qwen3MoeModel final : public Model {
     i.rope_freq_base = w.hp_positive_float("rope.freq_base", 1000000.f);
     i.n_expert = w.hp_size("expert_count");
     i.n_expert_used = w.hp_size("expert_used_count");
-    i.n_ff = w.md().find(w.key("expert_feed_forward_length")) || !w.md().find(w.key("feed_forward_length"))
+    i.n_ff = w.hp_has("expert_feed_forward_length") || !w.hp_has("feed_forward_length")
                  ? w.hp_size("expert_feed_forward_length")
                  : w.hp_size("feed_forward_length");
     if (i.n_expert_used > i.n_expert)
@@ -98,6 +98,6 @@ class Qwen3MoeModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_qwen3moe(const ModelFile& file) { return std::make_unique<Qwen3MoeModel>(file); }
+std::unique_ptr<Model> make_qwen3moe(const ModelDescription& d) { return std::make_unique<Qwen3MoeModel>(d); }
 
 }  // namespace tessera::models

@@ -10,7 +10,11 @@
 //    tokenizer.ggml.pre selects (see pretokenize.h), each piece's UTF-8 bytes are
 //    mapped through GPT-2's byte-to-unicode table and merged by merge rank (lowest
 //    rank first, ties leftmost). For llama3-style vocabs a piece that is itself a
-//    token is taken whole (llama.cpp's ignore_merges). Invalid UTF-8 becomes U+FFFD.
+//    token is taken whole (llama.cpp's ignore_merges; tokenizer.ggml.ignore_merges
+//    overrides the pre type's default). Invalid UTF-8 becomes U+FFFD. With
+//    tokenizer.tessera.normalizer = "nfc" each text fragment (between special
+//    tokens) is put in Unicode NFC before pre-tokenizing, as Hugging Face's NFC
+//    normalizer does.
 //
 // Special tokens: user-defined tokens (type 4) are always matched in the text, as
 // llama.cpp and Hugging Face do; control (3) and unknown (2) tokens only in
@@ -38,6 +42,9 @@
 #include "tokenizer/flat_map.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/unicode.h"
+
+#include <unicode/unorm2.h>
+#include <unicode/utf16.h>
 
 namespace tessera {
 
@@ -107,6 +114,55 @@ const std::vector<MetaValue>* opt_array(const Metadata& md, std::string_view key
   return a;
 }
 
+enum class Normalizer { None, Nfc };
+
+// tokenizer.tessera.normalizer: absent or "none", or "nfc"; anything else is refused
+// (tokenizing without a normalizer the file asks for would give other ids).
+Normalizer read_normalizer(const Metadata& md) {
+  const auto v = opt_string(md, "tokenizer.tessera.normalizer");
+  if (!v || *v == "none") return Normalizer::None;
+  if (*v == "nfc") return Normalizer::Nfc;
+  throw Error("tokenizer metadata: unsupported tokenizer.tessera.normalizer = '" + *v + "' (supported: none, nfc)");
+}
+
+// Unicode NFC of a code point sequence (ICU). Code points below U+0300 are NFC and
+// never compose with what precedes them, so text made only of them is returned as is.
+std::vector<uint32_t> to_nfc(std::vector<uint32_t> cpts) {
+  if (std::all_of(cpts.begin(), cpts.end(), [](uint32_t c) { return c < 0x300; })) return cpts;
+  UErrorCode err = U_ZERO_ERROR;
+  const UNormalizer2* nfc = unorm2_getNFCInstance(&err);
+  if (U_FAILURE(err)) throw Error(std::string("tokenizer: ICU NFC normalizer unavailable: ") + u_errorName(err));
+  std::vector<UChar> src;
+  src.reserve(cpts.size() + 8);
+  for (uint32_t c : cpts) {
+    if (c > 0x10FFFF) c = 0xFFFD;
+    if (c >= 0x10000) {
+      src.push_back(static_cast<UChar>(U16_LEAD(c)));
+      src.push_back(static_cast<UChar>(U16_TRAIL(c)));
+    } else {
+      src.push_back(static_cast<UChar>(c));
+    }
+  }
+  std::vector<UChar> dst(src.size() + 16);
+  int32_t len = unorm2_normalize(nfc, src.data(), static_cast<int32_t>(src.size()), dst.data(),
+                                 static_cast<int32_t>(dst.size()), &err);
+  if (err == U_BUFFER_OVERFLOW_ERROR) {
+    err = U_ZERO_ERROR;
+    dst.resize(static_cast<size_t>(len));
+    len = unorm2_normalize(nfc, src.data(), static_cast<int32_t>(src.size()), dst.data(),
+                           static_cast<int32_t>(dst.size()), &err);
+  }
+  if (U_FAILURE(err)) throw Error(std::string("tokenizer: NFC normalization failed: ") + u_errorName(err));
+  std::vector<uint32_t> out;
+  out.reserve(static_cast<size_t>(len));
+  for (int32_t i = 0; i < len;) {
+    UChar32 c;
+    U16_NEXT(dst.data(), i, len, c);
+    out.push_back(static_cast<uint32_t>(c));
+  }
+  return out;
+}
+
 const std::vector<std::string_view>& eog_names() {
   static const std::vector<std::string_view> names = {
       "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
@@ -156,7 +212,9 @@ class TokenizerBase : public Tokenizer {
     auto in_range = [&](int64_t id) { return id >= 0 && id < static_cast<int64_t>(text_.size()); };
     auto read = [&](const char* key, int32_t& id) {
       if (!in_range(id)) id = -1;
-      if (auto v = opt_int(md, key); v && in_range(*v)) id = static_cast<int32_t>(*v);
+      // a negative id says "none" (the default of the model type does not apply)
+      if (auto v = opt_int(md, key); v && *v < 0) id = -1;
+      else if (v && in_range(*v)) id = static_cast<int32_t>(*v);
     };
     read("tokenizer.ggml.bos_token_id", bos_);
     read("tokenizer.ggml.eos_token_id", eos_);
@@ -318,6 +376,8 @@ class SpmTokenizer final : public TokenizerBase {
     unk_ = 0;
     add_bos_ = true;
     add_space_prefix_ = opt_bool(md, "tokenizer.ggml.add_space_prefix").value_or(true);
+    if (read_normalizer(md) != Normalizer::None)
+      throw Error("tokenizer metadata: tokenizer.tessera.normalizer is only supported for gpt2 (byte-level BPE) tokenizers");
     init_specials(md);
     for (int b = 0; b < 256; ++b) {
       static const char* hex = "0123456789ABCDEF";
@@ -449,6 +509,8 @@ class BpeTokenizer final : public TokenizerBase {
     } else {
       throw Error("tokenizer metadata: unsupported pre-tokenizer tokenizer.ggml.pre = '" + pre + "'");
     }
+    if (auto im = opt_bool(md, "tokenizer.ggml.ignore_merges")) ignore_merges_ = *im;
+    nfc_ = read_normalizer(md) == Normalizer::Nfc;
     init_specials(md);
 
     for (int b = 0; b < 256; ++b) {
@@ -493,7 +555,8 @@ class BpeTokenizer final : public TokenizerBase {
   }
 
   void encode_fragment(std::string_view frag, bool, std::vector<int32_t>& out) const override {
-    const std::vector<uint32_t> cpts = tok::utf8_to_cpts(frag);
+    std::vector<uint32_t> cpts = tok::utf8_to_cpts(frag);
+    if (nfc_) cpts = to_nfc(std::move(cpts));
     const std::vector<tok::Span> spans = tok::pretokenize(pre_, cpts);
     std::string word;
     std::string mapped;
@@ -571,6 +634,7 @@ class BpeTokenizer final : public TokenizerBase {
 
   PreType pre_ = PreType::Default;
   bool ignore_merges_ = false;
+  bool nfc_ = false;
   int32_t byte_tok_[256];
   tok::PairIndex merges_;
 };

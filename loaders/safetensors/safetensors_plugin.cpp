@@ -1,0 +1,54 @@
+// The Hugging Face checkpoint loader plugin: glue between the plugin ABI and the
+// checkpoint reader (hf_model.h).
+#include <cstdio>
+#include <exception>
+
+#include "hf_model.h"
+#include "safetensors_reader.h"
+#include "tessera/model_file.h"
+#include "tessera/plugin_abi.h"
+
+namespace {
+
+class SafetensorsLoader final : public tessera::ModelLoader {
+ public:
+  std::string name() const override { return "safetensors"; }
+  bool recognizes(const std::string& path) const override {
+    return tessera::safetensors::looks_like_checkpoint(path);
+  }
+  std::unique_ptr<tessera::ModelFile> open(const std::string& path) const override {
+    return tessera::hf::CheckpointFile::open(path);
+  }
+};
+
+int32_t safetensors_probe(char* reason, size_t reason_size) {
+  if (reason && reason_size > 0)
+    std::snprintf(reason, reason_size, "Hugging Face checkpoint folders: safetensors, config.json (always available)");
+  return 100;
+}
+
+void* safetensors_create(const TesseraCreateArgs* /*args*/, char* error, size_t error_size) {
+  try {
+    return static_cast<tessera::ModelLoader*>(new SafetensorsLoader());
+  } catch (const std::exception& e) {
+    if (error && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return nullptr;
+  }
+}
+
+void safetensors_destroy(void* instance) { delete static_cast<tessera::ModelLoader*>(instance); }
+
+const TesseraPluginDescriptor kDescriptor = {
+    TESSERA_PLUGIN_ABI_VERSION,
+    sizeof(TesseraPluginDescriptor),
+    "safetensors",
+    TESSERA_PLUGIN_LOADER,
+    "Hugging Face checkpoint folders (config.json, safetensors shards, tokenizer.json)",
+    &safetensors_probe,
+    &safetensors_create,
+    &safetensors_destroy,
+};
+
+}  // namespace
+
+TESSERA_DEFINE_PLUGIN(kDescriptor)
