@@ -19,17 +19,26 @@
 #include "tessera/plugin_registry.h"
 #include "tessera/scheduler.h"
 #include "tessera/tokenizer.h"
+#include "weight_quantize.h"
 
 namespace tessera {
 
 Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0");
+  if (opt.quantize) detail::check_quantize_target(*opt.quantize);  // before reading the file
   pool_ = std::make_unique<FastPool>(opt.threads);
 
   OpenedModel opened = open_model_file(registry, opt.model_path);
   loader_ = opened.loader;
   file_ = std::move(opened.file);
   model_ = Model::load(*file_);
+  // --quantize: the copies replace the weights before experts are streamed and the
+  // backends repack (decision 66).
+  if (opt.quantize) quantized_ = detail::quantize_weights(*model_, *opt.quantize, *pool_);
+  const bool experts_quantized = quantized_ && quantized_->experts;
+  if (experts_quantized && opt.expert_cache_bytes > 0)
+    throw Error("--expert-cache SIZE streams the experts from the file, but --quantize made them copies in memory: "
+                "use --expert-cache auto or off with --quantize");
   try {
     tokenizer_ = Tokenizer::from_metadata(file_->metadata());
   } catch (const Error& e) {
@@ -61,7 +70,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // backend repacks them, and a device backend (which keeps a copy of every weight
   // it reads) cannot run with them.
   std::unordered_set<const Tensor*> streamed;
-  if (model_->info().n_expert > 0 && opt.expert_cache_bytes != EngineOptions::kExpertCacheOff) {
+  if (model_->info().n_expert > 0 && opt.expert_cache_bytes != EngineOptions::kExpertCacheOff && !experts_quantized) {
     std::optional<uint64_t> cache;
     if (opt.expert_cache_bytes > 0) {
       cache = uint64_t(opt.expert_cache_bytes);

@@ -1,5 +1,6 @@
 #include "cli_common.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <iostream>
 #include <sys/stat.h>
@@ -39,7 +41,11 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
                                                            "NaN or infinity (reads the whole file)")
       ("expert-cache", po::value(&o.expert_cache)->default_value("auto"),
        "MoE models: stream the routed experts from the file through a cache of this size (e.g. 4G, 512M); "
-       "`off` keeps them all in memory; `auto` streams only when the model does not fit in the memory available");
+       "`off` keeps them all in memory; `auto` streams only when the model does not fit in the memory available")
+      ("quantize", po::value(&o.quantize)->value_name("TYPE"),
+       ("quantize the model's F32/F16/BF16 matrix weights (projections, experts, embedding, output) to TYPE at "
+        "load, for speed: " + quantize_target_names() + ". Norms, biases and MoE routers stay as stored; weights "
+        "already quantized are left alone").c_str());
   }
   desc.add_options()
     ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ~/.config/tessera/plugins.toml, "
@@ -113,12 +119,31 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
     eo.expert_cache_bytes = int64_t(b);
   }
   if (!o.backend.empty()) eo.backends = split(o.backend, ',');
+  if (!o.quantize.empty()) {
+    const std::optional<DType> t = dtype_from_name(o.quantize);
+    const auto targets = quantize_targets();
+    if (!t || std::find(targets.begin(), targets.end(), *t) == targets.end())
+      throw Error("--quantize: '" + printable(o.quantize, 40) + "' is not a type weights can be quantized to; use one of " +
+                  quantize_target_names());
+    eo.quantize = t;
+  }
   if (o.check_tensors) {
     OpenedModel opened = open_model_file(reg, eo.model_path);
     const size_t n = check_tensors_finite(*opened.file);
     spdlog::info("--check-tensors: {} tensors, every value finite", n);
   }
-  auto engine = std::make_unique<Engine>(reg, eo);
+  // Quantizing a large model takes a while: its progress and summary (info messages)
+  // are shown when asked for, whatever the log level.
+  const spdlog::level::level_enum level = spdlog::get_level();
+  if (eo.quantize && level > spdlog::level::info) spdlog::set_level(spdlog::level::info);
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = std::make_unique<Engine>(reg, eo);
+  } catch (...) {
+    spdlog::set_level(level);
+    throw;
+  }
+  spdlog::set_level(level);
   // Limits with words (issue 24): what a flag asks for beyond the machine or the model
   // is done, but not silently.
   const unsigned hw = std::thread::hardware_concurrency();

@@ -29,10 +29,11 @@ struct CommonOptions {
   bool verbose = false;
   bool check_tensors = false;  // scan every weight for NaN/Inf before running
   std::string expert_cache = "auto";  // MoE experts: auto, off, or a cache size (4G)
+  std::string quantize;               // --quantize TYPE: quantize float weights at load; empty = off
 };
 
 // Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx,
-// --batch, --check-tensors and --expert-cache.
+// --batch, --check-tensors, --expert-cache and --quantize.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model);
 
 // Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n with

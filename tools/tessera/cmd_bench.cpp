@@ -233,10 +233,10 @@ int cmd_bench(int argc, char** argv) {
     // chosen by them (decision 32).
     std::printf("machine: %s (family 0x%X, model 0x%X); %u hardware threads; load average %s\n", cpu.brand.c_str(),
                 unsigned(cpu.family), unsigned(cpu.model), std::thread::hardware_concurrency(), loadavg().c_str());
-    std::printf("model: %s (%s, %lld layers, n_embd %lld)\nbackends: %s; threads: %d; reps: %d; parallel: %d; "
+    std::printf("model: %s (%s, %lld layers, n_embd %lld%s)\nbackends: %s; threads: %d; reps: %d; parallel: %d; "
                 "batch: %lld tokens\n",
                 engine->file().path().c_str(), mi.architecture.c_str(), (long long)mi.n_layer, (long long)mi.n_embd,
-                backends.c_str(), engine->threads(), reps, n_par, (long long)engine->batch_tokens());
+                o.quantize.empty() ? "" : (", quantized to " + o.quantize + " at load").c_str(), backends.c_str(), engine->threads(), reps, n_par, (long long)engine->batch_tokens());
     std::fflush(stdout);
   }
   const std::string load_before = loadavg();
@@ -423,6 +423,7 @@ int cmd_bench(int argc, char** argv) {
                   {"loadavg_before", load_before},
                   {"loadavg_after", loadavg()}};
   j["model"] = {{"path", engine->file().path()},
+                {"quantize", o.quantize},  // --quantize TYPE, "" when not asked
                 {"architecture", mi.architecture},
                 {"name", mi.name},
                 {"n_layer", mi.n_layer},

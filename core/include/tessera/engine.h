@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ class Model;
 class Tokenizer;
 class Scheduler;
 class FastPool;
+namespace detail {
+struct QuantizedWeights;
+}
 
 struct EngineOptions {
   std::string model_path;
@@ -41,7 +45,18 @@ struct EngineOptions {
   // layer's experts do not fit).
   static constexpr int64_t kExpertCacheAuto = -1, kExpertCacheOff = 0;
   int64_t expert_cache_bytes = kExpertCacheAuto;
+  // Quantize the F32/F16/BF16 matrix weights (those only read as MatMul / MatMulId
+  // weights or as the GetRows table: projections, experts, token embedding, output)
+  // to this type at load, as copies the engine owns; norms, biases, 1-D tensors and
+  // MoE routers stay as stored (decision 66). One of quantize_targets(); routed experts
+  // quantized this way are in memory, so they are not streamed (an explicit
+  // expert_cache_bytes is refused). Unset: the weights as the file holds them.
+  std::optional<DType> quantize;
 };
+
+// The types EngineOptions::quantize accepts, and their names for messages ("q8_0, q4_0, ...").
+std::span<const DType> quantize_targets();
+std::string quantize_target_names();
 
 struct OpProfile;
 class ExpertStream;
@@ -114,6 +129,7 @@ class Engine {
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<detail::QuantizedWeights> quantized_;  // --quantize copies; outlive the backends
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_error_;
   std::unique_ptr<ExpertStream> experts_;  // before scheduler_: the backends never own it

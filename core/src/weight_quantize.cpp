@@ -1,0 +1,252 @@
+#include "weight_quantize.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "tessera/engine.h"
+#include "tessera/error.h"
+#include "tessera/fast_pool.h"
+#include "tessera/graph.h"
+#include "tessera/kv_cache.h"
+#include "tessera/model.h"
+#include "tessera/model_file.h"
+#include "tessera/quant.h"
+
+namespace tessera {
+
+namespace {
+
+// Weight formats quant::quantize_row writes (Q8_1 and Q8_K are activation-only; Q2_K,
+// Q3_K and IQ4_XS have no quantizer), F16/BF16 for halving an F32 checkpoint.
+constexpr DType kTargets[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,  DType::Q5_1, DType::IQ4_NL,
+                              DType::MXFP4, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16};
+
+std::string lower_name(DType t) {
+  std::string s(dtype_name(t));
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::span<const DType> quantize_targets() { return kTargets; }
+
+std::string quantize_target_names() {
+  std::string s;
+  for (DType t : kTargets) s += (s.empty() ? "" : ", ") + lower_name(t);
+  return s;
+}
+
+namespace detail {
+
+void QuantizedWeights::FreeAligned::operator()(std::byte* p) const { std::free(p); }
+
+void check_quantize_target(DType target) {
+  if (std::find(std::begin(kTargets), std::end(kTargets), target) == std::end(kTargets))
+    throw Error("cannot quantize weights to " + lower_name(target) + ": the supported types are " +
+                quantize_target_names());
+}
+
+namespace {
+
+// One weight's storage and every Tensor of the model that views it (a tied output
+// matrix is a second Tensor over the token embedding's data).
+struct WeightGroup {
+  std::vector<Tensor*> views;
+  bool used = false;      // read by some node
+  bool eligible = true;   // every read is an allowed use
+  bool matmul_id = false; // read by MatMulId (routed experts)
+};
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+bool same_layout(const Tensor& a, const Tensor& b) {
+  return a.data == b.data && a.type == b.type && std::equal(std::begin(a.ne), std::end(a.ne), std::begin(b.ne)) &&
+         std::equal(std::begin(a.nb), std::end(a.nb), std::begin(b.nb));
+}
+
+// Marks each group by how the model's forward graph reads it. Only the graph knows
+// which weights are matrix-product operands (a norm or a delta-net kernel has the
+// same kind of name and shape), so a one-token forward step is built (not run) over
+// a scratch KV cache and its nodes are read: a weight qualifies only if every read of
+// its bytes is MatMul's or MatMulId's weight operand or GetRows's table, as the whole
+// tensor (no view or reshape, whose layout a new type would break).
+void classify_uses(Model& model, std::vector<WeightGroup>& groups) {
+  std::map<uintptr_t, size_t> by_start;  // first byte -> group
+  for (size_t i = 0; i < groups.size(); ++i)
+    by_start[reinterpret_cast<uintptr_t>(groups[i].views.front()->data)] = i;
+  auto group_of = [&](const Tensor& t) -> WeightGroup* {
+    const auto p = reinterpret_cast<uintptr_t>(t.data);
+    auto it = by_start.upper_bound(p);
+    if (!p || it == by_start.begin()) return nullptr;
+    --it;
+    WeightGroup& g = groups[it->second];
+    return p < it->first + g.views.front()->nbytes() ? &g : nullptr;
+  };
+
+  constexpr int kPage = 16;
+  KvCache kv(model.kv_config(kPage, kPage));
+  const KvCache::SeqId seq = kv.create_sequence();
+  if (!kv.reserve(seq, 1)) throw Error("internal: scratch KV cache for --quantize has no room");
+  const int32_t token = 0, position = 0, out_row = 0;
+  const SeqSlice slice{seq, 0, 1, 0};
+  Graph graph;
+  model.build_forward(graph, kv, ForwardBatch{{&token, 1}, {&position, 1}, {&slice, 1}, {&out_row, 1}});
+
+  for (const Node& n : graph.nodes()) {
+    if (n.dst >= 0)
+      if (WeightGroup* g = group_of(graph.tensor(n.dst))) g->eligible = false;  // written: never
+    for (int s = 0; s < int(n.src.size()); ++s) {
+      if (n.src[size_t(s)] < 0) continue;
+      const Tensor& t = graph.tensor(n.src[size_t(s)]);
+      WeightGroup* g = group_of(t);
+      if (!g) continue;
+      g->used = true;
+      const Tensor& w = *g->views.front();
+      const bool operand = s == 0 && (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::GetRows);
+      if (!operand || !same_layout(t, w)) g->eligible = false;
+      if (n.op == Op::MatMulId) g->matmul_id = true;
+    }
+  }
+}
+
+// MoE routers pick experts by a top-k of their products: llama.cpp keeps
+// `ffn_gate_inp*` in F32 so that the choice follows the float model.
+bool is_router(const WeightGroup& g) {
+  for (const Tensor* v : g.views)
+    if (v->name.find("ffn_gate_inp") != std::string::npos) return true;
+  return false;
+}
+
+// Rows [r0, r1) of `src` (F32, F16 or BF16, any row strides) quantized into dst
+// (contiguous rows of `target`).
+void quantize_rows(const Tensor& src, DType target, std::byte* dst, int64_t r0, int64_t r1) {
+  const int64_t K = src.ne[0];
+  const size_t out_row = row_bytes(target, K);
+  std::vector<float> buf(src.type == DType::F32 ? 0 : size_t(K));
+  for (int64_t r = r0; r < r1; ++r) {
+    const void* row = src.flat_row<const std::byte>(r);
+    const float* x = static_cast<const float*>(row);
+    if (src.type != DType::F32) {
+      quant::dequantize_row(src.type, row, buf.data(), K);
+      x = buf.data();
+    }
+    quant::quantize_row(target, x, dst + size_t(r) * out_row, K);
+  }
+}
+
+// The source of a quantized weight is not read again: its whole pages are handed back
+// (file pages are dropped from the process, to be read again only if touched; without
+// it a 16 GiB BF16 checkpoint would stay resident beside its copy). MADV_PAGEOUT
+// loses nothing, whatever the memory is; a kernel without it refuses, harmlessly.
+void release_pages(const void* p, size_t n) {
+#ifdef MADV_PAGEOUT
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (uintptr_t(p) + page - 1) / page * page, e = (uintptr_t(p) + n) / page * page;
+  if (b < e) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_PAGEOUT);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
+std::string names_of(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 3; ++i) s += (i ? ", " : "") + printable(names[i], 80);
+  if (names.size() > 3) s += ", ...";
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, FastPool& pool) {
+  check_quantize_target(target);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+
+  std::vector<WeightGroup> groups;
+  std::unordered_map<const void*, size_t> by_data;
+  for (Tensor* w : model.weights()) {
+    if (!w->data) continue;
+    auto [it, added] = by_data.emplace(w->data, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].views.push_back(w);
+  }
+  classify_uses(model, groups);
+
+  const DTypeTraits& tt = dtype_traits(target);
+  std::vector<const WeightGroup*> todo;
+  std::vector<std::string> odd_rows, other_format;
+  uint64_t total_bytes = 0;
+  for (const WeightGroup& g : groups) {
+    const Tensor& w = *g.views.front();
+    // A single row is a gating vector, not a matrix (llama.cpp keeps 1-D tensors F32).
+    if (!g.used || !g.eligible || w.ne[1] < 2 || is_router(g) || w.type == target) continue;
+    if (!is_float(w.type)) {
+      other_format.push_back(w.name);
+    } else if (w.ne[0] % tt.block_elems != 0) {
+      odd_rows.push_back(w.name);
+    } else if (w.nb[0] != dtype_traits(w.type).block_bytes) {
+      continue;  // elements not packed: not a weight as loaded from a file
+    } else {
+      todo.push_back(&g);
+      total_bytes += w.nbytes();
+    }
+  }
+  if (!other_format.empty())
+    spdlog::info("--quantize {}: {} matrix weights already in another format are left as they are ({})",
+                 lower_name(target), other_format.size(), names_of(other_format));
+  if (!odd_rows.empty())
+    spdlog::info("--quantize {}: {} weights keep their type: their rows are not a multiple of {}'s block of {} ({})",
+                 lower_name(target), odd_rows.size(), lower_name(target), tt.block_elems, names_of(odd_rows));
+
+  auto out = std::make_unique<QuantizedWeights>();
+  uint64_t done_bytes = 0;
+  double last_report = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const WeightGroup& g = *todo[i];
+    const Tensor src = *g.views.front();
+    Tensor q = Tensor::contiguous(target, {src.ne[0], src.ne[1], src.ne[2], src.ne[3]});
+    const size_t bytes = q.nbytes();
+    const size_t alloc = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+    std::unique_ptr<std::byte, QuantizedWeights::FreeAligned> mem(static_cast<std::byte*>(std::aligned_alloc(64, alloc)));
+    if (!mem) throw Error("out of memory quantizing " + printable(src.name, 80) + " (" + std::to_string(bytes) + " bytes)");
+    std::byte* dst = mem.get();
+    pool.parallel_for(src.nrows(), [&](int64_t r0, int64_t r1) { quantize_rows(src, target, dst, r0, r1); });
+    for (Tensor* v : g.views) {
+      v->type = target;
+      std::copy(std::begin(q.nb), std::end(q.nb), std::begin(v->nb));
+      v->data = dst;
+    }
+    if (src.is_contiguous()) release_pages(src.data, src.nbytes());
+    out->blocks.push_back(std::move(mem));
+    out->bytes_before += src.nbytes();
+    out->bytes_after += bytes;
+    out->experts = out->experts || g.matmul_id;
+    ++out->tensors;
+    done_bytes += src.nbytes();
+    // Large models take a while (Q4_K's scale search reads every value many times).
+    if (const double s = seconds(); s - last_report >= 5.0 && i + 1 < todo.size()) {
+      last_report = s;
+      spdlog::info("quantizing to {}: {}/{} tensors, {:.0f}/{:.0f} MiB, {:.0f} s", lower_name(target), i + 1,
+                   todo.size(), double(done_bytes) / (1 << 20), double(total_bytes) / (1 << 20), s);
+    }
+  }
+  spdlog::info("quantized {} tensors ({:.1f} MiB -> {:.1f} MiB) to {} in {:.2f} s", out->tensors,
+               double(out->bytes_before) / (1 << 20), double(out->bytes_after) / (1 << 20), lower_name(target),
+               seconds());
+  return out;
+}
+
+}  // namespace detail
+}  // namespace tessera
