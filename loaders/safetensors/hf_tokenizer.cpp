@@ -127,7 +127,7 @@ std::vector<std::string> byte_level_alphabet() {
 }
 
 // The split regexes of Hugging Face tokenizer.json files that tessera's hand-written
-// pre-tokenizers (core/src/tokenizer/pretokenize.h) reproduce, and the
+// pre-tokenizers (llm/src/tokenizer/pretokenize.h) reproduce, and the
 // tokenizer.ggml.pre that selects each. Compared as exact strings: a regex that
 // differs by one character is refused, not approximated.
 struct KnownRegex {

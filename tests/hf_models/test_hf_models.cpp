@@ -187,6 +187,86 @@ TEST(HfRefusals, TensorsTheModelDoesNotReadAreReportedUnderTheirOwnNames) {
   for (const auto& n : m->unused_tensors()) EXPECT_EQ(n.rfind("model.layers.1.", 0), 0u) << n;
 }
 
+// ---- a folder with a tokenizer: the commands that take text ----
+
+// GPT-2's bytes_to_unicode, as UTF-8.
+std::string byte_char(int b) {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> t(256);
+    int n = 0;
+    for (int i = 0; i < 256; ++i) {
+      const bool shown = (i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF);
+      const unsigned cp = shown ? unsigned(i) : 256u + unsigned(n++);
+      if (cp < 0x80) t[size_t(i)] = std::string(1, char(cp));
+      else t[size_t(i)] = {char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
+    }
+    return t;
+  }();
+  return table[size_t(b)];
+}
+
+// llama-f32's weights (vocabulary 1024) with a byte-level BPE tokenizer of exactly
+// 1024 tokens: 256 bytes, the 676 lower-case letter pairs, " a" .. " z", and special
+// tokens (<|endoftext|> is 958, the end of generation).
+std::string folder_with_tokenizer() {
+  const std::string dir = edited_copy("llama-f32", [](auto&) {});
+  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+  int id = 0;
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = id++;
+  for (char a = 'a'; a <= 'z'; ++a)
+    for (char c = 'a'; c <= 'z'; ++c) {
+      vocab[std::string{a, c}] = id++;
+      merges.push_back(std::string{a} + " " + std::string{c});
+    }
+  for (char c = 'a'; c <= 'z'; ++c) {
+    vocab[byte_char(' ') + std::string{c}] = id++;
+    merges.push_back(byte_char(' ') + " " + std::string{c});
+  }
+  nlohmann::json added = nlohmann::json::array();
+  for (int k = 0; id < 1024; ++k, ++id)
+    added.push_back({{"id", id}, {"content", k == 0 ? std::string("<|endoftext|>") : "<|extra_" + std::to_string(k) + "|>"},
+                     {"single_word", false}, {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                     {"special", true}});
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                     {"use_regex", true}};
+  const nlohmann::json tj = {
+      {"version", "1.0"}, {"added_tokens", added}, {"normalizer", nullptr}, {"pre_tokenizer", byte_level},
+      {"post_processor", nullptr}, {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}}}};
+  std::ofstream(fs::path(dir) / "tokenizer.json") << tj.dump();
+  const nlohmann::json tc = {{"bos_token", nullptr}, {"eos_token", "<|endoftext|>"}, {"add_bos_token", false},
+                             {"chat_template", "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"}};
+  std::ofstream(fs::path(dir) / "tokenizer_config.json") << tc.dump();
+  return dir;
+}
+
+std::string run_cli(const std::string& args, int* status) {
+  const std::string out = testing::TempDir() + "/tessera_hf_cli_" + std::to_string(getpid()) + ".txt";
+  *status = std::system((std::string(TESSERA_BIN_DIR) + "/tessera " + args + " > " + out + " 2>&1").c_str());
+  std::ifstream in(out);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+TEST(HfCli, RunTokenizeAndInfoTakeAFolderWithATokenizer) {
+  if (!fs::exists(hf_dir("llama-f32"))) GTEST_SKIP() << "fixtures not found at " << fixtures_dir();
+  const std::string dir = folder_with_tokenizer();
+  int st = 0;
+  std::string out = run_cli("tokenize -m " + dir + " --no-bos 'hello world'", &st);
+  ASSERT_EQ(st, 0) << out;
+  // h, "el" (the lowest-ranked pair of "hello"), "lo", " w", "or", "ld".
+  EXPECT_NE(out.find("104 371 556 954 637 545"), std::string::npos) << out;
+  out = run_cli("run -m " + dir + " -p 'hello world' -n 4 --temp 0 --backend cpu_scalar", &st);
+  EXPECT_EQ(st, 0) << out;
+  out = run_cli("info " + dir, &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("safetensors"), std::string::npos) << out;
+  EXPECT_NE(out.find("architecture:  llama"), std::string::npos) << out;
+  // Without tokenizer.json, text commands say what is missing; token ids still work.
+  out = run_cli("run -m " + hf_dir("llama-f32") + " -p hi -n 1", &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(out.find("has no tokenizer.json"), std::string::npos) << out;
+}
+
 // ---- logits ----
 
 PluginConfig plugin_config() {
@@ -215,64 +295,11 @@ class HfLogits : public testing::TestWithParam<FixtureCase> {
   ModelFixture fx_;
 };
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
-
 TEST_P(HfLogits, PromptLogitsFromCliMatchReference) {
-  const FixtureCase& c = GetParam();
-  const std::string out = testing::TempDir() + "/tessera_hf_" + std::to_string(getpid()) + "_" + c.fixture + "." +
-                          c.backend + ".logits.f32";
-  std::ostringstream tokens;
-  for (size_t i = 0; i < fx_.prompt.size(); ++i) tokens << (i ? "," : "") << fx_.prompt[i];
-  const std::string cmd = std::string(TESSERA_BIN_DIR) + "/tessera logits -m " + hf_dir(c.fixture) + " --tokens " +
-                          tokens.str() + " --out " + out + " --backend " + joined(backend_list(c.backend)) +
-                          " --threads 1 2>/dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const std::vector<float> got = read_f32(out);
-  ASSERT_EQ(got.size(), fx_.prompt_logits.size());
-  const int64_t V = fx_.n_vocab;
-  double worst = 0;
-  for (size_t r = 0; r < fx_.prompt.size(); ++r) {
-    const float* ref = &fx_.prompt_logits[r * V];
-    worst = std::max(worst, tessera::nmse(ref, &got[r * V], size_t(V)));
-    if (top1_margin(ref, V) >= 0.1f) EXPECT_EQ(argmax(&got[r * V], V), argmax(ref, V)) << "argmax of prompt row " << r;
-  }
-  EXPECT_LE(worst, nmse_limit(c.fixture)) << "worst-row NMSE of the prompt logits";
-  std::printf("[ hf/%s on %s ] prompt worst-row NMSE %.3g\n", c.fixture.c_str(), c.backend.c_str(), worst);
+  check_prompt_logits_via_cli(fx_, hf_dir(GetParam().fixture), GetParam().backend);
 }
 
-TEST_P(HfLogits, GreedyDecodeMatchesReference) {
-  const FixtureCase& c = GetParam();
-  PluginRegistry reg(plugin_config());
-  EngineOptions eo;
-  eo.model_path = hf_dir(c.fixture);
-  eo.backends = backend_list(c.backend);
-  eo.threads = 2;
-  eo.page_tokens = 16;
-  Engine engine(reg, eo);
-  const int64_t V = fx_.n_vocab;
-  ASSERT_EQ(engine.n_vocab(), V);
-  engine.eval(fx_.prompt, false);
-  double worst = 0;
-  int argmax_checked = 0;
-  for (size_t i = 0; i < fx_.greedy.size(); ++i) {
-    auto row = engine.eval(std::span<const int32_t>(&fx_.greedy[i], 1), false);
-    const float* ref = &fx_.gen_logits[i * V];
-    const double e = tessera::nmse(ref, row.data(), size_t(V));
-    worst = std::max(worst, e);
-    EXPECT_LE(e, nmse_limit(c.fixture)) << "generation step " << i;
-    if (top1_margin(ref, V) >= 0.1f) {
-      ++argmax_checked;
-      EXPECT_EQ(argmax(row.data(), V), argmax(ref, V)) << "argmax at generation step " << i;
-    }
-  }
-  EXPECT_GT(argmax_checked, 0);
-  std::printf("[ hf/%s on %s ] generation worst-row NMSE %.3g, %d argmax checks\n", c.fixture.c_str(),
-              c.backend.c_str(), worst, argmax_checked);
-}
+TEST_P(HfLogits, GreedyDecodeMatchesReference) { check_greedy_decode(fx_, hf_dir(GetParam().fixture), GetParam().backend); }
 
 INSTANTIATE_TEST_SUITE_P(Folders, HfLogits, testing::ValuesIn(logit_cases()), fixture_case_name);
 

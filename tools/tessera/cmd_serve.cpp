@@ -88,7 +88,10 @@ int cmd_serve(int argc, char** argv) {
     mc.tokenizer = &engine->tokenizer();
     mc.n_vocab = engine->n_vocab();
     mc.n_ctx = engine->n_ctx();
-    mc.model_id = std::filesystem::path(engine->file().path()).stem().string();
+    // The file's name without .gguf, or a checkpoint folder's whole name ("Qwen3-0.6B").
+    std::filesystem::path mp = std::filesystem::path(engine->file().path()).lexically_normal();
+    if (!mp.has_filename()) mp = mp.parent_path();  // "folder/"
+    mc.model_id = engine->file().format() == "safetensors" ? mp.filename().string() : mp.stem().string();
     if (template_text.empty())
       template_text = engine->file().metadata().get_string("tokenizer.chat_template").value_or("");
     if (!template_text.empty()) {

@@ -129,7 +129,13 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
 Engine::~Engine() = default;
 
 const Tokenizer& Engine::tokenizer() const {
-  if (!tokenizer_) throw Error(file_->path() + ": no usable tokenizer: " + tokenizer_error_);
+  if (!tokenizer_) {
+    // A checkpoint folder's tokenizer is a file beside the weights: say which.
+    if (file_->format() == "safetensors" && !file_->metadata().find("tokenizer.ggml.model"))
+      throw Error(file_->path() + ": no tokenizer: the folder has no tokenizer.json (token ids still work: "
+                                  "`tessera logits --tokens`, `tessera bench`)");
+    throw Error(file_->path() + ": no usable tokenizer: " + tokenizer_error_);
+  }
   return *tokenizer_;
 }
 
