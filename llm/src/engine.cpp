@@ -47,6 +47,14 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
 
   std::vector<std::string> names = opt.backends.empty() ? registry.ranked_backends() : opt.backends;
   if (names.empty()) throw Error("no usable backend plugin found (see `tessera backends`)");
+  // Naming backends chooses who runs what they can; the reference backend stays the
+  // last resort for the rest (issue 21), unless the caller asked for those alone.
+  constexpr const char* kReference = "cpu_scalar";
+  if (!opt.backends.empty() && !opt.strict_backends &&
+      std::find(names.begin(), names.end(), kReference) == names.end()) {
+    const PluginRecord* ref = registry.find(kReference);
+    if (ref && ref->usable && ref->kind == "backend") names.push_back(kReference);
+  }
   // A backend whose plugin fails to create (its create() returns NULL) is skipped with
   // a warning and the next one by rank takes its nodes (issue 24); a name that is
   // unknown or unusable, or the only backend asked for, is still an error.
@@ -58,7 +66,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     try {
       backends.push_back(registry.create_backend(n, pool_.get()));
     } catch (const Error& e) {
-      if (!creatable || names.size() == 1) throw;
+      if (!creatable || names.size() == 1 || (opt.backends.size() == 1 && n == opt.backends[0])) throw;
       spdlog::warn("backend {} skipped: {}; the next backend by rank takes its nodes", printable(n, 64),
                    printable(e.what(), 400));
       failed += (failed.empty() ? "" : "; ") + std::string(e.what());

@@ -30,9 +30,13 @@ namespace tessera::cli {
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model) {
   if (with_model) {
     desc.add_options()
-      ("model,m", po::value(&o.model), "model file (GGUF); default: the bundled synthetic model")
-      ("backend", po::value(&o.backend), "backend(s) to use, comma-separated in preference order "
-                                         "(default: every usable backend by rank; see `tessera backends`)")
+      ("model,m", po::value(&o.model), "model file (GGUF) or Hugging Face checkpoint folder; default: the bundled "
+                                       "synthetic model")
+      ("backend", po::value(&o.backend), "backend(s) to use, comma-separated in preference order (default: every "
+                                         "usable backend by rank; see `tessera backends`); what they do not run goes "
+                                         "to cpu_scalar, the reference, unless --strict-backend")
+      ("strict-backend", po::bool_switch(&o.strict_backend), "with --backend: run only on the backends named; a node "
+                                                             "none of them runs is an error")
       ("threads,t", po::value(&o.threads)->default_value(0), "worker threads including the caller (0 = all cores)")
       ("ctx", po::value(&o.ctx)->default_value(0), "context size in tokens per sequence (0 = model's, at most 4096)")
       ("batch", po::value(&o.batch)->default_value(512), "tokens per forward step: longer prompts are prefilled in "
@@ -119,6 +123,8 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
     eo.expert_cache_bytes = int64_t(b);
   }
   if (!o.backend.empty()) eo.backends = split(o.backend, ',');
+  if (o.strict_backend && o.backend.empty()) throw Error("--strict-backend needs --backend NAME[,NAME...]");
+  eo.strict_backends = o.strict_backend;
   if (!o.quantize.empty()) {
     const std::optional<DType> t = dtype_from_name(o.quantize);
     const auto targets = quantize_targets();

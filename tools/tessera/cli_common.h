@@ -21,6 +21,7 @@ namespace po = boost::program_options;
 struct CommonOptions {
   std::string model;
   std::string backend;  // comma-separated names, empty = ranked default
+  bool strict_backend = false;  // no fallback to the reference backend
   std::string plugins_toml;
   int threads = 0;
   int64_t ctx = 0;

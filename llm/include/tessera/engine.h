@@ -32,7 +32,10 @@ struct QuantizedWeights;
 struct EngineOptions {
   std::string model_path;
   // Backends by name in preference order; empty = every usable backend, by rank.
+  // Nodes the named backends do not run go to the reference backend (cpu_scalar),
+  // appended last, unless strict_backends.
   std::vector<std::string> backends;
+  bool strict_backends = false;  // only `backends`: a node none of them runs is an error
   int threads = 0;         // executors for the FastPool; 0 = all hardware threads
   int64_t n_ctx = 0;       // KV positions per sequence; 0 = min(model context length, 4096)
   int page_tokens = 16;    // KV cache page size
