@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "cpu_avx512_backend.h"
-#include "cpu_scalar_backend.h"
 #include "kernels.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
+#include "tessera/op_schema.h"
 #include "tessera/work_split.h"
 
 namespace tessera::cpu_amx {
@@ -81,26 +81,33 @@ size_t span_bytes(const Tensor& t) {  // from data to the end of its last row
 class CpuAmxBackend final : public Backend {
  public:
   CpuAmxBackend(FastPool* pool, const Options& o) : pool_(pool), opt_(o) {
-    if (cpu_avx512::usable()) {
+    // Without AVX-512 (emulation on another CPU) there is nothing to wrap: only the
+    // tile products are taken, every other node goes to the next backend by rank.
+    if (o.wrap_avx512 && cpu_avx512::usable()) {
       inner_ = cpu_avx512::make_backend(pool, o.repack, o.decode_tiles, o.decode_prefetch);
       inner_repacks_ = o.repack;
       avx512_ = true;
-    } else {
-      inner_ = cpu_scalar::make_backend(pool);
     }
     kernel_ = o.emulate ? &kern::matmul_tiles_emulated : &kern::matmul_tiles_real;
   }
 
   std::string name() const override { return "cpu_amx"; }
 
-  OpSupport supports(const Graph& graph, const Node& node) const override { return inner_->supports(graph, node); }
+  OpSupport supports(const Graph& graph, const Node& node) const override {
+    if (inner_) return inner_->supports(graph, node);
+    if (tile_shape(graph, node)) return OpSupport::yes();
+    return OpSupport::no(std::string(op_name(node.op)) + ": without AVX-512 cpu_amx runs only Q8_0 / Q4_0 products of " +
+                         std::to_string(opt_.min_columns) + " or more activation rows");
+  }
 
-  std::span<const std::byte> weight_bytes(const Tensor& w) override { return inner_->weight_bytes(w); }
+  std::span<const std::byte> weight_bytes(const Tensor& w) override {
+    return inner_ ? inner_->weight_bytes(w) : Backend::weight_bytes(w);
+  }
 
   // The wrapped backend repacks first; the tiles then read its copy when it is the
   // layout they expect, or a copy of their own.
   void prepare_weight(Tensor& w) override {
-    inner_->prepare_weight(w);
+    if (inner_) inner_->prepare_weight(w);
     copies_.erase(w.data);
     if (!tileable_weight(w)) return;
     Copy c;
@@ -119,18 +126,19 @@ class CpuAmxBackend final : public Backend {
         return;
       }
     }
-    const size_t bytes = (c.ebytes * size_t(c.E) + 63) & ~size_t(63);
-    void* p = std::aligned_alloc(64, bytes);
-    if (!p) throw Error("cpu_amx: out of memory repacking '" + w.name + "'");
-    c.own.reset(static_cast<uint8_t*>(p));
-    for (int64_t e = 0; e < c.E; ++e)
-      kern::repack(w.type, src + e * w.nb[2], int64_t(w.nb[1]), c.K, c.N, c.own.get() + size_t(e) * c.ebytes);
-    c.fp = fingerprint(w);
-    copies_[w.data] = std::move(c);
+    own_copy(w, std::move(c));
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override { run(graph, first, count, false); }
-  void execute_validated(Graph& graph, size_t first, size_t count) override { run(graph, first, count, true); }
+  void execute(Graph& graph, size_t first, size_t count) override {
+    op_schema::validate_for_execute(*this, graph, first, count);
+    run(graph, first, count);
+  }
+  // Validated by the scheduler (schema, supports(), run-time state): nothing is checked
+  // again but the expert ids the products read.
+  void execute_validated(Graph& graph, size_t first, size_t count) override {
+    op_schema::check_range("cpu_amx", graph, first, count);
+    run(graph, first, count);
+  }
 
  private:
   struct Copy {
@@ -141,6 +149,19 @@ class CpuAmxBackend final : public Backend {
     uint64_t fp = 0;      // own copy: fingerprint of the weight it was made from
     std::unique_ptr<uint8_t[], AlignedFree> own;
   };
+
+  // c (shape filled in) gets a tile copy of w of its own.
+  void own_copy(const Tensor& w, Copy c) {
+    const auto* src = static_cast<const uint8_t*>(w.data);
+    const size_t bytes = (c.ebytes * size_t(c.E) + 63) & ~size_t(63);
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) throw Error("cpu_amx: out of memory repacking '" + w.name + "'");
+    c.own.reset(static_cast<uint8_t*>(p));
+    for (int64_t e = 0; e < c.E; ++e)
+      kern::repack(w.type, src + e * w.nb[2], int64_t(w.nb[1]), c.K, c.N, c.own.get() + size_t(e) * c.ebytes);
+    c.fp = fingerprint(w);
+    copies_[w.data] = std::move(c);
+  }
 
   static bool tileable_weight(const Tensor& w) {
     return w.data && kern::weight_type_supported(w.type) && w.ne[0] > 0 && w.ne[0] % kern::kBlock == 0 &&
@@ -170,53 +191,54 @@ class CpuAmxBackend final : public Backend {
 
   static bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
 
-  // Whether node n runs on the tiles here (shape checks only: supports() validates).
-  bool takes(const Graph& g, const Node& n) {
+  // Whether node n (valid by the op schema) has a tile product's shape: a Q8_0 / Q4_0
+  // weight, F32 rows, and at least min_columns activation rows (MatMulId: pairs).
+  // Depends only on what Scheduler::signature() covers, so supports() may use it.
+  bool tile_shape(const Graph& g, const Node& n) const {
     if (n.op == Op::MatMul) {
-      if (n.src[0] < 0 || n.src[1] < 0 || n.dst < 0) return false;
       const Tensor &w = g.tensor(n.src[0]), &x = g.tensor(n.src[1]), &y = g.tensor(n.dst);
       if (!kern::weight_type_supported(w.type) || w.ne[2] != 1 || !f32_rows(x) || !f32_rows(y)) return false;
-      if (x.ne[0] != w.ne[0] || y.ne[0] != w.ne[1] || y.nrows() != x.nrows() || x.nrows() < opt_.min_columns)
-        return false;
-      return x.data && y.data && tiles_of(w) != nullptr;
+      return w.ne[0] % kern::kBlock == 0 && y.nrows() == x.nrows() && x.nrows() >= opt_.min_columns;
     }
     if (n.op == Op::MatMulId) {
-      if (n.src[0] < 0 || n.src[1] < 0 || n.src[2] < 0 || n.dst < 0) return false;
       const Tensor &w = g.tensor(n.src[0]), &x = g.tensor(n.src[1]), &ids = g.tensor(n.src[2]), &y = g.tensor(n.dst);
-      if (!kern::weight_type_supported(w.type) || !f32_rows(x) || !f32_rows(y) || ids.type != DType::I32) return false;
-      const int64_t k = ids.ne[0], tok = ids.ne[1], b = x.ne[1];
-      if (x.ne[0] != w.ne[0] || x.ne[2] != tok || (b != 1 && b != k) || y.ne[0] != w.ne[1] || y.nrows() != k * tok ||
-          k * tok < opt_.min_columns)
-        return false;
-      return x.data && y.data && ids.data && tiles_of(w) != nullptr;
+      if (!kern::weight_type_supported(w.type) || !f32_rows(x) || !f32_rows(y)) return false;
+      const int64_t k = ids.ne[0], tok = ids.ne[1];
+      return w.ne[0] % kern::kBlock == 0 && y.nrows() == k * tok && k * tok >= opt_.min_columns;
     }
     return false;
   }
 
-  void run(Graph& graph, size_t first, size_t count, bool validated) {
+  // Whether node n runs on the tiles here: a tile shape whose weight has a tile copy.
+  // Without a wrapped backend every node this backend accepted is a tile product, and
+  // a weight prepare_weight() never saw (or that changed since) gets its copy now.
+  bool takes(const Graph& g, const Node& n) {
+    if (!tile_shape(g, n)) return false;
+    const Tensor& w = g.tensor(n.src[0]);
+    if (tiles_of(w)) return true;
+    if (inner_ || !tileable_weight(w)) return false;
+    Copy c;
+    c.type = w.type, c.K = w.ne[0], c.N = w.ne[1], c.E = w.ne[2], c.nb1 = w.nb[1], c.nb2 = w.nb[2];
+    c.ebytes = kern::repacked_bytes(w.type, c.K, c.N);
+    own_copy(w, std::move(c));
+    return tiles_of(w) != nullptr;
+  }
+
+  void run(Graph& graph, size_t first, size_t count) {
     const auto& nodes = graph.nodes();
-    if (first > nodes.size() || count > nodes.size() - first)
-      throw Error("cpu_amx: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                  ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
     act_valid_ = false;
     const size_t end = first + count;
     for (size_t k = first; k < end;) {
       size_t r = k;
       while (r < end && !takes(graph, nodes[r])) ++r;
       if (r > k) {  // a run for the wrapped backend, in one call (its grouping and fusion see it whole)
-        if (validated)
-          inner_->execute_validated(graph, k, r - k);
-        else
-          inner_->execute(graph, k, r - k);
+        if (!inner_) fail(graph, k, "not a tile product (supports() should have declined it)");
+        inner_->execute_validated(graph, k, r - k);
         act_valid_ = false;
         k = r;
         continue;
       }
       const Node& n = nodes[k];
-      if (!validated) {
-        const OpSupport s = supports(graph, n);
-        if (!s.supported) fail(graph, k, s.reason);
-      }
       try {
         if (n.op == Op::MatMul)
           mat_mul(graph.tensor(n.src[0]), graph.tensor(n.src[1]), graph.tensor(n.dst));

@@ -1,14 +1,18 @@
 // cpu_amx: AMX tile products for many activation rows (prefill, batched decode,
 // mixture-of-experts groups) on top of the AVX-512 backend.
 //
-// The backend wraps a cpu_avx512 backend (cpu_scalar where AVX-512 is missing) and
-// accepts exactly the nodes it accepts. MatMul nodes with Q8_0 / Q4_0 weights and at
-// least `min_columns` activation rows, and MatMulId nodes with as many (token, expert)
-// pairs, run on the tiles; every other node, and every run of them, goes to the
-// wrapped backend in one call, so one-token decode is cpu_avx512's own path. Wrapping
-// rather than declining is deliberate: only the best-ranked backend gets to repack
-// weights (decision 4), so a cpu_amx that declined small products would leave the
-// decode products of a cpu_avx512 after it without its repacked tiles.
+// The backend wraps a cpu_avx512 backend and accepts exactly the nodes it accepts
+// (what cpu_avx512 declines goes to the next backend by rank). MatMul nodes with
+// Q8_0 / Q4_0 weights and at least `min_columns` activation rows, and MatMulId nodes
+// with as many (token, expert) pairs, run on the tiles; every other node, and every
+// run of them, goes to the wrapped backend in one call, so one-token decode is
+// cpu_avx512's own path. Wrapping rather than declining is deliberate: only the
+// best-ranked backend gets to repack weights (decision 4), so a cpu_amx that declined
+// small products would leave the decode products of a cpu_avx512 after it without its
+// repacked tiles. cpu_amx and cpu_avx512 are one plugin family sharing a kernel
+// library (tessera_cpu_avx512_ops, linked statically); neither links cpu_scalar.
+// Where AVX-512 is missing (the tile emulator on another CPU) there is nothing to
+// wrap: cpu_amx then accepts only the tile products and declines every other node.
 //
 // The tile products read cpu_avx512's repacked Q8_0 / Q4_0 copy (its layout is the
 // VNNI B-tile layout), found through the wrapped backend's weight_bytes() and checked
@@ -38,6 +42,9 @@ bool emulation_requested_by_env();
 struct Options {
   bool emulate = false;       // the tile emulator instead of the instructions
   int64_t min_columns = 16;   // fewest activation rows (MatMulId: pairs) a tile product takes
+  // false: wrap nothing even where AVX-512 is usable, as cpu_amx runs without AVX-512
+  // (tile products only, the rest declined); for tests of that path.
+  bool wrap_avx512 = true;
   // Passed to the wrapped cpu_avx512 (see cpu_avx512::make_backend).
   bool repack = true;
   int decode_tiles = 0;

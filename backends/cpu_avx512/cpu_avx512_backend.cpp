@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "cpu_avx512_backend.h"
-#include "cpu_scalar_backend.h"
 #include "kernels.h"
 #include "kernels_deltanet.h"
 #include "tessera/error.h"
@@ -21,6 +20,7 @@
 #include "tessera/hwprobe.h"
 #include "tessera/kv_cache.h"
 #include "tessera/membw.h"
+#include "tessera/op_schema.h"
 #include "tessera/quant.h"
 #include "tessera/work_split.h"
 
@@ -60,6 +60,25 @@ bool same_shape(const Tensor& a, const Tensor& b) {
   for (int d = 0; d < Tensor::kMaxDims; ++d)
     if (a.ne[d] != b.ne[d]) return false;
   return true;
+}
+
+// Row of b that broadcasts onto row r of a (the schema's rule: every dimension of b
+// divides a's), as the reference reads it.
+inline const float* bcast_row(const Tensor& b, const Tensor& a, int64_t r) {
+  const int64_t i1 = r % a.ne[1];
+  const int64_t i2 = (r / a.ne[1]) % a.ne[2];
+  const int64_t i3 = r / (a.ne[1] * a.ne[2]);
+  return reinterpret_cast<const float*>(static_cast<const char*>(b.data) + (i1 % b.ne[1]) * int64_t(b.nb[1]) +
+                                        (i2 % b.ne[2]) * int64_t(b.nb[2]) + (i3 % b.ne[3]) * int64_t(b.nb[3]));
+}
+
+// The strides the delta-net kernel takes: evenly spaced token rows (a view of the
+// convolution output is) and contiguous heads in dst.
+bool delta_net_strides_ok(const Tensor& qkv, const Tensor& g, const Tensor& beta, const Tensor& dst, int64_t S) {
+  const int64_t Hv = dst.ne[1];
+  return qkv.nb[0] == sizeof(float) && g.nb[0] == sizeof(float) && beta.nb[0] == sizeof(float) &&
+         dst.nb[0] == sizeof(float) && g.nb[1] == beta.nb[1] && dst.nb[2] == dst.nb[1] * size_t(Hv) &&
+         qkv.nb[1] % sizeof(float) == 0 && g.nb[1] % sizeof(float) == 0 && dst.nb[1] == size_t(S) * sizeof(float);
 }
 
 struct AlignedFree {
@@ -106,7 +125,6 @@ class CpuAvx512Backend final : public Backend {
  public:
   CpuAvx512Backend(FastPool* pool, bool repack, int decode_tiles, bool decode_prefetch)
       : pool_(pool),
-        ref_(cpu_scalar::make_backend(pool)),
         repack_(repack),
         decode_tiles_(decode_tiles),
         decode_prefetch_(decode_prefetch) {}
@@ -160,46 +178,56 @@ class CpuAvx512Backend final : public Backend {
     return Backend::weight_bytes(w);
   }
 
+  // Every op has a kernel here; declined are only the shapes those kernels do not take
+  // (the scheduler then runs the node on the next backend by rank).
   OpSupport supports(const Graph& graph, const Node& node) const override {
-    // Validation is the reference's (same accepted nodes, same messages); every node
-    // it accepts is executed here, by a kernel or by the reference code.
-    OpSupport s = ref_->supports(graph, node);
-    if (!s.supported) return s;
-    if (node.op == Op::MatMul && !kern::matmul_type_supported(graph.tensor(node.src[0]).type))
-      return OpSupport::no("MatMul: no AVX-512 kernel for this weight dtype");
-    // MatMulId with another weight dtype runs the reference code (run_node).
-    return s;
+    auto T = [&](int32_t i) -> const Tensor& { return graph.tensor(i); };
+    switch (node.op) {
+      case Op::MatMul: {
+        const Tensor &w = T(node.src[0]), &d = T(node.dst);
+        if (!kern::matmul_type_supported(w.type))
+          return OpSupport::no("MatMul: no AVX-512 kernel for weight dtype " + std::string(dtype_name(w.type)));
+        if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0)
+          return OpSupport::no("MatMul: dst rows are not evenly spaced");
+        return OpSupport::yes();
+      }
+      case Op::MatMulId: {
+        const DType wt = T(node.src[0]).type;
+        if (!kern::matmul_type_supported(wt))
+          return OpSupport::no("MatMulId: no AVX-512 kernel for weight dtype " + std::string(dtype_name(wt)));
+        return OpSupport::yes();
+      }
+      case Op::Attention:
+        if (T(node.src[0]).ne[0] > 1024) return OpSupport::no("Attention: head_dim above 1024");
+        return OpSupport::yes();
+      case Op::GatedDeltaNet:
+        if (!delta_net_strides_ok(T(node.src[0]), T(node.src[1]), T(node.src[2]), T(node.dst), node.i[3]))
+          return OpSupport::no("GatedDeltaNet: token rows not evenly spaced or heads not contiguous");
+        return OpSupport::yes();
+      case Op::MoeCombine:
+        if (T(node.src[0]).ne[1] > 64) return OpSupport::no("MoeCombine: more than 64 experts per token");
+        return OpSupport::yes();
+      default: return OpSupport::yes();
+    }
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override { execute_range(graph, first, count, false); }
+  void execute(Graph& graph, size_t first, size_t count) override {
+    op_schema::validate_for_execute(*this, graph, first, count);
+    execute_range(graph, first, count);
+  }
 
-  // supports() runs only for the nodes whose validation reads run-time state
-  // (cpu_scalar::validation_reads_run_state), neither in the loop nor when grouping
-  // products (matmul_group, fused_swiglu); nodes left to the reference go to its
-  // execute_validated() (what this backend accepts, the reference accepts). The data
-  // pointers and the kernels' own checks (sequence exists, reserved KV positions,
-  // ids in range) stay for every node.
+  // The scheduler validated the range (op_schema once per plan, supports() above, the
+  // run-time state before this call): nothing is checked again here but the ids the
+  // kernels read.
   void execute_validated(Graph& graph, size_t first, size_t count) override {
-    execute_range(graph, first, count, true);
+    op_schema::check_range("cpu_avx512", graph, first, count);
+    execute_range(graph, first, count);
   }
 
  private:
-  // supports(graph, n) == yes, or true without asking in a validated run. Every
-  // node this is asked about lies in the range of the current execute call.
-  bool accepted(const Graph& graph, const Node& n) const {
-    return (validated_ && !cpu_scalar::validation_reads_run_state(n.op)) || supports(graph, n).supported;
-  }
-
-  void execute_range(Graph& graph, size_t first, size_t count, bool validated) {
+  // Every node of [first, first + count) is valid and supported (see execute_validated).
+  void execute_range(Graph& graph, size_t first, size_t count) {
     const auto& nodes = graph.nodes();
-    if (first > nodes.size() || count > nodes.size() - first)
-      throw Error("cpu_avx512: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                  ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
-    struct Scope {  // validated_ holds for this call only, whatever it throws
-      bool& flag;
-      Scope(bool& f, bool v) : flag(f) { flag = v; }
-      ~Scope() { flag = false; }
-    } scope(validated_, validated);
     struct RowHints {  // hints into the caller's tensors end with the call, whatever it throws
       CpuAvx512Backend& be;
       ~RowHints() {
@@ -244,24 +272,13 @@ class CpuAvx512Backend final : public Backend {
       }
       if (n.op != Op::MatMul) act_key_.valid = false;
       else if (k + 1 >= end || nodes[k + 1].op != Op::MatMul) prepare_next_product(graph, k + 1, first, end);
-      if (!validated || cpu_scalar::validation_reads_run_state(n.op)) {
-        OpSupport s = supports(graph, n);
-        if (!s.supported) fail(graph, k, s.reason);
-      }
-      for (int i = 0; i < 4; ++i)
-        if (n.src[i] >= 0 && !graph.tensor(n.src[i]).data) fail(graph, k, "src" + std::to_string(i) + " has no data");
-      if (n.op != Op::KvWrite && n.dst >= 0 && !graph.tensor(n.dst).data) fail(graph, k, "dst has no data");
+      bool done = false;
       try {
-        if (!run_node(graph, n)) {
-          act_key_.valid = false;
-          if (validated)
-            ref_->execute_validated(graph, k, 1);
-          else
-            ref_->execute(graph, k, 1);
-        }
+        done = run_node(graph, n);
       } catch (const Error& e) {
         fail(graph, k, e.what());
       }
+      if (!done) fail(graph, k, "no native path for this node (supports() should have declined it)");
     }
   }
 
@@ -312,7 +329,7 @@ class CpuAvx512Backend final : public Backend {
   // Contiguous rows (the tensor is one flat array of ne[0] * nrows floats).
   static bool flat(const Tensor& t) { return uniform_rows(t) && t.nb[1] == size_t(t.ne[0]) * sizeof(float); }
 
-  // Returns false when the node is left to the reference code.
+  // Returns false only for a node supports() declines (never reached from the scheduler).
   bool run_node(Graph& g, const Node& n) {
     switch (n.op) {
       case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n.src[1]);
@@ -369,8 +386,24 @@ class CpuAvx512Backend final : public Backend {
       case Op::Mul: {
         const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
         const bool same = same_shape(a, b);
-        if (!same && !(b.nrows() == 1 && b.ne[0] == a.ne[0])) return false;  // general broadcast: reference
         const bool add = n.op == Op::Add;
+        if (!same && !(b.nrows() == 1 && b.ne[0] == a.ne[0])) {
+          // General broadcast (e.g. qwen3.5's [n_embd, n] * [1, n] shared-expert gate):
+          // the reference's loop, rows split above the threshold.
+          const int64_t K = a.ne[0], Kb = b.ne[0];
+          rows_par(a.nrows(), a.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+              const float* ar = frow(a, r);
+              const float* br = bcast_row(b, a, r);
+              float* yr = frow(y, r);
+              if (add)
+                for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] + br[i % Kb];
+              else
+                for (int64_t i = 0; i < K; ++i) yr[i] = ar[i] * br[i % Kb];
+            }
+          });
+          return true;
+        }
         if (same && flat(a) && flat(b) && flat(y)) {
           const float *ap = static_cast<const float*>(a.data), *bp = static_cast<const float*>(b.data);
           float* yp = static_cast<float*>(y.data);
@@ -419,8 +452,96 @@ class CpuAvx512Backend final : public Backend {
         });
         return true;
       }
-      default: return false;  // TopK, GatherCols and every other op: the reference code
+      case Op::TopK: return top_k(g.tensor(n.src[0]), g.tensor(n.dst));
+      case Op::GatherCols: return gather_cols(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::Sigmoid:
+        return map_rows(g.tensor(n.src[0]), g.tensor(n.dst), [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+      case Op::Softplus:
+        return map_rows(g.tensor(n.src[0]), g.tensor(n.dst),
+                        [](float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); });
+      case Op::Cont: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        const size_t row = size_t(x.ne[0]) * sizeof(float);
+        rows_par(x.nrows(), x.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) std::memcpy(frow(y, r), frow(x, r), row);
+        });
+        return true;
+      }
+      case Op::SsmConv: return ssm_conv(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
+      case Op::Count: break;
     }
+    return false;
+  }
+
+  // Sigmoid, Softplus: the reference's scalar formula per element (libm exp / log, so
+  // results equal cpu_scalar's), rows split above the threshold. They gate qwen3.5's
+  // heads: a few thousand elements per token.
+  template <typename F>
+  bool map_rows(const Tensor& x, const Tensor& y, F f) {
+    const int64_t K = x.ne[0];
+    rows_par(x.nrows(), x.nelements(), kParExp, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = frow(x, r);
+        float* yr = frow(y, r);
+        for (int64_t i = 0; i < K; ++i) yr[i] = f(xr[i]);
+      }
+    });
+    return true;
+  }
+
+  // TopK: ids of the k largest values per row, largest first, lower id on ties, NaN
+  // last (the reference's order). Router rows are short (E <= 512): one thread.
+  bool top_k(const Tensor& x, const Tensor& dst) {
+    const int64_t E = x.ne[0], k = dst.ne[0];
+    topk_order_.resize(size_t(E));
+    for (int64_t t = 0; t < x.ne[1]; ++t) {
+      const float* xr = frow(x, t);
+      auto key = [&](int32_t i) { return std::isnan(xr[i]) ? -INFINITY : xr[i]; };
+      for (int64_t i = 0; i < E; ++i) topk_order_[size_t(i)] = int32_t(i);
+      std::partial_sort(topk_order_.begin(), topk_order_.begin() + k, topk_order_.end(), [&](int32_t a, int32_t b) {
+        return key(a) > key(b) || (key(a) == key(b) && a < b);
+      });
+      int32_t* out = reinterpret_cast<int32_t*>(row_ptr(dst, t));
+      for (int64_t j = 0; j < k; ++j) out[j] = topk_order_[size_t(j)];
+    }
+    return true;
+  }
+
+  // GatherCols: dst[j, t] = x[ids[j, t], t]; ids are data, checked here.
+  static bool gather_cols(const Tensor& x, const Tensor& ids, const Tensor& dst) {
+    for (int64_t t = 0; t < ids.ne[1]; ++t) {
+      const int32_t* id = reinterpret_cast<const int32_t*>(row_ptr(ids, t));
+      for (int64_t j = 0; j < ids.ne[0]; ++j) {
+        if (id[j] < 0 || id[j] >= x.ne[0])
+          throw Error("gather_cols: id " + std::to_string(id[j]) + " out of range [0, " + std::to_string(x.ne[0]) + ")");
+        frow(dst, t)[j] = frow(x, t)[id[j]];
+      }
+    }
+    return true;
+  }
+
+  // SsmConv: causal depthwise convolution over the sequence's conv state, channels
+  // split over the pool; each channel's products are summed in kernel order, as the
+  // reference does, so results equal cpu_scalar's for any thread count.
+  bool ssm_conv(const Tensor& x, const Tensor& w, const Tensor& dst, const Node& n) {
+    const int64_t C = x.ne[0], T = x.ne[1], dc = w.ne[0], hist = dc - 1;
+    float* state = n.kv->conv_state(n.i[0], n.i[1]);  // [hist, C]: channel c at state + c * hist
+    rows_par(C, C * (T + hist) * dc, kParCheap, [&](int64_t c0, int64_t c1) {
+      std::vector<float> win(static_cast<size_t>(hist + T));
+      for (int64_t c = c0; c < c1; ++c) {
+        float* st = state + c * hist;
+        for (int64_t j = 0; j < hist; ++j) win[size_t(j)] = st[j];
+        for (int64_t t = 0; t < T; ++t) win[size_t(hist + t)] = frow(x, t)[c];
+        const float* wc = frow(w, c);
+        for (int64_t t = 0; t < T; ++t) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < dc; ++j) sum += win[size_t(t + j)] * wc[j];
+          frow(dst, t)[c] = sum;
+        }
+        for (int64_t j = 0; j < hist; ++j) st[j] = win[size_t(T + j)];
+      }
+    });
+    return true;
   }
 
   // GetRows: quant::dequantize_row per id (the reference's code), rows split above
@@ -439,18 +560,22 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
-  // Rope, normal and NeoX (other modes: the reference). The reference's arithmetic
-  // exactly: per token the (cos, sin) table of ggml's cache (theta multiplied by
-  // theta_scale per pair, libm cosf/sinf; with frequency factors ff (src2, Llama 3.1's
-  // rope_freqs) pair i's angle is freq_scale * (theta / ff[i])), then x0 c - x1 s,
-  // x0 s + x1 c in float (this file is compiled without FMA). Items (token, head) split
-  // above the threshold.
+  // Rope, normal, NeoX and multi-section (qwen3.5's imrope, rotated NeoX-style). The
+  // reference's arithmetic exactly: per token the (cos, sin) table of ggml's cache
+  // (theta multiplied by theta_scale per pair, libm cosf/sinf; with frequency factors
+  // ff (src2, Llama 3.1's rope_freqs) pair i's angle is freq_scale * (theta / ff[i]);
+  // multi-section: pairs outside the t, h and w sections rotate by position 0), then
+  // x0 c - x1 s, x0 s + x1 c in float (this file is compiled without FMA). Items
+  // (token, head) split above the threshold.
   bool rope(const Tensor& x, const Tensor& pos, const Tensor& dst, const Node& n, const float* ff) {
     const int32_t mode = n.i[1];
-    if (mode != kRopeNormal && mode != kRopeNeox) return false;
+    if (mode != kRopeNormal && mode != kRopeNeox && mode != kRopeImrope) return false;
     const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
     const int32_t n_dims = n.i[0];
-    const bool neox = mode == kRopeNeox;
+    const bool neox = mode != kRopeNormal;
+    const bool imrope = mode == kRopeImrope;
+    const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
+    const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
     const float freq_base = n.f[0], freq_scale = n.f[1];
     const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
     const int32_t* p = static_cast<const int32_t*>(pos.data);
@@ -458,12 +583,20 @@ class CpuAvx512Backend final : public Backend {
     auto tables = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* cs = rope_cs_.data() + t * n_dims;
-        float theta = float(p[t]);
+        float theta = float(p[t]), theta_e = 0.0f;
         for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
-          const float ang = freq_scale * (ff ? theta / ff[i0 / 2] : theta);
+          float th = theta;
+          if (imrope) {
+            const int32_t sector = (i0 / 2) % sect_dims;
+            const bool t_h_w = (sector % 3 == 1 && sector < 3 * sec[1]) || (sector % 3 == 2 && sector < 3 * sec[2]) ||
+                               (sector % 3 == 0 && sector < 3 * sec[0]);
+            if (!t_h_w) th = theta_e;
+          }
+          const float ang = freq_scale * (ff ? th / ff[i0 / 2] : th);
           cs[i0] = std::cos(ang);
           cs[i0 + 1] = std::sin(ang);
           theta *= theta_scale;
+          theta_e *= theta_scale;
         }
       }
     };
@@ -504,8 +637,7 @@ class CpuAvx512Backend final : public Backend {
     KvCache& kv = *n.kv;
     const int layer = n.i[0];
     const KvCache::SeqId seq = n.i[1];
-    const int64_t p0 = n.i[2];
-    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    const int64_t p0 = n.i[2];  // sequence and positions: op_schema::check_run_state
     const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
     kv_rows_.resize(size_t(2 * T));
     for (int64_t t = 0; t < T; ++t) {  // the block table is walked (and checked) on this thread
@@ -753,7 +885,7 @@ class CpuAvx512Backend final : public Backend {
       const Tensor& d = g.tensor(nd.dst);
       if (!w.data || !d.data || !kern::format_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1) break;
       if (n && (w.type != ws[0]->type || w.ne[0] != ws[0]->ne[0])) break;
-      if (!accepted(g, nd) || !uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
+      if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
       bool clash = false;
       for (int i = 0; i < n && !clash; ++i)
         clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
@@ -849,7 +981,7 @@ class CpuAvx512Backend final : public Backend {
     if (!y.data || y.type != DType::F32 || gate.type != DType::F32 || up.type != DType::F32) return nullptr;
     if (!flat(y) || !flat(gate) || !flat(up) || !same_shape(y, gate) || !same_shape(y, up)) return nullptr;
     if (overlaps(y, gate) || overlaps(y, up) || overlaps(y, x) || overlaps_bytes(y, *grp.ws[0]) ||
-        overlaps_bytes(y, *grp.ws[1]) || !accepted(g, sn))
+        overlaps_bytes(y, *grp.ws[1]))
       return nullptr;
     return &y;
   }
@@ -950,7 +1082,7 @@ class CpuAvx512Backend final : public Backend {
       if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
       const Tensor& w = g.tensor(nd.src[0]);
       const Tensor& d = g.tensor(nd.dst);
-      if (!w.data || !d.data || !accepted(g, nd)) break;
+      if (!w.data || !d.data) break;
       if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
       const Repacked* r = lookup_repacked(w);
       if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
@@ -1130,8 +1262,7 @@ class CpuAvx512Backend final : public Backend {
     const int64_t p0 = n.i[2];
     const float scale = n.f[0];
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
-    if (hd > 1024) return false;
-    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    if (hd > 1024) return false;  // declined by supports()
     const int64_t n_kv = kv.config().n_kv_heads;
     const int64_t group = n_head / n_kv;
     const int64_t L = p0 + T;
@@ -1198,14 +1329,10 @@ class CpuAvx512Backend final : public Backend {
   }
 
   // One value head per task; the kernel needs evenly spaced token rows (a view of the
-  // convolution output is), anything else runs the reference code.
+  // convolution output is): supports() declines anything else.
   bool gated_delta_net(const Tensor& qkv, const Tensor& g, const Tensor& beta, const Tensor& dst, const Node& n) {
     const int64_t Hk = n.i[2], S = n.i[3], Hv = dst.ne[1], T = qkv.ne[1];
-    const bool strided_ok = qkv.nb[0] == sizeof(float) && g.nb[0] == sizeof(float) && beta.nb[0] == sizeof(float) &&
-                            dst.nb[0] == sizeof(float) && g.nb[1] == beta.nb[1] &&
-                            dst.nb[2] == dst.nb[1] * size_t(Hv) && qkv.nb[1] % sizeof(float) == 0 &&
-                            g.nb[1] % sizeof(float) == 0 && dst.nb[1] == size_t(S) * sizeof(float);
-    if (!strided_ok || Hk <= 0 || S <= 0) return false;
+    if (!delta_net_strides_ok(qkv, g, beta, dst, S) || Hk <= 0 || S <= 0) return false;
     float* state_all = n.kv->recurrent_state(n.i[0], n.i[1]);
     const float* row0 = frow(qkv, 0);
     parallel_for(Hv, [&](int64_t h0, int64_t h1) {
@@ -1234,12 +1361,12 @@ class CpuAvx512Backend final : public Backend {
   }
 
   FastPool* pool_ = nullptr;
-  std::unique_ptr<Backend> ref_;
   std::unique_ptr<uint8_t[], AlignedFree> act_;
   size_t act_cap_ = 0;
   ActKey act_key_;
   std::vector<const uint16_t*> rows_;
   std::vector<float> rope_cs_;      // Rope: (cos, sin) per pair per token
+  std::vector<int32_t> topk_order_;  // TopK: ids of one row, sorted
   std::vector<uint16_t*> kv_rows_;  // KvWrite: K and V rows per token
   // MatMulId scratch (reused between calls).
   std::vector<int64_t> moe_start_, moe_fill_;
@@ -1253,7 +1380,6 @@ class CpuAvx512Backend final : public Backend {
   // is the caller's and may be freed after it.
   bool row_hints_ = false;
   bool repack_ = true;
-  bool validated_ = false;  // inside execute_validated (see accepted)
   int decode_tiles_ = 1;         // MatMulJob::decode_tiles for repacked products
   bool decode_prefetch_ = false;  // MatMulJob::decode_prefetch
   std::unordered_map<const void*, Repacked> repacked_;

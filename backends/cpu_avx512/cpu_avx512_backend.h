@@ -8,10 +8,13 @@
 // read in the GGUF layout. MatMulId (mixture of experts) groups the routed tokens
 // by expert and runs the same kernels per expert, with 3-D expert tensors repacked
 // per expert. Small ops (RmsNorm, Add, Mul, SwiGlu, Silu, Softmax, Rope, GetRows,
-// KvWrite, MoeCombine, Argmax) are native and split over the pool above a size
-// threshold. Node validation is cpu_scalar's, so both accept the same nodes; the
-// ops without a native version here (TopK, GatherCols, multi-section RoPE, the
-// delta-net ops, ...) run the reference code.
+// KvWrite, MoeCombine, Argmax, ...) are native and split over the pool above a size
+// threshold; the router and gate ops (TopK, GatherCols, Sigmoid, Softplus, Cont,
+// SsmConv) run the reference's scalar formulas here. Every op of graph.h is native;
+// supports() declines only shapes the kernels do not take (a weight dtype without a
+// kernel, MatMul dst rows not evenly spaced, head_dim above 1024, MoeCombine over more
+// than 64 experts, delta-net rows not evenly spaced), and the scheduler sends those to
+// the next backend by rank. Node validation is the core's op schema.
 #pragma once
 #include <memory>
 #include <string>

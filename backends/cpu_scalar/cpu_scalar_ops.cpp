@@ -31,6 +31,7 @@
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
+#include "tessera/op_schema.h"
 #include "tessera/quant.h"
 
 namespace tessera::cpu_scalar {
@@ -38,64 +39,6 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-std::string shape_str(const Tensor& t) {
-  std::string s = "[";
-  int last = Tensor::kMaxDims - 1;
-  while (last > 0 && t.ne[last] == 1) --last;
-  for (int d = 0; d <= last; ++d) {
-    if (d) s += ", ";
-    s += std::to_string(t.ne[d]);
-  }
-  return s + "]";
-}
-
-std::string desc(const Tensor& t) {
-  std::string s(dtype_name(t.type));
-  s += shape_str(t);
-  if (!t.name.empty()) s += " '" + t.name + "'";
-  return s;
-}
-
-bool same_shape(const Tensor& a, const Tensor& b) {
-  for (int d = 0; d < Tensor::kMaxDims; ++d)
-    if (a.ne[d] != b.ne[d]) return false;
-  return true;
-}
-
-// b can be broadcast (repeated) over a: every dimension of b divides a's.
-bool can_repeat(const Tensor& b, const Tensor& a) {
-  for (int d = 0; d < Tensor::kMaxDims; ++d)
-    if (b.ne[d] <= 0 || a.ne[d] % b.ne[d] != 0) return false;
-  return true;
-}
-
-// The weight / table dtypes this backend understands.
-bool known_matrix_type(DType t) {
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::IQ4_NL:
-    case DType::MXFP4:
-    case DType::Q2_K:
-    case DType::Q3_K:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-    case DType::IQ4_XS:
-      return true;
-    default:
-      return false;
-  }
-}
-
-int64_t block_elems(DType t) { return dtype_traits(t).block_elems; }
 
 // Row r (flattened over dims 1..3) of a tensor.
 inline char* row_ptr(const Tensor& t, int64_t r) { return t.flat_row<char>(r); }
@@ -113,381 +56,6 @@ inline const float* bcast_row(const Tensor& b, const Tensor& a, int64_t r) {
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // ---------------------------------------------------------------------------
-// Validation: returns an empty string when the node is fine, the reason otherwise.
-
-class Checker {
- public:
-  Checker(const Graph& g, const Node& n) : g_(g), n_(n) {}
-
-  std::string run() const {
-    switch (n_.op) {
-      case Op::GetRows: return get_rows();
-      case Op::RmsNorm: return rms_norm();
-      case Op::MatMul: return mat_mul();
-      case Op::Rope: return rope();
-      case Op::KvWrite: return kv_write();
-      case Op::Attention: return attention();
-      case Op::Softmax:
-      case Op::Silu: return unary();
-      case Op::SwiGlu: return swiglu();
-      case Op::Add:
-      case Op::Mul: return binary();
-      case Op::Argmax: return argmax();
-      case Op::TopK: return top_k();
-      case Op::GatherCols: return gather_cols();
-      case Op::MatMulId: return mat_mul_id();
-      case Op::MoeCombine: return moe_combine();
-      case Op::Sigmoid:
-      case Op::Softplus: return unary();
-      case Op::Cont: return cont();
-      case Op::SsmConv: return ssm_conv();
-      case Op::GatedDeltaNet: return gated_delta_net();
-      case Op::Count: break;
-    }
-    return "unknown op " + std::to_string(int(n_.op));
-  }
-
- private:
-  // Tensor index checks.
-  std::string need(int32_t idx, const char* what) const {
-    if (idx < 0) return std::string("missing ") + what;
-    if (size_t(idx) >= g_.tensor_count())
-      return std::string(what) + " tensor index " + std::to_string(idx) + " out of range";
-    return {};
-  }
-  const Tensor& t(int32_t idx) const { return g_.tensor(idx); }
-
-  // F32/I32 tensors must have contiguous rows (element stride = element size).
-  static std::string plain(const Tensor& x, DType type, const char* what) {
-    if (x.type != type)
-      return std::string(what) + " must be " + std::string(dtype_name(type)) + ", got " + desc(x);
-    if (x.nb[0] != dtype_traits(type).block_bytes)
-      return std::string(what) + " " + desc(x) + " has non-contiguous rows (nb[0] = " + std::to_string(x.nb[0]) + ")";
-    return {};
-  }
-
-#define TRY(expr)                      \
-  do {                                 \
-    std::string _r = (expr);           \
-    if (!_r.empty()) return _r;        \
-  } while (0)
-
-  std::string get_rows() const {
-    TRY(need(n_.src[0], "table (src0)"));
-    TRY(need(n_.src[1], "ids (src1)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &tab = t(n_.src[0]), &ids = t(n_.src[1]), &dst = t(n_.dst);
-    if (!known_matrix_type(tab.type)) return "unsupported table dtype " + desc(tab);
-    if (tab.ne[0] % block_elems(tab.type) != 0)
-      return "table row length " + std::to_string(tab.ne[0]) + " is not a multiple of the " +
-             std::string(dtype_name(tab.type)) + " block size";
-    if (tab.ne[2] != 1 || tab.ne[3] != 1) return "table must be 2-D, got " + desc(tab);
-    TRY(plain(ids, DType::I32, "ids"));
-    if (ids.ne[1] != 1 || ids.ne[2] != 1 || ids.ne[3] != 1) return "ids must be 1-D, got " + desc(ids);
-    TRY(plain(dst, DType::F32, "dst"));
-    if (dst.ne[0] != tab.ne[0] || dst.ne[1] != ids.ne[0] || dst.ne[2] != 1 || dst.ne[3] != 1)
-      return "dst " + desc(dst) + " must be [" + std::to_string(tab.ne[0]) + ", " + std::to_string(ids.ne[0]) + "]";
-    return {};
-  }
-
-  std::string rms_norm() const {
-    TRY(need(n_.src[0], "x (src0)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "x"));
-    TRY(plain(dst, DType::F32, "dst"));
-    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of x " + desc(x);
-    if (n_.src[1] >= 0) {
-      TRY(need(n_.src[1], "weight (src1)"));
-      const Tensor& w = t(n_.src[1]);
-      TRY(plain(w, DType::F32, "weight"));
-      if (w.ne[0] != x.ne[0] || w.nrows() != 1) return "weight " + desc(w) + " must be [" + std::to_string(x.ne[0]) + "]";
-    }
-    if (!(n_.f[0] >= 0.0f) || !std::isfinite(n_.f[0])) return "eps (f[0]) must be a finite value >= 0";
-    return {};
-  }
-
-  std::string mat_mul() const {
-    TRY(need(n_.src[0], "weight (src0)"));
-    TRY(need(n_.src[1], "x (src1)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &w = t(n_.src[0]), &x = t(n_.src[1]), &dst = t(n_.dst);
-    if (!known_matrix_type(w.type)) return "unsupported weight dtype " + desc(w);
-    if (w.ne[2] != 1 || w.ne[3] != 1) return "weight must be 2-D, got " + desc(w);
-    TRY(plain(x, DType::F32, "x"));
-    TRY(plain(dst, DType::F32, "dst"));
-    const int64_t K = w.ne[0];
-    if (x.ne[0] != K) return "x " + desc(x) + " does not match weight " + desc(w) + " (ne[0] differs)";
-    const DType vdt = quant::vec_dot_type(w.type);
-    if (K % block_elems(w.type) != 0 || K % block_elems(vdt) != 0)
-      return "row length " + std::to_string(K) + " is not a multiple of the block sizes of " +
-             std::string(dtype_name(w.type)) + " / " + std::string(dtype_name(vdt));
-    if (dst.ne[0] != w.ne[1] || dst.ne[1] != x.ne[1] || dst.ne[2] != x.ne[2] || dst.ne[3] != x.ne[3])
-      return "dst " + desc(dst) + " must be [" + std::to_string(w.ne[1]) + ", " + std::to_string(x.ne[1]) + ", " +
-             std::to_string(x.ne[2]) + ", " + std::to_string(x.ne[3]) + "] (weight rows by x columns)";
-    return {};
-  }
-
-  std::string rope() const {
-    TRY(need(n_.src[0], "x (src0)"));
-    TRY(need(n_.src[1], "pos (src1)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &pos = t(n_.src[1]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "x"));
-    TRY(plain(dst, DType::F32, "dst"));
-    TRY(plain(pos, DType::I32, "pos"));
-    if (x.ne[3] != 1) return "x must be [head_dim, heads, n], got " + desc(x);
-    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of x " + desc(x);
-    if (pos.ne[0] != x.ne[2] || pos.nrows() != 1)
-      return "pos " + desc(pos) + " must be [" + std::to_string(x.ne[2]) + "] (one per token)";
-    const int32_t n_dims = n_.i[0], mode = n_.i[1];
-    if (n_dims <= 0 || n_dims > x.ne[0] || n_dims % 2 != 0)
-      return "n_dims (i[0]) = " + std::to_string(n_dims) + " must be even and in (0, " + std::to_string(x.ne[0]) + "]";
-    if (mode != kRopeNormal && mode != kRopeNeox && mode != kRopeImrope)
-      return "unsupported rope mode (i[1]) " + std::to_string(mode);
-    if (mode == kRopeImrope) {
-      int32_t total = 0;
-      for (int j = 2; j < 6; ++j) {
-        if (n_.i[size_t(j)] < 0) return "rope section i[" + std::to_string(j) + "] is negative";
-        total += n_.i[size_t(j)];
-      }
-      if (n_.i[2] + n_.i[3] + n_.i[4] <= 0) return "multi-section rope needs a t, h or w section (i[2..4])";
-      if (total > n_dims / 2) return "rope sections (i[2..5]) cover more than the n_dims / 2 rotated pairs";
-    }
-    if (n_.src[2] >= 0) {
-      const Tensor& ff = t(n_.src[2]);
-      TRY(plain(ff, DType::F32, "frequency factors (src2)"));
-      if (ff.ne[0] < n_dims / 2 || ff.nrows() != 1)
-        return "frequency factors " + desc(ff) + " must be [" + std::to_string(n_dims / 2) + "] (one per rotated pair)";
-    }
-    if (!(n_.f[0] > 0.0f) || !std::isfinite(n_.f[0])) return "freq_base (f[0]) must be > 0";
-    if (!(n_.f[1] > 0.0f) || !std::isfinite(n_.f[1])) return "freq_scale (f[1]) must be > 0";
-    return {};
-  }
-
-  std::string kv_common(const Tensor& x, const char* what) const {
-    const KvCacheConfig& c = n_.kv->config();
-    if (x.ne[0] != c.head_dim)
-      return std::string(what) + " " + desc(x) + ": head_dim " + std::to_string(x.ne[0]) + " differs from the cache's " +
-             std::to_string(c.head_dim);
-    if (x.ne[3] != 1) return std::string(what) + " must be 3-D, got " + desc(x);
-    if (n_.i[0] < 0 || n_.i[0] >= c.n_layers)
-      return "layer (i[0]) " + std::to_string(n_.i[0]) + " out of range [0, " + std::to_string(c.n_layers) + ")";
-    if (n_.i[2] < 0) return "start position (i[2]) " + std::to_string(n_.i[2]) + " is negative";
-    return {};
-  }
-
-  std::string kv_write() const {
-    if (!n_.kv) return "no KV cache (node.kv is null)";
-    TRY(need(n_.src[0], "k (src0)"));
-    TRY(need(n_.src[1], "v (src1)"));
-    const Tensor &k = t(n_.src[0]), &v = t(n_.src[1]);
-    TRY(plain(k, DType::F32, "k"));
-    TRY(plain(v, DType::F32, "v"));
-    if (!same_shape(k, v)) return "k " + desc(k) + " and v " + desc(v) + " differ in shape";
-    TRY(kv_common(k, "k"));
-    if (k.ne[1] != n_.kv->config().n_kv_heads)
-      return "k " + desc(k) + ": " + std::to_string(k.ne[1]) + " heads, the cache has " +
-             std::to_string(n_.kv->config().n_kv_heads);
-    return {};
-  }
-
-  std::string attention() const {
-    if (!n_.kv) return "no KV cache (node.kv is null)";
-    TRY(need(n_.src[0], "q (src0)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &q = t(n_.src[0]), &dst = t(n_.dst);
-    TRY(plain(q, DType::F32, "q"));
-    TRY(plain(dst, DType::F32, "dst"));
-    TRY(kv_common(q, "q"));
-    const int n_kv = n_.kv->config().n_kv_heads;
-    if (n_kv <= 0 || q.ne[1] % n_kv != 0)
-      return "q " + desc(q) + ": " + std::to_string(q.ne[1]) + " heads is not a multiple of the cache's " +
-             std::to_string(n_kv) + " KV heads";
-    if (!same_shape(q, dst)) return "dst " + desc(dst) + " must have the shape of q " + desc(q);
-    if (!std::isfinite(n_.f[0]) || !(n_.f[0] > 0.0f)) return "scale (f[0]) must be > 0";
-    return {};
-  }
-
-  std::string unary() const {
-    TRY(need(n_.src[0], "src0"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "src0"));
-    TRY(plain(dst, DType::F32, "dst"));
-    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of src0 " + desc(x);
-    return {};
-  }
-
-  std::string swiglu() const {
-    TRY(unary());
-    TRY(need(n_.src[1], "up (src1)"));
-    const Tensor &g = t(n_.src[0]), &u = t(n_.src[1]);
-    TRY(plain(u, DType::F32, "up"));
-    if (!same_shape(g, u)) return "gate " + desc(g) + " and up " + desc(u) + " differ in shape";
-    return {};
-  }
-
-  std::string binary() const {
-    TRY(unary());
-    TRY(need(n_.src[1], "src1"));
-    const Tensor &a = t(n_.src[0]), &b = t(n_.src[1]);
-    TRY(plain(b, DType::F32, "src1"));
-    if (!can_repeat(b, a))
-      return "src1 " + desc(b) + " cannot be broadcast over src0 " + desc(a) +
-             " (needs the same shape, or dimensions dividing src0's)";
-    return {};
-  }
-
-  std::string argmax() const {
-    TRY(need(n_.src[0], "src0"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "src0"));
-    TRY(plain(dst, DType::I32, "dst"));
-    if (dst.ne[0] != x.nrows() || dst.nrows() != 1)
-      return "dst " + desc(dst) + " must be [" + std::to_string(x.nrows()) + "] (one per row of " + desc(x) + ")";
-    return {};
-  }
-  std::string top_k() const {
-    TRY(need(n_.src[0], "src0"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "src0"));
-    TRY(plain(dst, DType::I32, "dst"));
-    if (x.ne[2] != 1 || x.ne[3] != 1) return "src0 must be 2-D, got " + desc(x);
-    if (dst.ne[0] < 1 || dst.ne[0] > x.ne[0] || dst.ne[1] != x.ne[1] || dst.ne[2] != 1 || dst.ne[3] != 1)
-      return "dst " + desc(dst) + " must be [k, " + std::to_string(x.ne[1]) + "] with 1 <= k <= " + std::to_string(x.ne[0]);
-    return {};
-  }
-
-  std::string gather_cols() const {
-    TRY(need(n_.src[0], "src0"));
-    TRY(need(n_.src[1], "ids (src1)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &ids = t(n_.src[1]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "src0"));
-    TRY(plain(ids, DType::I32, "ids"));
-    TRY(plain(dst, DType::F32, "dst"));
-    if (x.ne[2] != 1 || x.ne[3] != 1 || ids.ne[2] != 1 || ids.ne[3] != 1 || ids.ne[1] != x.ne[1])
-      return "src0 " + desc(x) + " and ids " + desc(ids) + " must be 2-D with the same column count";
-    if (!same_shape(ids, dst)) return "dst " + desc(dst) + " must have the shape of ids " + desc(ids);
-    return {};
-  }
-
-  std::string mat_mul_id() const {
-    TRY(need(n_.src[0], "weights (src0)"));
-    TRY(need(n_.src[1], "x (src1)"));
-    TRY(need(n_.src[2], "ids (src2)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &w = t(n_.src[0]), &x = t(n_.src[1]), &ids = t(n_.src[2]), &dst = t(n_.dst);
-    if (!known_matrix_type(w.type)) return "unsupported weight dtype " + desc(w);
-    if (w.ne[3] != 1) return "weights must be [K, N, experts], got " + desc(w);
-    TRY(plain(x, DType::F32, "x"));
-    TRY(plain(ids, DType::I32, "ids"));
-    TRY(plain(dst, DType::F32, "dst"));
-    const int64_t K = w.ne[0];
-    const DType vdt = quant::vec_dot_type(w.type);
-    if (K % block_elems(w.type) != 0 || K % block_elems(vdt) != 0)
-      return "row length " + std::to_string(K) + " is not a multiple of the block sizes of " +
-             std::string(dtype_name(w.type)) + " / " + std::string(dtype_name(vdt));
-    if (ids.ne[2] != 1 || ids.ne[3] != 1) return "ids must be [k, n], got " + desc(ids);
-    if (x.ne[0] != K || x.ne[2] != ids.ne[1] || x.ne[3] != 1 || (x.ne[1] != 1 && x.ne[1] != ids.ne[0]))
-      return "x " + desc(x) + " must be [" + std::to_string(K) + ", 1 or k, " + std::to_string(ids.ne[1]) + "]";
-    if (dst.ne[0] != w.ne[1] || dst.ne[1] != ids.ne[0] || dst.ne[2] != ids.ne[1] || dst.ne[3] != 1)
-      return "dst " + desc(dst) + " must be [" + std::to_string(w.ne[1]) + ", " + std::to_string(ids.ne[0]) + ", " +
-             std::to_string(ids.ne[1]) + "]";
-    return {};
-  }
-
-  std::string moe_combine() const {
-    TRY(need(n_.src[0], "experts (src0)"));
-    TRY(need(n_.src[1], "weights (src1)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &e = t(n_.src[0]), &w = t(n_.src[1]), &dst = t(n_.dst);
-    TRY(plain(e, DType::F32, "experts"));
-    TRY(plain(w, DType::F32, "weights"));
-    TRY(plain(dst, DType::F32, "dst"));
-    if (e.ne[3] != 1 || w.ne[0] != e.ne[1] || w.ne[1] != e.ne[2] || w.ne[2] != 1 || w.ne[3] != 1)
-      return "weights " + desc(w) + " must be [k, n] for experts " + desc(e);
-    if (dst.ne[0] != e.ne[0] || dst.ne[1] != e.ne[2] || dst.ne[2] != 1 || dst.ne[3] != 1)
-      return "dst " + desc(dst) + " must be [" + std::to_string(e.ne[0]) + ", " + std::to_string(e.ne[2]) + "]";
-    return {};
-  }
-  std::string cont() const {
-    TRY(need(n_.src[0], "src0"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "src0"));
-    TRY(plain(dst, DType::F32, "dst"));
-    if (!dst.is_contiguous()) return "dst " + desc(dst) + " must be contiguous";
-    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of src0 " + desc(x);
-    return {};
-  }
-
-  std::string recurrent_common() const {
-    if (!n_.kv) return "no KV cache (node.kv is null)";
-    const RecurrentStateConfig& rc = n_.kv->recurrent_config();
-    if (rc.n_layers == 0) return "the KV cache has no recurrent state";
-    if (n_.i[0] < 0 || n_.i[0] >= rc.n_layers)
-      return "recurrent layer (i[0]) " + std::to_string(n_.i[0]) + " out of range [0, " + std::to_string(rc.n_layers) + ")";
-    return {};
-  }
-
-  std::string ssm_conv() const {
-    TRY(recurrent_common());
-    TRY(need(n_.src[0], "x (src0)"));
-    TRY(need(n_.src[1], "kernel (src1)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &x = t(n_.src[0]), &w = t(n_.src[1]), &dst = t(n_.dst);
-    TRY(plain(x, DType::F32, "x"));
-    TRY(plain(w, DType::F32, "kernel"));
-    TRY(plain(dst, DType::F32, "dst"));
-    if (x.ne[2] != 1 || x.ne[3] != 1) return "x must be [channels, n], got " + desc(x);
-    if (w.ne[0] < 1 || w.ne[1] != x.ne[0] || w.ne[2] != 1 || w.ne[3] != 1)
-      return "kernel " + desc(w) + " must be [d_conv, " + std::to_string(x.ne[0]) + "]";
-    if (!same_shape(x, dst)) return "dst " + desc(dst) + " must have the shape of x " + desc(x);
-    const int64_t need_elems = (w.ne[0] - 1) * x.ne[0];
-    if (n_.kv->recurrent_config().conv_elems != need_elems)
-      return "the cache's conv state holds " + std::to_string(n_.kv->recurrent_config().conv_elems) +
-             " floats per layer, this convolution needs " + std::to_string(need_elems);
-    return {};
-  }
-
-  std::string gated_delta_net() const {
-    TRY(recurrent_common());
-    TRY(need(n_.src[0], "qkv (src0)"));
-    TRY(need(n_.src[1], "g (src1)"));
-    TRY(need(n_.src[2], "beta (src2)"));
-    TRY(need(n_.dst, "dst"));
-    const Tensor &qkv = t(n_.src[0]), &gt = t(n_.src[1]), &beta = t(n_.src[2]), &dst = t(n_.dst);
-    TRY(plain(qkv, DType::F32, "qkv"));
-    TRY(plain(gt, DType::F32, "g"));
-    TRY(plain(beta, DType::F32, "beta"));
-    TRY(plain(dst, DType::F32, "dst"));
-    const int64_t Hk = n_.i[2], S = n_.i[3], Hv = dst.ne[1], n = qkv.ne[1];
-    if (Hk <= 0 || S <= 0) return "key heads (i[2]) and head size (i[3]) must be positive";
-    if (dst.ne[0] != S || dst.ne[2] != n || dst.ne[3] != 1)
-      return "dst " + desc(dst) + " must be [" + std::to_string(S) + ", value heads, " + std::to_string(n) + "]";
-    if (Hv % Hk != 0) return std::to_string(Hv) + " value heads is not a multiple of " + std::to_string(Hk) + " key heads";
-    if (qkv.ne[0] != (2 * Hk + Hv) * S || qkv.ne[2] != 1 || qkv.ne[3] != 1)
-      return "qkv " + desc(qkv) + " must be [" + std::to_string((2 * Hk + Hv) * S) + ", " + std::to_string(n) + "]";
-    for (const Tensor* x : {&gt, &beta})
-      if (x->ne[0] != Hv || x->ne[1] != n || x->ne[2] != 1 || x->ne[3] != 1)
-        return "g and beta must be [" + std::to_string(Hv) + ", " + std::to_string(n) + "], got " + desc(*x);
-    if (n_.kv->recurrent_config().state_elems != S * S * Hv)
-      return "the cache's recurrent state holds " + std::to_string(n_.kv->recurrent_config().state_elems) +
-             " floats per layer, this layer needs " + std::to_string(S * S * Hv);
-    if (!(n_.f[0] >= 0.0f) || !std::isfinite(n_.f[0])) return "eps (f[0]) must be a finite value >= 0";
-    return {};
-  }
-#undef TRY
-
-  const Graph& g_;
-  const Node& n_;
-};
-
-// ---------------------------------------------------------------------------
 // The backend
 
 class CpuScalarBackend final : public Backend {
@@ -496,35 +64,32 @@ class CpuScalarBackend final : public Backend {
 
   std::string name() const override { return "cpu_scalar"; }
 
+  // Every node the op schema accepts: the reference computes every op. (Answering
+  // with the schema itself keeps it safe to ask about any node, as conformance does.)
   OpSupport supports(const Graph& graph, const Node& node) const override {
-    std::string why = Checker(graph, node).run();
+    std::string why = op_schema::check(graph, node);
     if (why.empty()) return OpSupport::yes();
-    return OpSupport::no(std::string(op_name(node.op)) + ": " + why);
+    return OpSupport::no(std::move(why));
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override { execute_range(graph, first, count, false); }
+  void execute(Graph& graph, size_t first, size_t count) override {
+    op_schema::validate_for_execute(*this, graph, first, count);
+    run_range(graph, first, count);
+  }
 
-  // The Checker runs only for the nodes whose validation reads run-time state
-  // (validation_reads_run_state); the data pointers and the kernels' own checks
-  // (sequence exists, reserved KV positions, ids in range) stay for every node.
+  // The scheduler validated the nodes (schema once per plan, run-time state before
+  // this call): nothing is checked again here but the ids the kernels read.
   void execute_validated(Graph& graph, size_t first, size_t count) override {
-    execute_range(graph, first, count, true);
+    op_schema::check_range("cpu_scalar", graph, first, count);
+    run_range(graph, first, count);
   }
 
  private:
-  void execute_range(Graph& graph, size_t first, size_t count, bool validated) {
+  void run_range(Graph& graph, size_t first, size_t count) {
     const auto& nodes = graph.nodes();
-    if (first > nodes.size() || count > nodes.size() - first)
-      throw Error("cpu_scalar: node range [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                  ") exceeds the graph's " + std::to_string(nodes.size()) + " nodes");
     for (size_t k = first; k < first + count; ++k) {
-      const Node& n = nodes[k];
-      std::string why;
-      if (!validated || validation_reads_run_state(n.op)) why = Checker(graph, n).run();
-      if (why.empty()) why = check_data(graph, n);
-      if (!why.empty()) fail(graph, k, why);
       try {
-        run_node(graph, n);
+        run_node(graph, nodes[k]);
       } catch (const Error& e) {
         fail(graph, k, e.what());
       }
@@ -533,14 +98,6 @@ class CpuScalarBackend final : public Backend {
 
   [[noreturn]] static void fail(const Graph& g, size_t k, const std::string& why) {
     throw Error("cpu_scalar: " + describe_node(g, k) + ": " + why);
-  }
-
-  // Data pointers must exist at execution time.
-  static std::string check_data(const Graph& g, const Node& n) {
-    for (int s = 0; s < 4; ++s)
-      if (n.src[s] >= 0 && !g.tensor(n.src[s]).data) return "src" + std::to_string(s) + " has no data";
-    if (n.op != Op::KvWrite && n.dst >= 0 && !g.tensor(n.dst).data) return "dst has no data";
-    return {};
   }
 
   template <typename F>
@@ -594,7 +151,7 @@ class CpuScalarBackend final : public Backend {
       const int64_t r = id[i];
       if (r < 0 || r >= V)
         throw Error("row id " + std::to_string(r) + " (ids[" + std::to_string(i) + "]) out of range [0, " +
-                    std::to_string(V) + ") of table " + desc(tab));
+                    std::to_string(V) + ") of table " + op_schema::tensor_desc(tab));
       quant::dequantize_row(tab.type, static_cast<const char*>(tab.data) + r * int64_t(tab.nb[1]), frow(dst, i), K);
     }
   }
@@ -715,8 +272,7 @@ class CpuScalarBackend final : public Backend {
     KvCache& kv = *n.kv;
     const int layer = n.i[0];
     const KvCache::SeqId seq = n.i[1];
-    const int64_t p0 = n.i[2];
-    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
+    const int64_t p0 = n.i[2];  // sequence and positions: op_schema::check_run_state
     const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
     for (int64_t t = 0; t < T; ++t) {
       uint16_t* kr = kv.k_row(layer, seq, p0 + t);
@@ -740,7 +296,6 @@ class CpuScalarBackend final : public Backend {
     const KvCache::SeqId seq = n.i[1];
     const int64_t p0 = n.i[2];
     const float scale = n.f[0];
-    if (!kv.has_sequence(seq)) throw Error("sequence " + std::to_string(seq) + " does not exist in the KV cache");
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
     const int64_t n_kv = kv.config().n_kv_heads;
     const int64_t group = n_head / n_kv;

@@ -13,10 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpu_scalar_backend.h"
 #include "tessera/error.h"
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
+#include "tessera/op_schema.h"
 #include "tessera/quant.h"
 #include "vk_context.h"
 
@@ -115,7 +115,7 @@ struct Push {
 
 class VulkanBackend final : public Backend {
  public:
-  explicit VulkanBackend(bool allow_cpu) : ctx_(allow_cpu), ref_(cpu_scalar::make_backend(nullptr)) {
+  explicit VulkanBackend(bool allow_cpu) : ctx_(allow_cpu) {
     spdlog::debug("vulkan: using {}", ctx_.device_summary());
   }
 
@@ -130,16 +130,19 @@ class VulkanBackend final : public Backend {
   std::string name() const override { return "vulkan"; }
   bool uses_host_memory() const override { return false; }
 
+  // What the shaders take, for nodes the op schema accepted (the scheduler checks the
+  // schema first; execute() does too).
   OpSupport supports(const Graph& g, const Node& n) const override {
-    OpSupport s = ref_->supports(g, n);  // the reference's validation first
-    if (!s.supported) return s;
     // TESSERA_VULKAN_DISABLE=op,op,...: refuse these ops (bisecting a mismatch).
     static const std::string disabled = [] {
       const char* e = std::getenv("TESSERA_VULKAN_DISABLE");
       return e ? "," + std::string(e) + "," : std::string();
     }();
-    if (!disabled.empty() && disabled.find("," + std::string(op_name(n.op)) + ",") != std::string::npos)
-      return OpSupport::no("disabled by TESSERA_VULKAN_DISABLE");
+    if (!disabled.empty()) {
+      std::string needle(1, ',');  // appended, not "," + name: GCC 12 warns (-Wrestrict) on that
+      needle.append(op_name(n.op)).push_back(',');
+      if (disabled.find(needle) != std::string::npos) return OpSupport::no("disabled by TESSERA_VULKAN_DISABLE");
+    }
     std::string why = check(g, n);
     if (!why.empty()) return OpSupport::no(why);
     return OpSupport::yes();
@@ -154,16 +157,24 @@ class VulkanBackend final : public Backend {
     }
   }
 
-  void execute(Graph& g, size_t first, size_t count) override { execute_range(g, first, count, false); }
-  // supports() runs only for the nodes whose validation reads run-time state
-  // (cpu_scalar::validation_reads_run_state); the one check() that reads data
-  // addresses (a Rope's positions must not be computed in the graph) runs for every
-  // Rope, over sorted ranges (rope_positions_computed). Data pointers, sequences,
-  // reserved KV positions and ids stay checked as in execute().
-  void execute_validated(Graph& g, size_t first, size_t count) override { execute_range(g, first, count, true); }
+  void execute(Graph& g, size_t first, size_t count) override {
+    op_schema::validate_for_execute(*this, g, first, count);  // supports() includes the Rope rule
+    execute_range(g, first, count);
+  }
+  // The scheduler validated the range (op schema, supports() per signature, run-time
+  // state before this call). The one check() rule that reads data addresses (a Rope's
+  // positions must not be computed in the graph), which the signature does not cover,
+  // runs again for every Rope, over sorted ranges (rope_positions_computed); ids read
+  // from tensors are checked where they are read.
+  void execute_validated(Graph& g, size_t first, size_t count) override {
+    op_schema::check_range("vulkan", g, first, count);
+    const size_t k = rope_positions_computed(g, first, count);
+    if (k != SIZE_MAX) throw Error("vulkan: " + describe_node(g, k) + ": Rope: positions computed inside the graph");
+    execute_range(g, first, count);
+  }
 
  private:
-  void execute_range(Graph& g, size_t first, size_t count, bool validated);
+  void execute_range(Graph& g, size_t first, size_t count);
 
   // --- validation ------------------------------------------------------------
   // The first Rope node of [first, first + count) whose positions tensor overlaps a
@@ -322,7 +333,6 @@ class VulkanBackend final : public Backend {
   }
 
   Context ctx_;
-  std::unique_ptr<Backend> ref_;  // validation only
   // By host address and span: a view of a weight's first rows (same address, shorter
   // span) is a separate entry, never the full weight's buffer.
   using WeightKey = std::pair<const void*, size_t>;
@@ -492,20 +502,10 @@ void Run::plan() {
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
     if (n.op != Op::KvWrite && n.op != Op::Attention) continue;
-    if (!n.kv->has_sequence(n.i[1]))
-      throw Error("vulkan: " + describe_node(g_, k) + ": sequence " + std::to_string(n.i[1]) + " does not exist in the KV cache");
-    const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
-    // Positions [0, end) must be reserved (k_row throws outside that range). An
-    // Attention's own positions, written by the KvWrite before it, are not counted in
+    // The sequence exists and positions [0, end) are reserved (op_schema::check_run_state).
+    // An Attention's own positions, written by the KvWrite before it, are not counted in
     // length() yet: the engine sets it after the step.
-    if (end > 0) {
-      try {
-        (void)n.kv->k_row(n.i[0], n.i[1], end - 1);
-      } catch (const Error& e) {
-        throw Error("vulkan: " + describe_node(g_, k) + ": positions [" + std::to_string(n.i[2]) + ", " + std::to_string(end) +
-                    ") of sequence " + std::to_string(n.i[1]) + ": " + e.what());
-      }
-    }
+    const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
     Mirror* m = nullptr;
     for (Mirror& x : mirrors_)
       if (x.kv == n.kv && x.layer == n.i[0] && x.seq == n.i[1]) m = &x;
@@ -574,9 +574,7 @@ void Run::plan() {
         }
         break;
       case Op::SsmConv:
-      case Op::GatedDeltaNet:
-        if (!n.kv->has_sequence(n.i[1]))
-          throw Error("vulkan: " + describe_node(g_, k) + ": sequence " + std::to_string(n.i[1]) + " does not exist in the KV cache");
+      case Op::GatedDeltaNet:  // the sequence exists (op_schema::check_run_state)
         state_mirror(n);
         break;
       case Op::Rope: {
@@ -1018,26 +1016,11 @@ void Run::go() {
   for (const Download& d : downloads_) std::memcpy(d.dst, stage + d.stage, d.bytes);
 }
 
-void VulkanBackend::execute_range(Graph& g, size_t first, size_t count, bool validated) {
+// Nodes [first, first + count) are valid, supported and ready to run (execute() and
+// execute_validated() made sure).
+void VulkanBackend::execute_range(Graph& g, size_t first, size_t count) {
   const auto& nodes = g.nodes();
-  if (first > nodes.size() || count > nodes.size() - first)
-    throw Error("vulkan: node range [" + std::to_string(first) + ", " + std::to_string(first + count) + ") exceeds the graph's " +
-                std::to_string(nodes.size()) + " nodes");
   if (count == 0) return;
-  if (validated) {
-    const size_t k = rope_positions_computed(g, first, count);
-    if (k != SIZE_MAX) throw Error("vulkan: " + describe_node(g, k) + ": Rope: positions computed inside the graph");
-  }
-  for (size_t k = first; k < first + count; ++k) {
-    if (!validated || cpu_scalar::validation_reads_run_state(nodes[k].op)) {
-      OpSupport s = supports(g, nodes[k]);
-      if (!s.supported) throw Error("vulkan: " + describe_node(g, k) + ": " + s.reason);
-    }
-    const Node& n = nodes[k];
-    for (int i = 0; i < 4; ++i)
-      if (n.src[i] >= 0 && !g.tensor(n.src[i]).data) throw Error("vulkan: " + describe_node(g, k) + ": src" + std::to_string(i) + " has no data");
-    if (n.dst >= 0 && !g.tensor(n.dst).data) throw Error("vulkan: " + describe_node(g, k) + ": dst has no data");
-  }
   static const bool debug_trace = std::getenv("TESSERA_VULKAN_DEBUG_TRACE") != nullptr;
   if (debug_trace) {
     std::string s = "vulkan run [" + std::to_string(first) + ", " + std::to_string(first + count) + "):";
@@ -1053,42 +1036,6 @@ void VulkanBackend::execute_range(Graph& g, size_t first, size_t count, bool val
   }
   Run run(*this, g, first, count);
   run.go();
-  static const bool debug_check = std::getenv("TESSERA_VULKAN_DEBUG_CHECK") != nullptr;
-  if (debug_check) {
-    // Re-run every node on the reference with this backend's inputs and report the
-    // first output that differs (needs TESSERA_VULKAN_DEBUG_ALL=1: every output on the host).
-    for (size_t k = first; k < first + count; ++k) {
-      const Node& n = nodes[k];
-      if (n.dst < 0 || n.op == Op::KvWrite) continue;
-      Tensor& d = g.tensor(n.dst);
-      const size_t bytes = span_bytes(d);
-      std::vector<uint8_t> mine(bytes);
-      std::memcpy(mine.data(), d.data, bytes);
-      ref_->execute(g, k, 1);
-      if (d.type == DType::F32) {
-        const float* a = static_cast<const float*>(d.data);
-        const float* b = reinterpret_cast<const float*>(mine.data());
-        double num = 0, den = 0;
-        for (size_t i = 0; i < bytes / 4; ++i) {
-          num += double(a[i] - b[i]) * double(a[i] - b[i]);
-          den += double(a[i]) * double(a[i]);
-        }
-        if (num > 1e-6 * den || std::isnan(num))
-        {
-          std::string info;
-          for (int32_t t : {n.src[0], n.src[1], n.dst}) {
-            if (t < 0) continue;
-            const Tensor& x = g.tensor(t);
-            info += " [" + x.name + " " + std::to_string(x.ne[0]) + "x" + std::to_string(x.ne[1]) + "x" + std::to_string(x.ne[2]) +
-                    " nb " + std::to_string(x.nb[0]) + "," + std::to_string(x.nb[1]) + "," + std::to_string(x.nb[2]) + " @" +
-                    std::to_string(reinterpret_cast<uintptr_t>(x.data) % 100000) + "]";
-          }
-          spdlog::warn("vulkan debug: {} differs from the reference: NMSE {}{}", describe_node(g, k), den > 0 ? num / den : num, info);
-        }
-      }
-      std::memcpy(d.data, mine.data(), bytes);
-    }
-  }
 }
 
 }  // namespace

@@ -257,6 +257,7 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
 }
 
 int64_t KvCache::length(SeqId seq) const { return seq_ref(seq).length; }
+int64_t KvCache::reserved(SeqId seq) const { return seq_ref(seq).reserved; }
 
 void KvCache::set_length(SeqId seq, int64_t n_tokens) {
   Sequence& s = seq_ref(seq);

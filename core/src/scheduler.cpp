@@ -1,8 +1,11 @@
-// Scheduler: places each node on the first backend (in rank order) that supports it
-// and executes maximal runs of consecutive nodes on the same backend as one call.
-// Placements are cached by the graph's topology signature; an optional OpProfile
-// times every node on its own.
+// Scheduler: validates each node against the op schema once per plan, places it on
+// the first backend (in rank order) that runs it natively, and executes maximal runs
+// of consecutive nodes on the same backend as one call after checking their run-time
+// state. Placements are cached by the graph's topology signature; an optional
+// OpProfile times every node on its own.
 #include "tessera/scheduler.h"
+
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +14,8 @@
 #include <sstream>
 
 #include "tessera/error.h"
+#include "tessera/kv_cache.h"
+#include "tessera/op_schema.h"
 
 namespace tessera {
 
@@ -115,9 +120,25 @@ std::string OpProfile::table() const {
 
 // ---- Scheduler ----
 
+namespace {
+
+// op_schema::check_run_state() over nodes [first, first + count), right before they run
+// (after the host hooks before them, which may change what the nodes read).
+void check_run_state(const Graph& graph, size_t first, size_t count) {
+  const auto& nodes = graph.nodes();
+  for (size_t k = first; k < first + count; ++k) {
+    const std::string why = op_schema::check_run_state(graph, nodes[k]);
+    if (!why.empty()) throw Error(describe_node(graph, k) + ": " + why);
+  }
+}
+
+}  // namespace
+
 Scheduler::Scheduler(std::vector<std::shared_ptr<Backend>> backends) : backends_(std::move(backends)) {
   for (const auto& b : backends_)
     if (!b) throw Error("scheduler: null backend in the backend list");
+  usage_.resize(backends_.size());
+  warned_idle_.assign(backends_.size(), false);
 }
 
 uint64_t Scheduler::signature(const Graph& graph) {
@@ -147,6 +168,16 @@ uint64_t Scheduler::signature(const Graph& graph) {
     h.add(uint64_t(fb[0]) | (uint64_t(fb[1]) << 32));
     h.add(uint64_t(fb[2]) | (uint64_t(fb[3]) << 32));
     h.add(uint64_t(reinterpret_cast<uintptr_t>(n.kv)));
+    // The schema checks these ops' shapes against the cache's configuration, so it is
+    // part of the plan (the address alone could be a new cache with another shape).
+    if (n.kv && (n.op == Op::KvWrite || n.op == Op::Attention || n.op == Op::SsmConv || n.op == Op::GatedDeltaNet)) {
+      const KvCacheConfig& c = n.kv->config();
+      const RecurrentStateConfig& r = n.kv->recurrent_config();
+      h.add2(c.n_layers, c.n_kv_heads);
+      h.add2(c.head_dim, r.n_layers);
+      h.add(uint64_t(r.conv_elems));
+      h.add(uint64_t(r.state_elems));
+    }
     hash_tensor(h, graph, n.dst);
     for (int32_t s : n.src) hash_tensor(h, graph, s);
   }
@@ -155,7 +186,14 @@ uint64_t Scheduler::signature(const Graph& graph) {
 
 std::vector<int> Scheduler::compute_placement(const Graph& graph) const {
   const auto& nodes = graph.nodes();
+  // The contract first, for every node, so no backend is asked about a malformed one.
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    ++nodes_validated_;
+    const std::string why = op_schema::check(graph, nodes[n]);
+    if (!why.empty()) throw Error(describe_node(graph, n) + " breaks the op schema: " + why);
+  }
   std::vector<int> placement(nodes.size(), -1);
+  std::vector<BackendUse> use(backends_.size());
   for (size_t n = 0; n < nodes.size(); ++n) {
     const Node& node = nodes[n];
     std::vector<std::string> reasons;
@@ -163,9 +201,12 @@ std::vector<int> Scheduler::compute_placement(const Graph& graph) const {
       OpSupport s = backends_[b]->supports(graph, node);
       if (s.supported) {
         placement[n] = int(b);
+        ++use[b].placed;
         break;
       }
-      reasons.push_back(backends_[b]->name() + ": " + (s.reason.empty() ? "unsupported" : s.reason));
+      if (s.reason.empty()) s.reason = std::string(op_name(node.op)) + ": unsupported";
+      if (use[b].declined++ == 0) use[b].first_decline = s.reason;
+      reasons.push_back(backends_[b]->name() + ": " + s.reason);
     }
     if (placement[n] >= 0) continue;
     std::ostringstream os;
@@ -180,6 +221,19 @@ std::vector<int> Scheduler::compute_placement(const Graph& graph) const {
       for (size_t i = 0; i < reasons.size(); ++i) os << (i ? "; " : "") << reasons[i];
     }
     throw Error(os.str());
+  }
+  // Counted only for placements that succeed (errors are not plans).
+  for (size_t b = 0; b < backends_.size(); ++b) {
+    BackendUse& u = usage_[b];
+    u.placed += use[b].placed;
+    if (u.declined == 0) u.first_decline = use[b].first_decline;
+    u.declined += use[b].declined;
+    if (declines_everything(b) && !warned_idle_[b]) {
+      warned_idle_[b] = true;
+      spdlog::warn("scheduler: backend '{}' declined every node it was asked about ({}; first: {}); they run on the "
+                   "backends ranked after it",
+                   backends_[b]->name(), u.declined, u.first_decline);
+    }
   }
   return placement;
 }
@@ -221,6 +275,7 @@ void Scheduler::run(Graph& graph) const {
         profile_->add("host", nodes[k].op,
                       uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - h0).count()));
       const size_t b = size_t(placement[k]);
+      check_run_state(graph, k, 1);
       const auto t0 = std::chrono::steady_clock::now();
       backends_[b]->execute_validated(graph, k, 1);
       const auto t1 = std::chrono::steady_clock::now();
@@ -236,6 +291,7 @@ void Scheduler::run(Graph& graph) const {
     const size_t stop = next_hook < hooks.size() ? std::max(hooks[next_hook].first, first + 1) : placement.size();
     size_t end = first + 1;
     while (end < placement.size() && end < stop && placement[end] == placement[first]) ++end;
+    check_run_state(graph, first, end - first);
     backends_[size_t(placement[first])]->execute_validated(graph, first, end - first);
     first = end;
   }

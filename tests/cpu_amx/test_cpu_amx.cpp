@@ -26,6 +26,7 @@
 #include "tessera/plugin_config.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/quant.h"
+#include "tessera/scheduler.h"
 #include "tile.h"
 
 namespace tessera::cpu_amx {
@@ -469,6 +470,61 @@ TEST(CpuAmxBackend, EmulatedProductsOnOwnCopyPassConformance) { run_backend_conf
 TEST(CpuAmxBackend, RealProductsPassConformance) {
   if (const std::string why = real_amx_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   run_backend_conformance(false);
+}
+
+// Without AVX-512 cpu_amx wraps nothing (wrap_avx512 = false does the same here): it
+// takes the tile products, making its tile copy on first use for a weight
+// prepare_weight() never saw, and declines every other node, which the scheduler
+// runs on the next backend. Results equal cpu_scalar's bit for bit.
+TEST(CpuAmxBackend, UnwrappedTakesTileProductsAndDeclinesTheRest) {
+  Options o;
+  o.emulate = true;
+  o.wrap_avx512 = false;
+  std::shared_ptr<Backend> amx = make_backend(nullptr, o);
+  std::shared_ptr<Backend> ref = cpu_scalar::make_backend(nullptr);
+  const int64_t K = 64, N = 40;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> wf(size_t(N * K));
+  for (float& v : wf) v = nd(rng);
+  const size_t rb = row_bytes(DType::Q8_0, K);
+  std::vector<uint8_t> w(rb * size_t(N));
+  for (int64_t n = 0; n < N; ++n) quant::quantize_row(DType::Q8_0, wf.data() + n * K, w.data() + size_t(n) * rb, K);
+  auto run = [&](Scheduler& s, int64_t M) {
+    std::vector<float> x(size_t(M * K)), y(size_t(M * N)), z(size_t(M * N));
+    for (float& v : x) v = nd(rng);
+    auto go = [&](Scheduler& sc, std::vector<float>& out) {
+      Graph g;
+      const int tw = g.add_tensor(Tensor::contiguous(DType::Q8_0, {K, N}, w.data()));
+      const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
+      const int ty = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, out.data()));
+      Node mm;
+      mm.op = Op::MatMul, mm.dst = ty, mm.src = {tw, tx, -1, -1};
+      g.add_node(mm);
+      Node sl;
+      sl.op = Op::Silu, sl.dst = ty, sl.src = {ty, -1, -1, -1};
+      g.add_node(sl);
+      const std::vector<int> placed = sc.place(g);
+      sc.run(g);
+      return placed;
+    };
+    Scheduler plain({ref});
+    go(plain, z);
+    const std::vector<int> placed = go(s, y);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(bits(y[i]), bits(z[i])) << "M " << M << " element " << i;
+    return placed;
+  };
+  Scheduler s({amx, ref});
+  EXPECT_EQ(run(s, 20), (std::vector<int>{0, 1}));  // 20 rows: a tile product; Silu declined
+  EXPECT_EQ(run(s, 3), (std::vector<int>{1, 1}));   // below min_columns: declined too
+  Graph g;
+  const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {8}, nullptr));
+  Node sl;
+  sl.op = Op::Silu, sl.dst = tx, sl.src = {tx, -1, -1, -1};
+  g.add_node(sl);
+  const OpSupport sup = amx->supports(g, sl);
+  EXPECT_FALSE(sup.supported);
+  EXPECT_NE(sup.reason.find("without AVX-512"), std::string::npos) << sup.reason;
 }
 
 TEST(CpuAmxBackend, UnusableWithoutAmxOrEmulation) {

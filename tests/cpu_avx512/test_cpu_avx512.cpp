@@ -31,8 +31,10 @@
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
 #include "tessera/kv_cache.h"
+#include "tessera/op_schema.h"
 #include "tessera/plugin_abi.h"
 #include "tessera/quant.h"
+#include "tessera/scheduler.h"
 
 using namespace tessera;
 
@@ -670,9 +672,10 @@ TEST_F(Avx512, GroupedMatMulsEqualEachProductAlone) {
 
 // execute_validated() (what Scheduler::run calls) computes exactly what execute()
 // does on a decode/prefill-like graph: grouped repacked products with the fused
-// SwiGlu, small ops, KvWrite + Attention and a node left to the reference (TopK);
-// and it keeps the run-time checks (sequence, reserved positions, start position,
-// data pointers, ids).
+// SwiGlu, small ops, KvWrite + Attention and a router op (TopK); the run-time checks
+// (sequence, reserved positions, start position, data pointers) are the core's, made
+// by execute() and by Scheduler::run() before the backend sees the node, and the ids
+// a kernel reads are checked by the kernel.
 TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
   const int64_t K = 256, F = 128, M = 3, hd = 64, nh = 4, nkv = 2;
   std::vector<uint8_t> wg = quantize_matrix(DType::Q4_0, randn(size_t(K * F), 81), K, F);
@@ -729,7 +732,7 @@ TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
     g.add_node(node(Op::SwiGlu, ih, igt, iut));  // fused into the two products (M > 1)
     g.add_node(node(Op::MatMul, idt, id, ih));
     g.add_node(node(Op::Add, iy, idt, ix));
-    g.add_node(node(Op::TopK, itop, iy));  // the reference's code
+    g.add_node(node(Op::TopK, itop, iy));  // the reference's formula, run here
     Node w = node(Op::KvWrite, -1, ik, iv);
     w.i = {0, seq, 2};
     w.kv = &kv;
@@ -758,17 +761,24 @@ TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
   EXPECT_EQ(plain.krow, fast.krow);
   for (float f : fast.attn) ASSERT_TRUE(std::isfinite(f));
 
-  // Run-time checks stay.
+  // Run-time checks: execute() and the scheduler make them; ids are the kernel's, so
+  // execute_validated() keeps those.
   KvCache kv(cfg);
   const KvCache::SeqId seq = kv.create_sequence();
   ASSERT_TRUE(kv.reserve(seq, 4));
   std::vector<float> k = k0, v = v0, q = q0, out(q.size());
-  auto expect_error = [&](Graph& g, const char* what) {
-    try {
-      be2->execute_validated(g, 0, g.nodes().size());
-      ADD_FAILURE() << "expected tessera::Error containing '" << what << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  std::shared_ptr<Backend> shared(std::move(be2));
+  Scheduler sched({shared});
+  auto expect_error = [&](Graph& g, const char* what, bool ids = false) {
+    for (int how = 0; how < (ids ? 3 : 2); ++how) {
+      try {
+        if (how == 0) shared->execute(g, 0, g.nodes().size());
+        if (how == 1) sched.run(g);
+        if (how == 2) shared->execute_validated(g, 0, g.nodes().size());
+        ADD_FAILURE() << "expected tessera::Error containing '" << what << "' (" << how << ")";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
     }
   };
   auto kv_graph = [&](Graph& g, int32_t s, int32_t p0, bool attention) {
@@ -807,7 +817,7 @@ TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
     const int ii = g.add_tensor(Tensor::contiguous(DType::I32, {2}, ids.data()));
     const int ir = g.add_tensor(Tensor::contiguous(DType::F32, {16, 2}, rows.data()));
     g.add_node(node(Op::GetRows, ir, it, ii));
-    expect_error(g, "out of range");
+    expect_error(g, "out of range", true);
     Graph h;
     const int ix = h.add_tensor(Tensor::contiguous(DType::F32, {16}, nullptr));
     const int iy = h.add_tensor(Tensor::contiguous(DType::F32, {16}, rows.data()));
@@ -823,10 +833,39 @@ TEST_F(Avx512, UnsupportedIsDeclinedWithReason) {
   const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {8}, x.data()));
   const int ti = g.add_tensor(Tensor::contiguous(DType::I32, {1}, ids.data()));
   const int ty = g.add_tensor(Tensor::contiguous(DType::F32, {8}, y.data()));
-  g.add_node(node(Op::Add, ty, tx, ti));  // I32 operand
-  OpSupport s = be1->supports(g, g.nodes()[0]);
+  g.add_node(node(Op::Add, ty, tx, ti));  // I32 operand: breaks the op schema
+  EXPECT_NE(op_schema::check(g, g.nodes()[0]).find("src1 must be f32"), std::string::npos);
+  try {
+    be1->execute(g, 0, 1);
+    ADD_FAILURE() << "expected tessera::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu_avx512: node 0 (add): add: src1 must be f32, got i32[1]"), std::string::npos)
+        << e.what();
+  }
+
+  // What the backend itself declines is a valid node its kernels do not take (a
+  // weighted sum over more than 64 experts); the scheduler runs it on the next backend.
+  const int64_t N = 4, k = 65;
+  std::vector<float> e = randn(size_t(N * k), 7), w = randn(size_t(k), 8);
+  std::vector<float> out(static_cast<size_t>(N)), want(static_cast<size_t>(N));
+  auto moe = [&](Graph& h, float* dst) {
+    const int te = h.add_tensor(Tensor::contiguous(DType::F32, {N, k, 1}, e.data()));
+    const int tw = h.add_tensor(Tensor::contiguous(DType::F32, {k, 1}, w.data()));
+    const int td = h.add_tensor(Tensor::contiguous(DType::F32, {N, 1}, dst));
+    h.add_node(node(Op::MoeCombine, td, te, tw));
+  };
+  Graph h, r;
+  moe(h, out.data());
+  moe(r, want.data());
+  EXPECT_TRUE(op_schema::check(h, h.nodes()[0]).empty());
+  const OpSupport s = be1->supports(h, h.nodes()[0]);
   EXPECT_FALSE(s.supported);
-  EXPECT_FALSE(s.reason.empty());
+  EXPECT_NE(s.reason.find("64 experts"), std::string::npos) << s.reason;
+  Scheduler sched({cpu_avx512::make_backend(nullptr), cpu_scalar::make_backend(nullptr)});
+  EXPECT_EQ(sched.place(h), std::vector<int>{1});
+  sched.run(h);
+  ref->execute(r, 0, 1);
+  EXPECT_EQ(out, want);
 }
 
 // --- Elementwise ops -------------------------------------------------------------

@@ -20,7 +20,9 @@
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/op_schema.h"
 #include "tessera/quant.h"
+#include "tessera/scheduler.h"
 
 using namespace tessera;
 
@@ -456,8 +458,8 @@ TEST(CpuScalarAttention, ErrorsAreClear) {
   g5.add_node(a5);
   for (bool validated : {false, true}) {
     try {
-      if (validated)
-        f.be->execute_validated(g5, 0, 1);
+      if (validated)  // the scheduler's run-time check
+        throw Error(op_schema::check_run_state(g5, g5.nodes()[0]));
       else
         f.be->execute(g5, 0, 1);
       FAIL() << "expected tessera::Error";
@@ -482,20 +484,26 @@ TEST(CpuScalarAttention, ErrorsAreClear) {
 
 // --- Softmax, Silu, SwiGlu, Add, Mul, Argmax -------------------------------
 
-// execute_validated() skips the checks that depend only on the graph's signature
-// (the caller vouches that supports() accepted each node), and keeps every check of
-// run-time state.
+// execute_validated() checks nothing the scheduler validated (the op schema once per
+// plan, the run-time state before each run): execute() and Scheduler::run() make the
+// run-time checks, and the kernels still check the ids they read.
 TEST(CpuScalarValidated, SkipsShapeChecksKeepsRunTimeChecks) {
   AttnFixture f;
   const KvCache::SeqId s = f.kv.create_sequence();
   ASSERT_TRUE(f.kv.reserve(s, 4));
   const int64_t hd = AttnFixture::hd, nh = AttnFixture::n_head, nkv = AttnFixture::n_kv;
-  auto expect_error = [&](Graph& g, const char* what) {
-    try {
-      f.be->execute_validated(g, 0, g.nodes().size());
-      ADD_FAILURE() << "expected tessera::Error containing '" << what << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  std::shared_ptr<Backend> shared = cpu_scalar::make_backend(nullptr);
+  Scheduler sched({shared});
+  auto expect_error = [&](Graph& g, const char* what, bool ids = false) {
+    for (int how = 0; how < (ids ? 3 : 2); ++how) {
+      try {
+        if (how == 0) shared->execute(g, 0, g.nodes().size());
+        if (how == 1) sched.run(g);
+        if (how == 2) shared->execute_validated(g, 0, g.nodes().size());
+        ADD_FAILURE() << "expected tessera::Error containing '" << what << "' (" << how << ")";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
     }
   };
   std::vector<float> k(size_t(hd * nkv * 2), 0.5f), v = k, q(size_t(hd * nh * 2), 0.25f), out(q.size());
@@ -541,7 +549,7 @@ TEST(CpuScalarValidated, SkipsShapeChecksKeepsRunTimeChecks) {
     const int tt = add(g, DType::F32, {8, 3}, table), ti = add(g, DType::I32, {2}, ids);
     const int tr = add(g, DType::F32, {8, 2}, rows);
     g.add_node(node(Op::GetRows, tr, tt, ti));
-    expect_error(g, "out of range");
+    expect_error(g, "out of range", true);
     Graph h;
     const int tx = h.add_tensor(Tensor::contiguous(DType::F32, {8}, nullptr));
     const int ty = add(h, DType::F32, {8}, rows);

@@ -12,6 +12,7 @@
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/graph.h"
+#include "tessera/kv_cache.h"
 #include "tessera/scheduler.h"
 
 using namespace tessera;
@@ -65,6 +66,7 @@ TEST(Scheduler, FallsBackDownTheRanking) {
   add(g, Op::Mul, z, y, x);
   add(g, Op::Silu, z, z);
   add(g, Op::Add, z, z, y);
+  g.allocate();  // run() checks that every tensor has data
   EXPECT_EQ(s.place(g), (std::vector<int>{0, 0, 1, 1, 0}));
 
   s.run(g);
@@ -127,8 +129,8 @@ void five_nodes(Graph& g, int64_t n, const char* prefix = "") {
 }
 
 // A decode-like step: kv_write and attention at position `pos` of sequence `seq`,
-// then the recurrent ops of sequence `seq`.
-void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer = 0, float scale = 0.125f) {
+// then the recurrent ops of sequence `seq`, over `kv` (see step_cache).
+void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer = 0, float scale = 0.125f, KvCache* kv = nullptr) {
   int32_t k = g.new_tensor(DType::F32, {8, 2, 1});
   int32_t v = g.new_tensor(DType::F32, {8, 2, 1});
   int32_t q = g.new_tensor(DType::F32, {8, 4, 1});
@@ -139,6 +141,7 @@ void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer = 0, float sca
   w.i[0] = layer;
   w.i[1] = seq;
   w.i[2] = pos;
+  w.kv = kv;
   g.add_node(w);
   Node a;
   a.op = Op::Attention;
@@ -146,6 +149,7 @@ void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer = 0, float sca
   a.src = {q, -1, -1, -1};
   a.i = {layer, seq, pos, 0, 0, 0, 0, 0};
   a.f[0] = scale;
+  a.kv = kv;
   g.add_node(a);
   int32_t x = g.new_tensor(DType::F32, {16, 1});
   int32_t kern = g.new_tensor(DType::F32, {4, 16});
@@ -156,6 +160,7 @@ void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer = 0, float sca
   conv.src = {x, kern, -1, -1};
   conv.i[0] = layer;
   conv.i[1] = seq;
+  conv.kv = kv;
   g.add_node(conv);
   int32_t gg = g.new_tensor(DType::F32, {2, 1});
   int32_t beta = g.new_tensor(DType::F32, {2, 1});
@@ -165,7 +170,16 @@ void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer = 0, float sca
   dn.dst = out;
   dn.src = {c, gg, beta, -1};
   dn.i = {layer, seq, 1, 4, 0, 0, 0, 0};
+  dn.kv = kv;
   g.add_node(dn);
+}
+
+// The cache step_graph's nodes fit (2 layers of 2 KV heads of 8, 2 recurrent layers).
+KvCacheConfig step_cache() {
+  KvCacheConfig c;
+  c.n_layers = 2, c.n_kv_heads = 2, c.head_dim = 8, c.page_tokens = 16, c.n_pages = 16;
+  c.recurrent = RecurrentStateConfig{2, 3 * 16, 4 * 4 * 2};
+  return c;
 }
 
 }  // namespace
@@ -176,6 +190,7 @@ TEST(Scheduler, PlacementIsCachedByTopology) {
   Scheduler s({fast, slow});
   Graph g;
   five_nodes(g, 8);
+  g.allocate();
   const std::vector<int> want{0, 0, 1, 1, 0};
   EXPECT_EQ(s.place(g), want);
   EXPECT_EQ(s.plan_misses(), 1u);
@@ -189,6 +204,7 @@ TEST(Scheduler, PlacementIsCachedByTopology) {
   EXPECT_EQ(s.place(g), want);
   Graph g2;
   five_nodes(g2, 8, "other_");
+  g2.allocate();
   EXPECT_EQ(s.place(g2), want);
   s.run(g2);
   EXPECT_EQ(s.plan_misses(), 1u);
@@ -204,20 +220,21 @@ TEST(Scheduler, PlacementIsCachedByTopology) {
   Scheduler fresh({fast, slow});
   EXPECT_EQ(fresh.place(g2), s.place(g2));
 
-  // A changed shape, a changed stride or storage that appears: misses.
+  // A changed shape, a changed stride or storage that is missing: misses.
   Graph g3;
   five_nodes(g3, 16);
+  g3.allocate();
   EXPECT_EQ(s.place(g3), want);
   EXPECT_EQ(s.plan_misses(), 2u);
   EXPECT_GT(fast->supports_calls, fast_calls);
   Graph g4;
   five_nodes(g4, 8);
+  g4.allocate();
   g4.tensor(0).nb[1] = 64;
   s.place(g4);
   EXPECT_EQ(s.plan_misses(), 3u);
   Graph g5;
-  five_nodes(g5, 8);
-  g5.allocate();  // data no longer null
+  five_nodes(g5, 8);  // not allocated: data null
   s.place(g5);
   EXPECT_EQ(s.plan_misses(), 4u);
   // describe() uses the cache too.
@@ -227,27 +244,35 @@ TEST(Scheduler, PlacementIsCachedByTopology) {
 }
 
 TEST(Scheduler, SignatureIgnoresSequenceAndPosition) {
+  KvCache kv(step_cache());
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(kv.create_sequence(), i);
+  ASSERT_TRUE(kv.reserve(0, 1));
+  ASSERT_TRUE(kv.reserve(3, 118));
   Graph a, b, c;
-  step_graph(a, 0, 0);
-  step_graph(b, 3, 117);  // other sequence, other position: the same topology
+  step_graph(a, 0, 0, 0, 0.125f, &kv);
+  step_graph(b, 3, 117, 0, 0.125f, &kv);  // other sequence, other position: the same topology
+  a.allocate(), b.allocate();
   EXPECT_EQ(Scheduler::signature(a), Scheduler::signature(b));
-  step_graph(c, 0, 0, 1);  // another layer
+  step_graph(c, 0, 0, 1, 0.125f, &kv);  // another layer
+  c.allocate();
   EXPECT_NE(Scheduler::signature(a), Scheduler::signature(c));
   Graph d;
-  step_graph(d, 0, 0, 0, 0.25f);  // another scale
+  step_graph(d, 0, 0, 0, 0.25f, &kv);  // another scale
+  d.allocate();
   EXPECT_NE(Scheduler::signature(a), Scheduler::signature(d));
   Graph e;
-  step_graph(e, 0, 0);
+  step_graph(e, 0, 0, 0, 0.125f, &kv);
   Node extra;  // one node more
   extra.op = Op::Silu;
   extra.dst = 0;
   extra.src[0] = 0;
   e.add_node(extra);
+  e.allocate();
   EXPECT_NE(Scheduler::signature(a), Scheduler::signature(e));
   // GatedDeltaNet's i[2] (Hk) is topology, unlike its i[1].
   Graph f, f3;
-  step_graph(f, 0, 0);
-  step_graph(f3, 0, 0);
+  step_graph(f, 0, 0, 0, 0.125f, &kv);
+  step_graph(f3, 0, 0, 0, 0.125f, &kv);
   Node dn = f.nodes().back();
   f.add_node(dn);
   dn.i[2] = 2;
@@ -307,6 +332,7 @@ TEST(Scheduler, ProfileTimesEveryNodeOnItsOwn) {
   Scheduler s({fast, slow});
   Graph g;
   five_nodes(g, 8);
+  g.allocate();
   OpProfile p;
   s.set_profile(&p);
   EXPECT_EQ(s.profile(), &p);
@@ -360,6 +386,7 @@ TEST(Scheduler, HostHooksRunBetweenNodesAndSplitRuns) {
   Graph g;
   int32_t x = g.new_tensor(DType::F32, {8}, "x");
   for (int i = 0; i < 4; ++i) add(g, Op::Add, x, x, x);
+  g.allocate();
   std::vector<std::string> log;
   g.add_host_hook(4, [&](Graph&) { log.push_back("after all, calls " + std::to_string(be->calls.size())); });
   g.add_host_hook(2, [&](Graph&) { log.push_back("before 2, calls " + std::to_string(be->calls.size())); });

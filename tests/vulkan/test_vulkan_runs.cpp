@@ -17,6 +17,7 @@
 #include "tessera/kv_cache.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/quant.h"
+#include "tessera/scheduler.h"
 
 namespace {
 
@@ -199,10 +200,11 @@ TEST_F(VulkanRuns, KvCacheSharedWithAnotherBackend) {
   }
 }
 
-// execute_validated() skips the per-node shape checks but keeps those of run-time
-// state: the one check() that reads data addresses (a Rope's positions must not be
-// computed inside the graph, which the scheduler's signature does not see), and KV
-// positions outside the sequence's reserved range.
+// execute_validated() skips what the scheduler validated but keeps the one check()
+// that reads data addresses (a Rope's positions must not be computed inside the graph,
+// which the scheduler's signature does not see). KV positions outside the sequence's
+// reserved range are the core's run-time check: execute() and Scheduler::run() refuse
+// them before the backend records anything.
 TEST_F(VulkanRuns, ValidatedRunsKeepRunTimeChecks) {
   const int64_t hd = 16, heads = 2, T = 3, K = 8;
   std::vector<float> a = randn(size_t(K * T), 30), x = randn(size_t(hd * heads * T), 31), y(x.size());
@@ -249,10 +251,11 @@ TEST_F(VulkanRuns, ValidatedRunsKeepRunTimeChecks) {
     n.kv = &kv;
     h.add_node(n);
     ASSERT_TRUE(vk_->supports(h, n).supported);
-    for (bool validated : {false, true}) {
+    Scheduler sched({vk_});
+    for (bool scheduled : {false, true}) {
       try {
-        if (validated)
-          vk_->execute_validated(h, 0, 1);
+        if (scheduled)
+          sched.run(h);
         else
           vk_->execute(h, 0, 1);
         ADD_FAILURE() << "expected tessera::Error";

@@ -1,7 +1,8 @@
 // The Backend interface every compute plugin implements. A backend owns its buffers,
-// says which nodes it supports, may repack weights once at load, and executes runs of
-// consecutive graph nodes (never one op at a time, so a GPU backend can record a whole
-// step into one submission).
+// says which nodes it runs natively, may repack weights once at load, and executes runs
+// of consecutive graph nodes (never one op at a time, so a GPU backend can record a
+// whole step into one submission). What a valid node is (each op's dtypes, shapes,
+// strides and parameters) is the core's op schema (op_schema.h), not the backend's.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -54,7 +55,12 @@ class Backend {
   virtual bool uses_host_memory() const { return true; }
   virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
-  // Can this backend execute `node` of `graph` (op, dtypes, shapes)?
+  // Does this backend run `node` of `graph` natively? The scheduler asks only about
+  // nodes that op_schema::check() accepted, so an answer may take the op's contract for
+  // granted and says only what this backend adds (a dtype without a kernel, a stride
+  // its kernels do not take, ...), with the reason when it declines: a declined node
+  // goes to the next backend by rank. The answer must depend only on what
+  // Scheduler::signature() covers: it is cached per signature.
   virtual OpSupport supports(const Graph& graph, const Node& node) const = 0;
 
   // Called once per weight tensor at model load; a backend may repack the data into
@@ -62,25 +68,22 @@ class Backend {
   virtual void prepare_weight(Tensor& weight) {}
 
   // Execute graph.nodes()[first, first+count) in order. Throws tessera::Error.
-  // Validates every node first (what supports() checks, plus its data pointers):
-  // callers need not have asked supports().
+  // Validates every node first (op_schema::validate_for_execute: the op's contract, the
+  // run-time state and this backend's supports()): callers need not have asked
+  // supports().
   virtual void execute(Graph& graph, size_t first, size_t count) = 0;
 
-  // execute() for nodes the caller has validated: this backend's supports() said yes
-  // to each node of the range, for this graph or for one with the same
-  // Scheduler::signature() (op, i[], f[], kv pointer, src/dst indices and those
-  // tensors' dtypes, ne[], nb[] and null-ness; not i[1]/i[2] of KvWrite and
-  // Attention nor i[1] of SsmConv and GatedDeltaNet). Scheduler::run() calls it, once
-  // per run of consecutive nodes on this backend, each token.
-  //
-  // A backend may skip the per-node checks that supports() makes and that depend
-  // only on what the signature covers (dtypes, shapes, strides, parameters). It must
-  // keep every check of run-time state: that a sequence exists, that KV positions lie
-  // in the sequence's reserved range, what supports() reads through node.kv (the
-  // signature covers the pointer, not the cache behind it) or from i[1]/i[2], ids
-  // inside tensors, data addresses. A node that violates the contract may be run
-  // unchecked (undefined behaviour), so outside callers use execute().
-  // The default validates anyway.
+  // execute() for nodes the Scheduler has validated, which is what Scheduler::run()
+  // calls, once per run of consecutive nodes on this backend, each step: every node of
+  // the range passed op_schema::check() and this backend's supports() for this graph or
+  // one with the same Scheduler::signature(), and op_schema::check_run_state() just
+  // before this call (sequences exist, KV positions are reserved, data pointers are
+  // set). A backend checks nothing of that again; it keeps only what the schema cannot
+  // know in advance: ids read from tensors that earlier nodes of the run compute
+  // (GetRows, MatMulId, GatherCols), and whatever its supports() read that the
+  // signature leaves out (vulkan: a Rope's positions must not be computed in the graph).
+  // A node that violates the contract may be run unchecked (undefined behaviour), so
+  // outside callers use execute(). The default validates anyway.
   virtual void execute_validated(Graph& graph, size_t first, size_t count) { execute(graph, first, count); }
 
   // The host bytes this backend streams when a product reads `weight`: its own

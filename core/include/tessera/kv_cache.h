@@ -62,6 +62,9 @@ class KvCache {
   // write rows but do not change it).
   int64_t length(SeqId seq) const;
   void set_length(SeqId seq, int64_t n_tokens);
+  // Positions [0, reserved) are addressable (k_row / v_row / rows): what the
+  // scheduler's run-time check compares a KvWrite's or an Attention's positions with.
+  int64_t reserved(SeqId seq) const;
   // Drop positions >= n_tokens (frees whole pages no longer used). With recurrent
   // layers only truncating to 0 (which resets their state) or to the current length
   // is possible.
