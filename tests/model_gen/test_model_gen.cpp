@@ -301,6 +301,73 @@ TEST(ModelGen, Qwen35MoeLayersAlternateAndHoldSaneValues) {
       << "matrices have std 1/sqrt(fan-in)";
 }
 
+// Issue 22: the Qwen3.5-397B-A17B shape from its published config.json. The dry run of the
+// whole preset pins every size at once: 396,346,350,336 parameters = 2 x 248320 x 4096
+// (embedding, untied output) + 4096 (output norm) + 60 x (512 experts x 3 x 4096 x 1024
+// + router 4096 x 512 + shared expert 3 x 4096 x 1024 + its gate and two norms 3 x 4096)
+// + 45 delta-net layers x (qkv 4096 x 12288, gate 4096 x 8192, out 8192 x 4096, conv
+// 4 x 12288, alpha / beta 4096 x 64, a / dt 64, norm 128) + 15 attention layers x (q and
+// gate 4096 x 16384, k / v 4096 x 512, out 8192 x 4096, q / k norms 256). A 4-layer cut
+// with 4 experts (2 used) is generated (--fast, q4_0: about 400 MB) for the keys and shapes.
+TEST(ModelGen, Qwen35_397bPresetShape) {
+  Result l = run("tessera-gen", "--list-presets");
+  ASSERT_EQ(l.status, 0);
+  EXPECT_NE(l.out.find("qwen3.5-397b-a17b"), std::string::npos) << l.out;
+  EXPECT_NE(l.out.find("Qwen/Qwen3.5-397B-A17B config.json"), std::string::npos) << l.out;
+
+  Result d = run("tessera-gen", "--preset qwen3.5-397b-a17b --type q4_k_m --dry-run");
+  ASSERT_EQ(d.status, 0) << d.err;
+  const std::string all = d.out + d.err;
+  EXPECT_NE(all.find("qwen35moe, 60 layers, n_embd 4096, vocab 248320, q4_k_m, 1098 tensors, 396.35 B parameters"),
+            std::string::npos)
+      << all;
+  Result d9 = run("tessera-gen", "--preset qwen3.5-397b-a17b --type q4_k_m --layers 9 --dry-run");
+  ASSERT_EQ(d9.status, 0) << d9.err;
+  EXPECT_NE((d9.out + d9.err).find("9 layers"), std::string::npos) << d9.out << d9.err;
+
+  std::string path = generate("--preset qwen3.5-397b-a17b --layers 4 --experts 4 --experts-used 2 --vocab-size 1024 "
+                              "--type q4_0 --fast --quiet");
+  auto f = GgufFile::open(path);
+  auto t = by_name(*f);
+  const auto& md = f->metadata();
+  EXPECT_EQ(md.get_string("general.architecture"), "qwen35moe");
+  EXPECT_EQ(md.get_int("qwen35moe.block_count"), 4);
+  EXPECT_EQ(md.get_int("qwen35moe.embedding_length"), 4096);
+  EXPECT_EQ(md.get_int("qwen35moe.attention.head_count"), 32);
+  EXPECT_EQ(md.get_int("qwen35moe.attention.head_count_kv"), 2);
+  EXPECT_EQ(md.get_int("qwen35moe.attention.key_length"), 256);
+  EXPECT_EQ(md.get_int("qwen35moe.full_attention_interval"), 4);
+  EXPECT_EQ(md.get_int("qwen35moe.ssm.conv_kernel"), 4);
+  EXPECT_EQ(md.get_int("qwen35moe.ssm.state_size"), 128);
+  EXPECT_EQ(md.get_int("qwen35moe.ssm.group_count"), 16);
+  EXPECT_EQ(md.get_int("qwen35moe.ssm.time_step_rank"), 64);
+  EXPECT_EQ(md.get_int("qwen35moe.ssm.inner_size"), 64 * 128);
+  EXPECT_EQ(md.get_int("qwen35moe.rope.dimension_count"), 64);
+  EXPECT_EQ(md.get_float("qwen35moe.rope.freq_base"), 1e7);
+  EXPECT_EQ(md.get_int("qwen35moe.expert_count"), 4);       // --experts 4
+  EXPECT_EQ(md.get_int("qwen35moe.expert_used_count"), 2);  // --experts-used 2
+  EXPECT_EQ(md.get_int("qwen35moe.expert_feed_forward_length"), 1024);
+  EXPECT_EQ(md.get_int("qwen35moe.expert_shared_feed_forward_length"), 1024);
+  EXPECT_EQ(md.get_int("qwen35moe.context_length"), 262144);
+  // key_dim 16 x 128 = 2048, value_dim 64 x 128 = 8192, conv_dim 2 * 2048 + 8192.
+  EXPECT_EQ(t.at("blk.0.attn_qkv.weight")->ne, (std::vector<int64_t>{4096, 12288}));
+  EXPECT_EQ(t.at("blk.0.attn_gate.weight")->ne, (std::vector<int64_t>{4096, 8192}));
+  EXPECT_EQ(t.at("blk.0.ssm_conv1d.weight")->ne, (std::vector<int64_t>{4, 12288}));
+  EXPECT_EQ(t.at("blk.0.ssm_out.weight")->ne, (std::vector<int64_t>{8192, 4096}));
+  EXPECT_EQ(t.at("blk.0.ssm_alpha.weight")->ne, (std::vector<int64_t>{4096, 64}));
+  EXPECT_EQ(t.at("blk.0.ssm_a")->ne, (std::vector<int64_t>{64}));
+  EXPECT_EQ(t.count("blk.0.attn_q.weight"), 0u);
+  EXPECT_EQ(t.at("blk.3.attn_q.weight")->ne, (std::vector<int64_t>{4096, 2 * 32 * 256}));
+  EXPECT_EQ(t.at("blk.3.attn_k.weight")->ne, (std::vector<int64_t>{4096, 2 * 256}));
+  EXPECT_EQ(t.at("blk.3.attn_output.weight")->ne, (std::vector<int64_t>{32 * 256, 4096}));
+  EXPECT_EQ(t.count("blk.3.attn_qkv.weight"), 0u);
+  EXPECT_EQ(t.at("blk.0.ffn_gate_inp.weight")->ne, (std::vector<int64_t>{4096, 4}));
+  EXPECT_EQ(t.at("blk.0.ffn_gate_exps.weight")->ne, (std::vector<int64_t>{4096, 1024, 4}));
+  EXPECT_EQ(t.at("blk.0.ffn_down_exps.weight")->ne, (std::vector<int64_t>{1024, 4096, 4}));
+  EXPECT_EQ(t.at("blk.0.ffn_up_shexp.weight")->ne, (std::vector<int64_t>{4096, 1024}));
+  EXPECT_EQ(t.count("output.weight"), 1u) << "untied embeddings";
+}
+
 TEST(ModelGen, Qwen3MoeBigPresetShape) {
   std::string path = generate("--preset qwen3-30b-a3b --layers 2 --experts 8 --vocab-size 1024 --type q8_0 --quiet");
   auto f = GgufFile::open(path);

@@ -460,7 +460,7 @@ int main(int argc, char** argv) try {
      "--format hf: largest shard, as save_pretrained's max_shard_size (500MB, 5GB, 2GiB; GB = 10^9 bytes)")
     ("preset", po::value(&preset)->default_value(preset),
      "shape: default, tiny, tinyllama-1.1b, llama2-7b (llama); qwen3moe-tiny, qwen3-30b-a3b (qwen3moe); "
-     "qwen35moe-tiny, qwen3.5-35b-a3b (qwen35moe)")
+     "qwen35moe-tiny, qwen3.5-35b-a3b, qwen3.5-397b-a17b (qwen35moe)")
     ("type", po::value(&type)->default_value(type), "weight types (see 'types' below)")
     ("vocab", po::value(&vocab_path),
      "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary; not with --format hf)")

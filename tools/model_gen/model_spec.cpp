@@ -31,6 +31,10 @@ const std::vector<PresetInfo>& presets() {
        "Qwen/Qwen3.5-35B-A3B (transformers Qwen3_5MoeTextConfig defaults): 40 layers, full attention every 4th, "
        "2048 wide, GQA 16/2 x 256, rope 64 dims [11,11,10] base 1e7, delta-net 16 key / 32 value heads x 128, "
        "256 experts top-8 x 512 + shared 512, vocab 248320, ctx 262144"},
+      {"qwen3.5-397b-a17b", Arch::Qwen35Moe,
+       "Qwen/Qwen3.5-397B-A17B config.json (text_config): 60 layers, full attention every 4th, 4096 wide, "
+       "GQA 32/2 x 256, rope 64 dims [11,11,10] base 1e7, delta-net 16 key / 64 value heads x 128, "
+       "512 experts top-10 x 1024 + shared 1024, vocab 248320, ctx 262144 (--layers N for fewer)"},
   };
   return all;
 }
@@ -83,6 +87,26 @@ ModelShape preset(const std::string& name) {
     s.rope_dims = 64, s.rope_sections = {11, 11, 10, 0};  // partial_rotary_factor 0.25, mrope_section
     s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 512, s.n_ff_shexp = 512;
     s.full_attention_interval = 4, s.ssm_d_conv = 4, s.ssm_d_state = 128, s.ssm_n_group = 16, s.ssm_dt_rank = 32;
+    s.n_vocab = 248320, s.context_length = 262144, s.rope_base = 10000000.f, s.rms_eps = 1e-6f;
+  } else if (name == "qwen3.5-397b-a17b") {
+    // Qwen/Qwen3.5-397B-A17B, its Hugging Face config.json (text_config, model_type
+    // qwen3_5_moe_text) as quoted by the model card's mlx-community text-only copy and by
+    // code that reads the file (hidden_size 4096, num_hidden_layers 60,
+    // full_attention_interval 4, num_attention_heads 32, num_key_value_heads 2, head_dim 256,
+    // partial_rotary_factor 0.25, mrope_section [11, 11, 10], rope_theta 1e7,
+    // linear_num_key_heads 16, linear_num_value_heads 64, linear_key_head_dim and
+    // linear_value_head_dim 128, linear_conv_kernel_dim 4, num_experts 512,
+    // num_experts_per_tok 10, moe_intermediate_size 1024, shared_expert_intermediate_size
+    // 1024, vocab_size 248320, max_position_embeddings 262144, rms_norm_eps 1e-6, untied
+    // embeddings). The multi-token-prediction head and the vision tower are left out, as for
+    // qwen3.5-35b-a3b; n_ff (only the feed_forward_length key) is the expert size, as there.
+    // 396.35 B parameters, 224 GiB at q4_k_m (--dry-run): --layers N writes fewer layers.
+    s.arch = Arch::Qwen35Moe;
+    s.name = "synthetic-qwen3.5-397b-a17b";
+    s.n_layer = 60, s.n_embd = 4096, s.n_head = 32, s.n_head_kv = 2, s.head_dim = 256, s.n_ff = 1024;
+    s.rope_dims = 64, s.rope_sections = {11, 11, 10, 0};
+    s.n_expert = 512, s.n_expert_used = 10, s.n_ff_exp = 1024, s.n_ff_shexp = 1024;
+    s.full_attention_interval = 4, s.ssm_d_conv = 4, s.ssm_d_state = 128, s.ssm_n_group = 16, s.ssm_dt_rank = 64;
     s.n_vocab = 248320, s.context_length = 262144, s.rope_base = 10000000.f, s.rms_eps = 1e-6f;
   } else {
     std::string all;
