@@ -329,6 +329,9 @@ ModelDescription CheckpointFile::translate() const {
   tr.require_value("attention_bias", d.architecture == "qwen2");  // qwen2 always has q/k/v biases
   tr.require_value("mlp_bias", false);
   tr.require_value("use_sliding_window", false);
+  // Mistral's configs state a window without a use_ flag; attention here is full.
+  if (d.architecture == "llama" && tr.value("sliding_window"))
+    tr.refuse("sliding_window", "is set: sliding-window attention is not supported (only null)");
   if (d.architecture == "llama") {
     // transformers keeps q/k rows in rotate-half order (GGUF files permute them).
     d.hparams.set("rope.qk_rotate_half", MetaValue{MetaType::Bool, int64_t(1)});

@@ -167,6 +167,8 @@ TEST(HfRefusals, EachUnsupportedConfigIsOneLineNamingTheKey) {
       {"llama-f32", [](auto& j) { j["attention_bias"] = true; }, "attention_bias"},
       {"llama-f32", [](auto& j) { j["hidden_size"] = 128; }, "tensor 'model.embed_tokens.weight' has shape"},
       {"qwen2-f32", [](auto& j) { j["use_sliding_window"] = true; }, "use_sliding_window"},
+      {"llama-f32", [](auto& j) { j["architectures"] = {"MistralForCausalLM"}; j["sliding_window"] = 4096; },
+       "sliding_window is set"},
       {"qwen3moe-f32", [](auto& j) { j["norm_topk_prob"] = false; }, "norm_topk_prob"},
       {"qwen3moe-f32", [](auto& j) { j["mlp_only_layers"] = {1}; }, "mlp_only_layers"},
       {"qwen3moe-f32", [](auto& j) { j["num_experts"] = 9; }, "experts.8.gate_proj.weight' is missing"},
