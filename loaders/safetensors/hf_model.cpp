@@ -227,8 +227,8 @@ std::unique_ptr<CheckpointFile> CheckpointFile::open(const std::string& path) {
   if (folder.empty()) throw Error(printable(path, 200) + ": not a checkpoint folder or config.json");
   std::unique_ptr<CheckpointFile> f(new CheckpointFile());
   f->folder_ = folder;
-  const json config = read_json((fs::path(folder) / "config.json").string());
-  f->config_text_ = config.dump();
+  f->config_ = read_json((fs::path(folder) / "config.json").string());
+  const json& config = f->config_;
   f->ckpt_ = safetensors::Checkpoint::open(folder);
 
   uint64_t total = 0;
@@ -286,7 +286,7 @@ ModelDescription CheckpointFile::describe() const {
 }
 
 ModelDescription CheckpointFile::translate() const {
-  const json config = json::parse(config_text_);
+  const json& config = config_;
   ModelDescription d;
   d.name = fs::path(folder_).filename().string();
   Translator tr(folder_, config, tensors_, d);
@@ -446,11 +446,10 @@ ModelDescription CheckpointFile::translate() const {
   tr.keep_the_rest();
 
   // The vocabulary size config.json states must be the embedding's.
-  if (const TensorInfo* emb = [&]() -> const TensorInfo* {
-        for (const TensorInfo& t : d.tensors)
-          if (t.name == "token_embd.weight") return &t;
-        return nullptr;
-      }()) {
+  const auto emb_it = std::find_if(d.tensors.begin(), d.tensors.end(),
+                                   [](const TensorInfo& t) { return t.name == "token_embd.weight"; });
+  if (emb_it != d.tensors.end()) {
+    const TensorInfo* emb = &*emb_it;
     if (const json* v = tr.value("vocab_size"); v && v->is_number_integer() && emb->ne.size() == 2 &&
                                                  v->get<int64_t>() != emb->ne[1])
       tr.refuse("vocab_size", "= " + std::to_string(v->get<int64_t>()) + " but model.embed_tokens.weight has " +

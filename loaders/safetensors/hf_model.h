@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,7 +40,7 @@ class CheckpointFile final : public ModelFile {
   std::string folder_;
   std::unique_ptr<safetensors::Checkpoint> ckpt_;
   Metadata meta_;
-  std::string config_text_;
+  nlohmann::json config_;
   std::vector<TensorInfo> tensors_;
 
   mutable std::mutex mu_;

@@ -33,27 +33,9 @@ class LlamaModel final : public Model {
     info_.architecture = arch;
     info_.name = desc.name;
     // Every size is checked against the tensor table before anything is sized from it
-    // (model_loader_util.h): block_count first, so a file claiming millions of layers is
-    // refused before a single layer is allocated.
-    info_.n_layer = w.hp_block_count();
-    info_.n_embd = w.hp_size("embedding_length");
+    // (model_loader_util.h).
+    read_decoder_hparams(w, info_, {2048, spec.default_rms_eps, 10000.f});
     info_.n_ff = w.hp_size("feed_forward_length");
-    info_.n_head = w.hp_size("attention.head_count");
-    info_.n_head_kv = w.hp_size("attention.head_count_kv", info_.n_head);
-    info_.context_length = w.hp_context_length(2048);
-    info_.rms_eps = w.hp_positive_float("attention.layer_norm_rms_epsilon", spec.default_rms_eps);
-    info_.rope_freq_base = w.hp_positive_float("rope.freq_base", 10000.f);
-    if (info_.n_head % info_.n_head_kv != 0)
-      throw Error(arch + ": attention.head_count (" + std::to_string(info_.n_head) +
-                  ") is not a multiple of attention.head_count_kv (" + std::to_string(info_.n_head_kv) + ")");
-    info_.head_dim = w.hp_size("attention.key_length", info_.n_embd / info_.n_head);
-    if (const int64_t vl = w.hp_int("attention.value_length", info_.head_dim); vl != info_.head_dim)
-      w.refuse("attention.value_length", std::to_string(vl),
-               "differs from attention.key_length " + std::to_string(info_.head_dim) + " (not supported)");
-    info_.rope_dims = w.hp_int("rope.dimension_count", info_.head_dim);
-    if (info_.rope_dims <= 0 || info_.rope_dims > info_.head_dim || info_.rope_dims % 2)
-      w.refuse("rope.dimension_count", std::to_string(info_.rope_dims),
-               "is invalid for head size " + std::to_string(info_.head_dim) + " (must be even, 2 .. head size)");
     if (auto type = w.hp_string("rope.scaling.type"); type && *type != "none") {
       if (*type != "linear")
         throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");

@@ -155,6 +155,29 @@ float WeightSource::hp_positive_float(const std::string& suffix, float fallback)
   return float(v);
 }
 
+void read_decoder_hparams(const WeightSource& w, ModelInfo& i, const DecoderDefaults& defaults) {
+  // block_count first: a file claiming millions of layers is refused before a single
+  // layer is allocated.
+  i.n_layer = w.hp_block_count();
+  i.n_embd = w.hp_size("embedding_length");
+  i.n_head = w.hp_size("attention.head_count");
+  i.n_head_kv = w.hp_size("attention.head_count_kv", i.n_head);
+  i.context_length = w.hp_context_length(defaults.context_length);
+  i.rms_eps = w.hp_positive_float("attention.layer_norm_rms_epsilon", defaults.rms_eps);
+  i.rope_freq_base = w.hp_positive_float("rope.freq_base", defaults.rope_freq_base);
+  if (i.n_head % i.n_head_kv != 0)
+    w.refuse("attention.head_count", std::to_string(i.n_head),
+             "is not a multiple of attention.head_count_kv " + std::to_string(i.n_head_kv));
+  i.head_dim = w.hp_size("attention.key_length", i.n_embd / i.n_head);
+  if (const int64_t vl = w.hp_int("attention.value_length", i.head_dim); vl != i.head_dim)
+    w.refuse("attention.value_length", std::to_string(vl),
+             "differs from attention.key_length " + std::to_string(i.head_dim) + " (not supported)");
+  i.rope_dims = w.hp_int("rope.dimension_count", i.head_dim);
+  if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2)
+    w.refuse("rope.dimension_count", std::to_string(i.rope_dims),
+             "is invalid for head size " + std::to_string(i.head_dim) + " (must be even, 2 .. head size)");
+}
+
 static std::string shape_str(const int64_t* ne, size_t n) {
   std::ostringstream s;
   s << '[';

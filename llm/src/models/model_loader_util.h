@@ -19,6 +19,19 @@ namespace tessera::models {
 // and position, pages enough for n_ctx positions.
 KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens);
 
+class WeightSource;
+
+// Defaults of the hyperparameters a file may leave out, per architecture.
+struct DecoderDefaults {
+  int64_t context_length;
+  float rms_eps;
+  float rope_freq_base;
+};
+// The hyperparameters every decoder shares, checked (block count, width, heads,
+// context, RMS epsilon, RoPE base, head size = value size, RoPE dimensions), into
+// `info`; the architecture reads its own (feed-forward, experts, ...) after.
+void read_decoder_hparams(const WeightSource& w, ModelInfo& info, const DecoderDefaults& defaults);
+
 // Reads an architecture's hyperparameters and weights from a model description
 // (tessera's names; model_description.h). Messages name what the file calls them.
 //

@@ -54,13 +54,7 @@ class Qwen35MoeModel final : public Model {
     i.name = desc.name;
     // Checked against the tensor table before anything is sized (model_loader_util.h);
     // products of sizes are overflow-checked.
-    i.n_layer = w.hp_block_count();
-    i.n_embd = w.hp_size("embedding_length");
-    i.n_head = w.hp_size("attention.head_count");
-    i.n_head_kv = w.hp_size("attention.head_count_kv", i.n_head);
-    i.context_length = w.hp_context_length(4096);
-    i.rms_eps = w.hp_positive_float("attention.layer_norm_rms_epsilon", 1e-6f);
-    i.rope_freq_base = w.hp_positive_float("rope.freq_base", 10000000.f);
+    read_decoder_hparams(w, i, {4096, 1e-6f, 10000000.f});
     i.n_expert = w.hp_size("expert_count");
     i.n_expert_used = w.hp_size("expert_used_count");
     i.n_ff = w.hp_size("expert_feed_forward_length");
@@ -79,9 +73,6 @@ class Qwen35MoeModel final : public Model {
     if (i.n_expert_used > i.n_expert)
       w.refuse("expert_used_count", std::to_string(i.n_expert_used),
                "exceeds expert_count " + std::to_string(i.n_expert));
-    if (i.n_head % i.n_head_kv != 0)
-      w.refuse("attention.head_count", std::to_string(i.n_head),
-               "is not a multiple of attention.head_count_kv " + std::to_string(i.n_head_kv));
     if (n_v_heads_ % n_k_heads_ != 0)
       w.refuse("ssm.time_step_rank", std::to_string(n_v_heads_),
                "(value heads) is not a multiple of ssm.group_count " + std::to_string(n_k_heads_));
@@ -89,14 +80,6 @@ class Qwen35MoeModel final : public Model {
       w.refuse("ssm.inner_size", std::to_string(d_inner),
                "differs from ssm.state_size x ssm.time_step_rank (" + std::to_string(head_dim_ssm_) + " x " +
                    std::to_string(n_v_heads_) + ")");
-    i.head_dim = w.hp_size("attention.key_length", i.n_embd / i.n_head);
-    if (const int64_t vl = w.hp_int("attention.value_length", i.head_dim); vl != i.head_dim)
-      w.refuse("attention.value_length", std::to_string(vl),
-               "differs from attention.key_length " + std::to_string(i.head_dim) + " (not supported)");
-    i.rope_dims = w.hp_int("rope.dimension_count", i.head_dim);
-    if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2)
-      w.refuse("rope.dimension_count", std::to_string(i.rope_dims),
-               "is invalid for head size " + std::to_string(i.head_dim) + " (must be even, 2 .. head size)");
     read_rope_sections(w);
 
     embd_ = load_embedding(w, i);
