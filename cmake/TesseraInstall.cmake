@@ -2,16 +2,18 @@
 # model, and the SDK a plugin author builds against — the public headers,
 # libtessera_core (and its siblings libtessera_probes, libtessera_conformance,
 # libtessera_llm) with a versioned soname, a CMake package (find_package(tessera),
-# tessera::core, tessera::probes, tessera::conformance, tessera::llm,
-# tessera_add_backend_plugin()) and pkg-config
-# files (tessera, tessera-probes, tessera-conformance).
+# tessera::plugin_abi, tessera::core, tessera::probes, tessera::conformance,
+# tessera::llm, tessera_add_backend_plugin()) and pkg-config files (tessera,
+# tessera-probes, tessera-conformance).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 # Always lib/ (not Debian's multiarch lib/x86_64-linux-gnu under /usr): tessera finds
 # its plugins at <exe>/../lib/tessera/plugins.
 set(CMAKE_INSTALL_LIBDIR lib)
 
-# Before 1.0 every minor version may change the plugin-facing C++ interface. The
+# Before 1.0 every minor version may change the C++ interface (what a plugin written
+# on core's C++ classes links; the C plugin ABI has its own version,
+# TESSERA_PLUGIN_ABI_VERSION). The
 # probes (tessera::probes: CPUID and OS support for a CPU plugin's probe, bandwidth and
 # peak) and the conformance suite (tessera::conformance) sit beside the core: the
 # bundled CPU plugins and the tools need them at run time, and an outside plugin may
@@ -24,6 +26,21 @@ set_target_properties(tessera_core PROPERTIES EXPORT_NAME core)
 set_target_properties(tessera_probes PROPERTIES EXPORT_NAME probes INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_conformance PROPERTIES EXPORT_NAME conformance INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_llm PROPERTIES EXPORT_NAME llm INSTALL_RPATH "$ORIGIN")
+
+# tessera::plugin_abi: the headers alone (an INTERFACE include folder), which is all a
+# plugin speaking the C ABI (tessera/plugin_abi.h) needs; tessera_add_backend_plugin()
+# builds on it and links no tessera library. Its own export set, so that
+# find_package(tessera COMPONENTS plugin_abi) needs none of the C++ libraries'
+# dependencies.
+if(NOT TARGET tessera_plugin_abi)
+  add_library(tessera_plugin_abi INTERFACE)
+  target_include_directories(tessera_plugin_abi INTERFACE $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/core/include>
+                                                          $<INSTALL_INTERFACE:include>)
+  set_target_properties(tessera_plugin_abi PROPERTIES EXPORT_NAME plugin_abi)
+endif()
+install(TARGETS tessera_plugin_abi EXPORT tesseraPluginAbiTargets)
+install(EXPORT tesseraPluginAbiTargets NAMESPACE tessera:: FILE tesseraPluginAbiTargets.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 
 install(TARGETS ${_tessera_sdk_libs} EXPORT tesseraTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -15,7 +15,7 @@
 #include "cpu_avx512_backend.h"
 #include "kernels.h"
 #include "tessera/error.h"
-#include "tessera/fast_pool.h"
+#include "tessera/pool_ref.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
 #include "tessera/op_schema.h"
@@ -80,7 +80,7 @@ size_t span_bytes(const Tensor& t) {  // from data to the end of its last row
 
 class CpuAmxBackend final : public Backend {
  public:
-  CpuAmxBackend(FastPool* pool, const Options& o) : pool_(pool), opt_(o) {
+  CpuAmxBackend(PoolRef pool, const Options& o) : pool_(pool), opt_(o) {
     // Without AVX-512 (emulation on another CPU) there is nothing to wrap: only the
     // tile products are taken, every other node goes to the next backend by rank.
     if (o.wrap_avx512 && cpu_avx512::usable()) {
@@ -257,9 +257,9 @@ class CpuAmxBackend final : public Backend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_->executorCount() > 1 && n > 1) {
+    if (pool_ && pool_.executorCount() > 1 && n > 1) {
       auto fn = f;
-      pool_->parallel_for(n, std::move(fn));
+      pool_.parallel_for(n, std::move(fn));
     } else if (n > 0) {
       f(int64_t(0), n);
     }
@@ -305,13 +305,13 @@ class CpuAmxBackend final : public Backend {
   }
   void run_jobs() {
     const int64_t items = starts_.back();
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || items < 2) {
       run_items(0, items);
       return;
     }
     split_.reset(items, execs, 1);
-    pool_->parallel(
+    pool_.parallel(
         [](void* p, int index) {
           auto* self = static_cast<CpuAmxBackend*>(p);
           int64_t b, e;
@@ -390,7 +390,7 @@ class CpuAmxBackend final : public Backend {
     act_valid_ = false;  // conservative: the next product may read this one's output
   }
 
-  FastPool* pool_ = nullptr;
+  PoolRef pool_ = nullptr;
   Options opt_;
   std::unique_ptr<Backend> inner_;
   bool inner_repacks_ = false;
@@ -413,7 +413,7 @@ class CpuAmxBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(FastPool* pool, const Options& options) {
+std::unique_ptr<Backend> make_backend(PoolRef pool, const Options& options) {
   std::string why;
   if (!options.emulate && !hardware_usable(&why))
     throw Error("cpu_amx cannot run on this CPU: " + why + " (emulation: TESSERA_AMX_EMULATE=1)");

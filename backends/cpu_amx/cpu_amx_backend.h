@@ -24,9 +24,9 @@
 #include <string>
 
 #include "tessera/backend.h"
+#include "tessera/pool_ref.h"
 
 namespace tessera {
-class FastPool;
 }
 
 namespace tessera::cpu_amx {
@@ -53,6 +53,6 @@ struct Options {
 
 // Throws tessera::Error when neither emulation is asked for nor the hardware usable,
 // or min_columns < 1.
-std::unique_ptr<Backend> make_backend(FastPool* pool, const Options& options);
+std::unique_ptr<Backend> make_backend(PoolRef pool, const Options& options);
 
 }  // namespace tessera::cpu_amx

@@ -7,8 +7,8 @@
 
 #include "cpu_amx_backend.h"
 #include "tessera/error.h"
-#include "tessera/fast_pool.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_glue.h"
 #include "tessera/plugin_config.h"
 
 namespace {
@@ -59,55 +59,49 @@ int32_t probe(char* reason, size_t reason_size) {
 }
 
 void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
-  try {
-    tessera::FastPool* pool = nullptr;
-    if (args && args->struct_size >= offsetof(TesseraCreateArgs, pool) + sizeof(args->pool))
-      pool = static_cast<tessera::FastPool*>(args->pool);
-    // Options: `emulate` (true/false), `min_columns` (integer >= 1: fewest activation
-    // rows a tile product takes), and cpu_avx512's `repack`, `decode_tiles`,
-    // `decode_prefetch` for the wrapped backend.
-    tessera::cpu_amx::Options o;
-    o.emulate = tessera::cpu_amx::emulation_requested_by_env();
-    if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
-      for (size_t i = 0; i < args->option_count; ++i) {
-        const TesseraOption& opt = args->options[i];
-        if (!opt.key || !opt.value) continue;
-        const std::string k = opt.key, v = opt.value;
-        if (k == "emulate") {
-          if (truthy(v)) o.emulate = true;
-          else if (!falsy(v)) throw tessera::Error("option emulate must be true or false, not '" + v + "'");
-        } else if (k == "min_columns") {
-          size_t used = 0;
-          long long n = 0;
-          try {
-            n = std::stoll(v, &used);
-          } catch (...) {
-            used = 0;
+  return tessera::glue::create_backend("cpu_amx", args, error, error_size,
+                                        [&](tessera::PoolRef pool, const TesseraCreateArgs* args)
+                                            -> std::unique_ptr<tessera::Backend> {
+      // Options: `emulate` (true/false), `min_columns` (integer >= 1: fewest activation
+      // rows a tile product takes), and cpu_avx512's `repack`, `decode_tiles`,
+      // `decode_prefetch` for the wrapped backend.
+      tessera::cpu_amx::Options o;
+      o.emulate = tessera::cpu_amx::emulation_requested_by_env();
+      if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
+        for (size_t i = 0; i < args->option_count; ++i) {
+          const TesseraOption& opt = args->options[i];
+          if (!opt.key || !opt.value) continue;
+          const std::string k = opt.key, v = opt.value;
+          if (k == "emulate") {
+            if (truthy(v)) o.emulate = true;
+            else if (!falsy(v)) throw tessera::Error("option emulate must be true or false, not '" + v + "'");
+          } else if (k == "min_columns") {
+            size_t used = 0;
+            long long n = 0;
+            try {
+              n = std::stoll(v, &used);
+            } catch (...) {
+              used = 0;
+            }
+            if (used != v.size() || n < 1) throw tessera::Error("option min_columns must be an integer >= 1, not '" + v + "'");
+            o.min_columns = n;
+          } else if (k == "repack") {
+            o.repack = !falsy(v);
+          } else if (k == "decode_tiles") {
+            if (v != "1" && v != "2" && v != "4")
+              throw tessera::Error("option decode_tiles must be 1, 2 or 4, not '" + v + "'");
+            o.decode_tiles = std::stoi(v);
+          } else if (k == "decode_prefetch") {
+            if (truthy(v)) o.decode_prefetch = 1;
+            else if (falsy(v)) o.decode_prefetch = 0;
+            else throw tessera::Error("option decode_prefetch must be true or false, not '" + v + "'");
           }
-          if (used != v.size() || n < 1) throw tessera::Error("option min_columns must be an integer >= 1, not '" + v + "'");
-          o.min_columns = n;
-        } else if (k == "repack") {
-          o.repack = !falsy(v);
-        } else if (k == "decode_tiles") {
-          if (v != "1" && v != "2" && v != "4")
-            throw tessera::Error("option decode_tiles must be 1, 2 or 4, not '" + v + "'");
-          o.decode_tiles = std::stoi(v);
-        } else if (k == "decode_prefetch") {
-          if (truthy(v)) o.decode_prefetch = 1;
-          else if (falsy(v)) o.decode_prefetch = 0;
-          else throw tessera::Error("option decode_prefetch must be true or false, not '" + v + "'");
         }
-      }
-    return static_cast<tessera::Backend*>(tessera::cpu_amx::make_backend(pool, o).release());
-  } catch (const std::exception& e) {
-    if (error && error_size) std::snprintf(error, error_size, "cpu_amx: %s", e.what());
-  } catch (...) {
-    if (error && error_size) std::snprintf(error, error_size, "cpu_amx: unknown error");
-  }
-  return nullptr;
+      return tessera::cpu_amx::make_backend(pool, o);
+  });
 }
 
-void destroy(void* instance) { delete static_cast<tessera::Backend*>(instance); }
+void destroy(void* instance) { tessera::glue::destroy_backend(instance); }
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION,
@@ -118,6 +112,8 @@ const TesseraPluginDescriptor kDescriptor = {
     &probe,
     &create,
     &destroy,
+    &tessera::glue::kBackendApi,
+    nullptr,
 };
 
 }  // namespace

@@ -15,10 +15,10 @@
 #include "kernels.h"
 #include "kernels_deltanet.h"
 #include "tessera/error.h"
-#include "tessera/fast_pool.h"
+#include "tessera/pool_ref.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
-#include "tessera/kv_cache.h"
+#include "tessera/kv_access.h"
 #include "tessera/membw.h"
 #include "tessera/op_schema.h"
 #include "tessera/quant.h"
@@ -123,14 +123,14 @@ uint64_t fingerprint(const Tensor& w) {
 
 class CpuAvx512Backend final : public Backend {
  public:
-  CpuAvx512Backend(FastPool* pool, bool repack, int decode_tiles, bool decode_prefetch)
+  CpuAvx512Backend(PoolRef pool, bool repack, int decode_tiles, bool decode_prefetch)
       : pool_(pool),
         repack_(repack),
         decode_tiles_(decode_tiles),
         decode_prefetch_(decode_prefetch) {}
   // The pool outlives its backends; its workers may still read a repacked copy.
   ~CpuAvx512Backend() override {
-    if (pool_) pool_->cancelIdlePrefetch();
+    if (pool_) pool_.cancelIdlePrefetch();
   }
 
   // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
@@ -231,7 +231,7 @@ class CpuAvx512Backend final : public Backend {
     struct RowHints {  // hints into the caller's tensors end with the call, whatever it throws
       CpuAvx512Backend& be;
       ~RowHints() {
-        if (be.row_hints_ && be.pool_) be.pool_->cancelIdlePrefetch();
+        if (be.row_hints_ && be.pool_) be.pool_.cancelIdlePrefetch();
         be.row_hints_ = false;
       }
     } row_hints{*this};
@@ -288,9 +288,9 @@ class CpuAvx512Backend final : public Backend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_->executorCount() > 1 && n > 1) {
+    if (pool_ && pool_.executorCount() > 1 && n > 1) {
       auto fn = f;
-      pool_->parallel_for(n, std::move(fn));
+      pool_.parallel_for(n, std::move(fn));
     } else if (n > 0) {
       f(int64_t(0), n);
     }
@@ -308,7 +308,7 @@ class CpuAvx512Backend final : public Backend {
   // 1.4 us split, 5632 elements 2.5 us alone and 2.2 us split (BM_SmallOp, 2 vCPUs).
   static constexpr int64_t kParExp = 4096;
 
-  bool pool_split() const { return pool_ && pool_->executorCount() > 1; }
+  bool pool_split() const { return pool_ && pool_.executorCount() > 1; }
 
   // f(r0, r1) over [0, rows), split by rows when the op has at least `threshold` elements.
   template <typename F>
@@ -634,9 +634,9 @@ class CpuAvx512Backend final : public Backend {
   // KvWrite: F32 -> F16 (round to nearest even, NaN as quant::fp32_to_fp16), tokens
   // split above the threshold.
   bool kv_write(const Tensor& k, const Tensor& v, const Node& n) {
-    KvCache& kv = *n.kv;
+    KvAccess& kv = *n.kv;
     const int layer = n.i[0];
-    const KvCache::SeqId seq = n.i[1];
+    const KvAccess::SeqId seq = n.i[1];
     const int64_t p0 = n.i[2];  // sequence and positions: op_schema::check_run_state
     const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
     kv_rows_.resize(size_t(2 * T));
@@ -651,7 +651,7 @@ class CpuAvx512Backend final : public Backend {
           kern::f32_to_f16_row(v.row<float>(h, t), kv_rows_[size_t(2 * t + 1)] + h * hd, hd);
         }
     });
-    // The length is the engine's to set, after the step (see KvCache::length).
+    // The length is the engine's to set, after the step (see KvCache::length in kv_cache.h).
     return true;
   }
 
@@ -690,7 +690,7 @@ class CpuAvx512Backend final : public Backend {
   }
   // Frees a repacked copy, after the workers stopped reading it (idle prefetch).
   void drop_repacked(const void* key) {
-    if (pool_) pool_->cancelIdlePrefetch();
+    if (pool_) pool_.cancelIdlePrefetch();
     repacked_.erase(key);
   }
   // The repacked copy of w if its fingerprint still matches; a stale one is dropped.
@@ -819,7 +819,7 @@ class CpuAvx512Backend final : public Backend {
       ctx.y_stride = swiglu->ne[0];
       ctx.tiles = ctx.end[0];  // items: row tiles of gate and up together
     }
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || ctx.tiles < 2) {
       ctx.check_fingerprints();
       if (!ctx.stale)
@@ -849,7 +849,7 @@ class CpuAvx512Backend final : public Backend {
   void run_group_on_pool(Ctx& ctx, int execs) {
     split_.reset(ctx.tiles, execs, 1);
     ctx.split = &split_;
-    pool_->parallel(
+    pool_.parallel(
         [](void* p, int index) {
           Ctx& c = *static_cast<Ctx*>(p);
           if (index == 1) c.check_fingerprints();
@@ -935,13 +935,13 @@ class CpuAvx512Backend final : public Backend {
       ctx.tiles[i] = (w.ne[1] + kern::kTileRows - 1) / kern::kTileRows;
       total += ctx.tiles[i];
     }
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || total < 2) {
       ctx.run(0, total);
       return;
     }
     split_.reset(total, execs, 1);
-    pool_->parallel(
+    pool_.parallel(
         [](void* p, int index) {
           auto* c = static_cast<Ctx*>(p);
           int64_t b, e;
@@ -997,7 +997,7 @@ class CpuAvx512Backend final : public Backend {
   // cache (they are cold each token: 2048 floats took rms_norm 2.4 us instead of 1.3).
   // Called before each product's dispatch, so both complete while it streams.
   void prepare_next_product(const Graph& g, size_t from, size_t first, size_t end) {
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     const auto& nodes = g.nodes();
     size_t j = from;
     while (j < end && nodes[j].op != Op::MatMul) ++j;
@@ -1023,13 +1023,13 @@ class CpuAvx512Backend final : public Backend {
       if (w.data && kern::format_supported(w.type) && w.ne[2] == 1 && w.ne[3] == 1) {
         const int64_t N = w.ne[1], tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
         for (int e = 1; e < execs; ++e) {
-          FastPool::PrefetchHint h;
+          PoolRef::PrefetchHint h;
           const int64_t r = tiles * e / execs * kern::kTileRows;  // where worker e's share starts
           if (r < N) {
             h.p = static_cast<const char*>(w.data) + size_t(r) * w.nb[1];
             h.bytes = std::min(kIdlePrefetchBytes, size_t(N - r) * w.nb[1]);
           }
-          pool_->setIdlePrefetch(e, h);
+          pool_.setIdlePrefetch(e, h);
         }
         row_hints_ = true;
         return;
@@ -1039,7 +1039,7 @@ class CpuAvx512Backend final : public Backend {
     int64_t tiles = 0;
     for (int i = 0; i < parts; ++i) tiles += (next_.rps[i]->N + kern::kTileRows - 1) / kern::kTileRows;
     for (int w = 1; w < execs; ++w) {
-      FastPool::PrefetchHint h;
+      PoolRef::PrefetchHint h;
       int64_t t = tiles * w / execs;  // where worker w's share starts
       for (int i = 0; i < parts; ++i) {
         const Repacked& r = *next_.rps[i];
@@ -1052,7 +1052,7 @@ class CpuAvx512Backend final : public Backend {
         }
         t -= ti;
       }
-      pool_->setIdlePrefetch(w, h);
+      pool_.setIdlePrefetch(w, h);
     }
   }
 
@@ -1118,7 +1118,7 @@ class CpuAvx512Backend final : public Backend {
     // executor that is slowed down (a shared core) does not hold the others back. Each
     // row is computed by the same code whichever executor takes it: results do not
     // depend on the split.
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || N < 2) {
       kern::matmul_rows(job, 0, N);
       return true;
@@ -1129,7 +1129,7 @@ class CpuAvx512Backend final : public Backend {
       WorkSplit* split;
     } ctx{&job, N, &split_};
     split_.reset((N + 15) / 16, execs, 1);
-    pool_->parallel(
+    pool_.parallel(
         [](void* p, int index) {
           auto* c = static_cast<Ctx*>(p);
           int64_t b, e;
@@ -1189,7 +1189,7 @@ class CpuAvx512Backend final : public Backend {
       }
     }
     // One job per chosen expert; items of whole 16-row tiles, never across experts.
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
     moe_jobs_.clear();
     for (int64_t e = 0; e < E; ++e) {
@@ -1246,7 +1246,7 @@ class CpuAvx512Backend final : public Backend {
       ctx.stale = rp && fingerprint(w) != rp->fp;
       if (!ctx.stale) worker(&ctx, 0);
     } else {
-      pool_->parallel(worker, &ctx);
+      pool_.parallel(worker, &ctx);
     }
     if (ctx.stale) {  // the memory now holds another tensor: drop the copy, compute from it
       drop_repacked(w.data);
@@ -1256,9 +1256,9 @@ class CpuAvx512Backend final : public Backend {
   }
 
   bool attention(const Tensor& q, const Tensor& dst, const Node& n) {
-    const KvCache& kv = *n.kv;
+    const KvAccess& kv = *n.kv;
     const int layer = n.i[0];
-    const KvCache::SeqId seq = n.i[1];
+    const KvAccess::SeqId seq = n.i[1];
     const int64_t p0 = n.i[2];
     const float scale = n.f[0];
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
@@ -1312,13 +1312,13 @@ class CpuAvx512Backend final : public Backend {
       }
     } ctx{&q, &dst, krows, vrows, hd, group, gs, slices, tq, tiles, T, p0, scale, &split_};
     const int64_t count = n_kv * slices * tiles;
-    const int execs = pool_ ? pool_->executorCount() : 1;
+    const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || count < 2) {
       ctx.run(0, count);
       return true;
     }
     split_.reset(count, execs, 1);
-    pool_->parallel(
+    pool_.parallel(
         [](void* p, int index) {
           const Ctx& c = *static_cast<const Ctx*>(p);
           int64_t b, e;
@@ -1360,7 +1360,7 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
-  FastPool* pool_ = nullptr;
+  PoolRef pool_ = nullptr;
   std::unique_ptr<uint8_t[], AlignedFree> act_;
   size_t act_cap_ = 0;
   ActKey act_key_;
@@ -1397,7 +1397,7 @@ bool default_decode_prefetch() {
   return f.vendor == "AuthenticAMD" && f.family >= 0x1A;
 }
 
-std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack, int decode_tiles, int decode_prefetch) {
+std::unique_ptr<Backend> make_backend(PoolRef pool, bool repack, int decode_tiles, int decode_prefetch) {
   std::string why;
   if (!usable(&why)) throw Error("cpu_avx512 cannot run on this CPU: " + why);
   if (decode_tiles == 0) decode_tiles = default_decode_tiles();

@@ -20,9 +20,9 @@
 #include <string>
 
 #include "tessera/backend.h"
+#include "tessera/pool_ref.h"
 
 namespace tessera {
-class FastPool;
 }
 
 namespace tessera::cpu_avx512 {
@@ -39,7 +39,7 @@ bool usable(std::string* why = nullptr);
 // default_decode_tiles(). `decode_prefetch`: 1 = one-column products over repacked or
 // F32/F16/BF16 weights request the weight stream in software, 0 = they leave it to the
 // hardware prefetchers; -1 = default_decode_prefetch().
-std::unique_ptr<Backend> make_backend(FastPool* pool, bool repack = true, int decode_tiles = 0,
+std::unique_ptr<Backend> make_backend(PoolRef pool, bool repack = true, int decode_tiles = 0,
                                       int decode_prefetch = -1);
 
 // 4 on AMD family 0x1A (Zen 5), where 4 tiles side by side decoded faster, else 1 (on

@@ -10,15 +10,15 @@
 #include <memory>
 
 #include "tessera/backend.h"
+#include "tessera/pool_ref.h"
 
 namespace tessera {
-class FastPool;
 }
 
 namespace tessera::cpu_scalar {
 
 // Creates the backend object directly (used by the plugin's create() and by tests).
 // `pool` may be null: everything then runs on the calling thread.
-std::unique_ptr<Backend> make_backend(FastPool* pool);
+std::unique_ptr<Backend> make_backend(PoolRef pool);
 
 }  // namespace tessera::cpu_scalar

@@ -28,9 +28,9 @@
 
 #include "cpu_scalar_backend.h"
 #include "tessera/error.h"
-#include "tessera/fast_pool.h"
+#include "tessera/pool_ref.h"
 #include "tessera/graph.h"
-#include "tessera/kv_cache.h"
+#include "tessera/kv_access.h"
 #include "tessera/op_schema.h"
 #include "tessera/quant.h"
 
@@ -60,7 +60,7 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 class CpuScalarBackend final : public Backend {
  public:
-  explicit CpuScalarBackend(FastPool* pool) : pool_(pool) {}
+  explicit CpuScalarBackend(PoolRef pool) : pool_(pool) {}
 
   std::string name() const override { return "cpu_scalar"; }
 
@@ -102,9 +102,9 @@ class CpuScalarBackend final : public Backend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_->executorCount() > 1 && n > 1) {
-      auto fn = f;  // FastPool::parallel_for takes its functor by value type (an rvalue)
-      pool_->parallel_for(n, std::move(fn));
+    if (pool_ && pool_.executorCount() > 1 && n > 1) {
+      auto fn = f;  // PoolRef::parallel_for takes its functor by value type (an rvalue)
+      pool_.parallel_for(n, std::move(fn));
     }
     else if (n > 0)
       f(int64_t(0), n);
@@ -269,9 +269,9 @@ class CpuScalarBackend final : public Backend {
 
   // --- KvWrite -------------------------------------------------------------
   static void kv_write(const Tensor& k, const Tensor& v, const Node& n) {
-    KvCache& kv = *n.kv;
+    KvAccess& kv = *n.kv;
     const int layer = n.i[0];
-    const KvCache::SeqId seq = n.i[1];
+    const KvAccess::SeqId seq = n.i[1];
     const int64_t p0 = n.i[2];  // sequence and positions: op_schema::check_run_state
     const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
     for (int64_t t = 0; t < T; ++t) {
@@ -286,14 +286,14 @@ class CpuScalarBackend final : public Backend {
         }
       }
     }
-    // The length is the engine's to set, after the step (see KvCache::length).
+    // The length is the engine's to set, after the step (see KvCache::length in kv_cache.h).
   }
 
   // --- Attention -----------------------------------------------------------
   void attention(const Tensor& q, const Tensor& dst, const Node& n) {
-    const KvCache& kv = *n.kv;
+    const KvAccess& kv = *n.kv;
     const int layer = n.i[0];
-    const KvCache::SeqId seq = n.i[1];
+    const KvAccess::SeqId seq = n.i[1];
     const int64_t p0 = n.i[2];
     const float scale = n.f[0];
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
@@ -578,12 +578,12 @@ class CpuScalarBackend final : public Backend {
     }
   }
 
-  FastPool* pool_ = nullptr;
+  PoolRef pool_ = nullptr;
   std::vector<uint8_t> act_buf_;  // converted activations of the current MatMul
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(FastPool* pool) { return std::make_unique<CpuScalarBackend>(pool); }
+std::unique_ptr<Backend> make_backend(PoolRef pool) { return std::make_unique<CpuScalarBackend>(pool); }
 
 }  // namespace tessera::cpu_scalar

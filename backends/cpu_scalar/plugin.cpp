@@ -3,8 +3,8 @@
 #include <exception>
 
 #include "cpu_scalar_backend.h"
-#include "tessera/fast_pool.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_glue.h"
 
 namespace {
 
@@ -14,22 +14,14 @@ int32_t probe(char* reason, size_t reason_size) {
 }
 
 void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
-  try {
-    tessera::FastPool* pool = nullptr;
-    // The pool field is only read when the host's struct is large enough to hold it.
-    // Options ("threads" etc.) are handled by the pool owner; unknown ones are ignored.
-    if (args && args->struct_size >= offsetof(TesseraCreateArgs, pool) + sizeof(args->pool))
-      pool = static_cast<tessera::FastPool*>(args->pool);
-    return static_cast<tessera::Backend*>(tessera::cpu_scalar::make_backend(pool).release());
-  } catch (const std::exception& e) {
-    if (error && error_size) std::snprintf(error, error_size, "cpu_scalar: %s", e.what());
-  } catch (...) {
-    if (error && error_size) std::snprintf(error, error_size, "cpu_scalar: unknown error");
-  }
-  return nullptr;
+  return tessera::glue::create_backend("cpu_scalar", args, error, error_size,
+                                        [&](tessera::PoolRef pool, const TesseraCreateArgs* args)
+                                            -> std::unique_ptr<tessera::Backend> {
+      return tessera::cpu_scalar::make_backend(pool);
+  });
 }
 
-void destroy(void* instance) { delete static_cast<tessera::Backend*>(instance); }
+void destroy(void* instance) { tessera::glue::destroy_backend(instance); }
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION,
@@ -40,6 +32,8 @@ const TesseraPluginDescriptor kDescriptor = {
     &probe,
     &create,
     &destroy,
+    &tessera::glue::kBackendApi,
+    nullptr,
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_glue.h"
 #include "tessera/plugin_config.h"
 #include "vk_context.h"
 #include "vulkan_backend.h"
@@ -42,23 +43,20 @@ int32_t probe(char* reason, size_t reason_size) {
 }
 
 void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
-  try {
-    bool allow_cpu = allow_cpu_default();
-    if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
-      for (size_t i = 0; i < args->option_count; ++i) {
-        const TesseraOption& o = args->options[i];
-        if (o.key && o.value && std::string(o.key) == "allow_cpu") allow_cpu = tessera::vk::truthy(o.value);
-      }
-    return static_cast<tessera::Backend*>(tessera::vk::make_backend(allow_cpu).release());
-  } catch (const std::exception& e) {
-    if (error && error_size) std::snprintf(error, error_size, "vulkan: %s", e.what());
-  } catch (...) {
-    if (error && error_size) std::snprintf(error, error_size, "vulkan: unknown error");
-  }
-  return nullptr;
+  return tessera::glue::create_backend("vulkan", args, error, error_size,
+                                        [&](tessera::PoolRef pool, const TesseraCreateArgs* args)
+                                            -> std::unique_ptr<tessera::Backend> {
+      bool allow_cpu = allow_cpu_default();
+      if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
+        for (size_t i = 0; i < args->option_count; ++i) {
+          const TesseraOption& o = args->options[i];
+          if (o.key && o.value && std::string(o.key) == "allow_cpu") allow_cpu = tessera::vk::truthy(o.value);
+        }
+      return tessera::vk::make_backend(allow_cpu);
+  });
 }
 
-void destroy(void* instance) { delete static_cast<tessera::Backend*>(instance); }
+void destroy(void* instance) { tessera::glue::destroy_backend(instance); }
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION,
@@ -69,6 +67,8 @@ const TesseraPluginDescriptor kDescriptor = {
     &probe,
     &create,
     &destroy,
+    &tessera::glue::kBackendApi,
+    nullptr,
 };
 
 }  // namespace

@@ -15,7 +15,7 @@
 
 #include "tessera/error.h"
 #include "tessera/graph.h"
-#include "tessera/kv_cache.h"
+#include "tessera/kv_access.h"
 #include "tessera/op_schema.h"
 #include "tessera/quant.h"
 #include "vk_context.h"
@@ -360,9 +360,9 @@ class Run {
     VkDeviceSize dev = 0;
   };
   struct Mirror {  // device copy of one (cache, layer, sequence)'s K and V rows [0, rows)
-    KvCache* kv = nullptr;
+    KvAccess* kv = nullptr;
     int layer = 0;
-    KvCache::SeqId seq = 0;
+    KvAccess::SeqId seq = 0;
     int64_t rows = 0;
     size_t row_bytes = 0;
     VkDeviceSize k = 0, v = 0;
@@ -623,7 +623,7 @@ void Run::plan() {
             void* hostrow = kv ? n.kv->v_row(n.i[0], n.i[1], p0 + t) : n.kv->k_row(n.i[0], n.i[1], p0 + t);
             downloads_.push_back({hostrow, m.row_bytes, (kv ? m.v : m.k) + (p0 + t) * m.row_bytes});
           }
-        // The length is the engine's to set, after the step (see KvCache::length).
+        // The length is the engine's to set, after the step (see KvCache::length in kv_cache.h).
         break;
       }
       default: break;

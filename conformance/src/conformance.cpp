@@ -1057,7 +1057,7 @@ void execute(const CaseGraph& spec, Instance& inst, Backend& be) {
       const Node& n = inst.graph.nodes()[k];
       if (n.op != Op::KvWrite) continue;
       const int64_t end = int64_t(n.i[2]) + inst.graph.tensor(n.src[0]).ne[2];
-      if (n.kv->length(n.i[1]) < end) n.kv->set_length(n.i[1], end);
+      if (n.kv->length(n.i[1]) < end) KvCache::of(*n.kv).set_length(n.i[1], end);
     }
     first += count;
   }

@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include <boost/version.hpp>
 
 #include "tessera/error.h"
+#include "tessera/pool_ref.h"
 
 // The spin-wait hint (the CPU's pause instruction, or nothing where it has none) comes
 // from Boost, so the core names no instruction set (decision 65). Boost.Core made it
@@ -48,11 +50,41 @@ int resolve_threads(int threads) {
   return std::min(threads, FastPool::kMaxWorkers + 1);
 }
 
+// The C plugin ABI's view of a FastPool (TesseraPoolApi): errors are return codes.
+FastPool& host(TesseraPool* p) { return *reinterpret_cast<FastPool::CHandle*>(p)->self; }
+
+int32_t c_dispatch(TesseraPool* p, const TesseraTask* tasks, size_t count, char* error, size_t error_size) {
+  try {
+    static_assert(sizeof(FastPool::Task) == sizeof(TesseraTask));
+    std::array<FastPool::Task, FastPool::kMaxWorkers + 1> t;
+    if (count > t.size()) throw Error("dispatch of " + std::to_string(count) + " tasks, at most " + std::to_string(t.size()));
+    for (size_t i = 0; i < count; ++i) t[i] = {tasks[i].fn, tasks[i].ctx};
+    host(p).dispatchAndRun(std::span<const FastPool::Task>(t.data(), count));
+    return 0;
+  } catch (const std::exception& e) {
+    if (error && error_size) std::snprintf(error, error_size, "%s", e.what());
+  } catch (...) {
+    if (error && error_size) std::snprintf(error, error_size, "unknown error");
+  }
+  return -1;
+}
+void c_set_idle_prefetch(TesseraPool* p, int32_t executor, const void* ptr, size_t bytes) {
+  try {
+    host(p).setIdlePrefetch(executor, {ptr, bytes});
+  } catch (...) {
+  }
+}
+void c_cancel_idle_prefetch(TesseraPool* p) { host(p).cancelIdlePrefetch(); }
+const TesseraPoolApi kHostPoolApi = {sizeof(TesseraPoolApi), &c_dispatch, &c_set_idle_prefetch, &c_cancel_idle_prefetch};
+
 }  // namespace
+
+PoolRef::PoolRef(FastPool* pool) : pool_(pool ? pool->c_handle() : nullptr) {}
 
 FastPool::FastPool(int threads) {
   const int executors = resolve_threads(threads);
   workers_ = executors - 1;
+  c_ = {{&kHostPoolApi, executors}, this};
   unsigned hw = std::thread::hardware_concurrency();
   spin_ = hw == 0 || unsigned(executors) <= hw;
   slots_ = std::make_unique<Slot[]>(size_t(std::max(workers_, 1)));

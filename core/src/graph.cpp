@@ -1,5 +1,7 @@
 #include "tessera/graph.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -53,10 +55,14 @@ struct Graph::Arena {
   }
 };
 
-Graph::Graph() : arena_(std::make_unique<Arena>()) {}
+Graph::Graph() : arena_(std::make_unique<Arena>()) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
+}
 Graph::~Graph() = default;
 
 void Graph::reset() {
+  ++generation_;
   tensors_.clear();
   scratch_offsets_.clear();
   view_offsets_.clear();
@@ -68,6 +74,7 @@ void Graph::reset() {
 }
 
 int32_t Graph::add_tensor(const Tensor& t) {
+  ++generation_;
   tensors_.push_back(t);
   scratch_offsets_.push_back(SIZE_MAX);
   view_offsets_.push_back(0);
@@ -76,6 +83,7 @@ int32_t Graph::add_tensor(const Tensor& t) {
 }
 
 int32_t Graph::new_tensor(DType type, std::initializer_list<int64_t> shape, std::string_view name) {
+  ++generation_;
   Tensor t = Tensor::contiguous(type, shape);
   t.name = std::string(name);
   tensors_.push_back(std::move(t));
@@ -87,6 +95,7 @@ int32_t Graph::new_tensor(DType type, std::initializer_list<int64_t> shape, std:
 }
 
 int32_t Graph::reshape(int32_t src, std::initializer_list<int64_t> shape) {
+  ++generation_;
   const Tensor& s = tensors_.at(size_t(src));
   if (!s.is_contiguous()) throw Error("reshape of a non-contiguous tensor");
   Tensor t = Tensor::contiguous(s.type, shape);
@@ -101,6 +110,7 @@ int32_t Graph::reshape(int32_t src, std::initializer_list<int64_t> shape) {
 }
 
 int32_t Graph::view_rows(int32_t src, int64_t first, int64_t count) {
+  ++generation_;
   const Tensor& s = tensors_.at(size_t(src));
   if (s.ne[2] != 1 || s.ne[3] != 1 || first < 0 || count <= 0 || first + count > s.ne[1])
     throw Error("row view out of range");
@@ -117,6 +127,7 @@ int32_t Graph::view_rows(int32_t src, int64_t first, int64_t count) {
 }
 
 int32_t Graph::view(int32_t src, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset) {
+  ++generation_;
   const Tensor& s = tensors_.at(size_t(src));
   if (dtype_traits(s.type).block_elems != 1) throw Error("view of a block-quantized tensor");
   const size_t esize = dtype_traits(s.type).block_bytes;
@@ -139,6 +150,7 @@ int32_t Graph::view(int32_t src, std::array<int64_t, 4> ne, std::array<size_t, 3
 }
 
 int32_t Graph::add_node(const Node& n) {
+  ++generation_;
   auto valid = [&](int32_t i) { return i >= -1 && i < int32_t(tensors_.size()); };
   if (!valid(n.dst)) throw Error("graph node refers to an unknown destination tensor");
   for (int32_t s : n.src)
@@ -153,6 +165,7 @@ void Graph::mark_output(int32_t tensor) {
 }
 
 void Graph::allocate() {
+  ++generation_;
   if (reuse_)
     plan_reuse();
   else

@@ -56,10 +56,67 @@ size_t checked_mul(size_t a, size_t b, const char* what) {
   return r;
 }
 
+// The C plugin ABI's view of a KvCache (TesseraKvApi): a failed lookup is NULL / -1,
+// never an exception across the boundary.
+const KvCache& host(const TesseraKv* kv) { return *static_cast<const KvCache*>(static_cast<const KvAccess*>(kv)); }
+KvCache& host_mut(const TesseraKv* kv) { return const_cast<KvCache&>(host(kv)); }
+
+uint16_t* c_row(const TesseraKv* kv, int32_t layer, int32_t seq, int32_t which, int64_t pos) {
+  try {
+    return which == 0 ? host_mut(kv).k_row(layer, seq, pos) : which == 1 ? host_mut(kv).v_row(layer, seq, pos) : nullptr;
+  } catch (...) {
+    return nullptr;
+  }
+}
+int32_t c_rows(const TesseraKv* kv, int32_t layer, int32_t seq, int32_t which, int64_t first, int64_t count,
+               const uint16_t** out) {
+  try {
+    host(kv).rows(layer, seq, which, first, count, out);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+float* c_conv_state(const TesseraKv* kv, int32_t layer, int32_t seq) {
+  try {
+    return host_mut(kv).conv_state(layer, seq);
+  } catch (...) {
+    return nullptr;
+  }
+}
+float* c_recurrent_state(const TesseraKv* kv, int32_t layer, int32_t seq) {
+  try {
+    return host_mut(kv).recurrent_state(layer, seq);
+  } catch (...) {
+    return nullptr;
+  }
+}
+int32_t c_has_sequence(const TesseraKv* kv, int32_t seq) { return host(kv).has_sequence(seq) ? 1 : 0; }
+int64_t c_length(const TesseraKv* kv, int32_t seq) {
+  try {
+    return host(kv).length(seq);
+  } catch (...) {
+    return -1;
+  }
+}
+int64_t c_reserved(const TesseraKv* kv, int32_t seq) {
+  try {
+    return host(kv).reserved(seq);
+  } catch (...) {
+    return -1;
+  }
+}
+const TesseraKvApi kHostKvApi = {
+    sizeof(TesseraKvApi), &c_row, &c_rows, &c_conv_state, &c_recurrent_state, &c_has_sequence, &c_length, &c_reserved,
+};
+
 }  // namespace
 
 KvCache::KvCache(const KvCacheConfig& cfg)
     : cfg_(cfg), storage_(nullptr, free_storage), recurrent_(cfg.recurrent) {
+  api = &kHostKvApi;
+  info = {cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.page_tokens, cfg.n_pages};
+  recurrent = {cfg.recurrent.n_layers, cfg.recurrent.conv_elems, cfg.recurrent.state_elems};
   auto positive = [](int v, const char* name) {
     if (v <= 0) throw Error(std::string("KvCache: config.") + name + " must be > 0, got " + std::to_string(v));
   };

@@ -230,7 +230,7 @@ class Checker {
   }
 
   std::string kv_common(const Tensor& x, const char* what) const {
-    const KvCacheConfig& c = n_.kv->config();
+    const TesseraKvInfo& c = n_.kv->config();
     if (x.ne[0] != c.head_dim)
       return std::string(what) + " " + desc(x) + ": head_dim " + std::to_string(x.ne[0]) + " differs from the cache's " +
              std::to_string(c.head_dim);
@@ -391,7 +391,7 @@ class Checker {
 
   std::string recurrent_common() const {
     if (!n_.kv) return "no KV cache (node.kv is null)";
-    const RecurrentStateConfig& rc = n_.kv->recurrent_config();
+    const TesseraRecurrentInfo& rc = n_.kv->recurrent_config();
     if (rc.n_layers == 0) return "the KV cache has no recurrent state";
     if (n_.i[0] < 0 || n_.i[0] >= rc.n_layers)
       return "recurrent layer (i[0]) " + std::to_string(n_.i[0]) + " out of range [0, " + std::to_string(rc.n_layers) + ")";

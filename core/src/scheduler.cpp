@@ -171,8 +171,8 @@ uint64_t Scheduler::signature(const Graph& graph) {
     // The schema checks these ops' shapes against the cache's configuration, so it is
     // part of the plan (the address alone could be a new cache with another shape).
     if (n.kv && (n.op == Op::KvWrite || n.op == Op::Attention || n.op == Op::SsmConv || n.op == Op::GatedDeltaNet)) {
-      const KvCacheConfig& c = n.kv->config();
-      const RecurrentStateConfig& r = n.kv->recurrent_config();
+      const TesseraKvInfo& c = n.kv->config();
+      const TesseraRecurrentInfo& r = n.kv->recurrent_config();
       h.add2(c.n_layers, c.n_kv_heads);
       h.add2(c.head_dim, r.n_layers);
       h.add(uint64_t(r.conv_elems));

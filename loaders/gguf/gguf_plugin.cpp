@@ -1,10 +1,12 @@
-// The GGUF loader plugin: glue between the plugin ABI and the GGUF reader.
+// The GGUF loader plugin: the GGUF reader behind the C plugin ABI (the loader glue,
+// tessera/plugin_glue.h, turns the ModelLoader into the C function table).
 #include <cstdio>
-#include <exception>
+#include <memory>
 
 #include "gguf_reader.h"
 #include "tessera/model_file.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_glue.h"
 
 namespace {
 
@@ -22,16 +24,11 @@ int32_t gguf_probe(char* reason, size_t reason_size) {
   return 100;
 }
 
-void* gguf_create(const TesseraCreateArgs* /*args*/, char* error, size_t error_size) {
-  try {
-    return static_cast<tessera::ModelLoader*>(new GgufLoader());
-  } catch (const std::exception& e) {
-    if (error && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
-    return nullptr;
-  }
+void* gguf_create(const TesseraCreateArgs* args, char* error, size_t error_size) {
+  return tessera::glue::create_loader("gguf", args, error, error_size, [](const TesseraCreateArgs*) {
+    return std::make_unique<GgufLoader>();
+  });
 }
-
-void gguf_destroy(void* instance) { delete static_cast<tessera::ModelLoader*>(instance); }
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION,
@@ -41,7 +38,9 @@ const TesseraPluginDescriptor kDescriptor = {
     "GGUF v2/v3 model files (memory-mapped, fully validated)",
     &gguf_probe,
     &gguf_create,
-    &gguf_destroy,
+    &tessera::glue::destroy_loader,
+    nullptr,                      // backend
+    &tessera::glue::kLoaderApi,  // loader
 };
 
 }  // namespace

@@ -1,12 +1,14 @@
-// The Hugging Face checkpoint loader plugin: glue between the plugin ABI and the
-// checkpoint reader (hf_model.h).
+// The Hugging Face checkpoint loader plugin: the checkpoint reader (hf_model.h) behind
+// the C plugin ABI (the loader glue, tessera/plugin_glue.h, turns the ModelLoader into
+// the C function table).
 #include <cstdio>
-#include <exception>
+#include <memory>
 
 #include "hf_model.h"
 #include "safetensors_reader.h"
 #include "tessera/model_file.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_glue.h"
 
 namespace {
 
@@ -27,16 +29,11 @@ int32_t safetensors_probe(char* reason, size_t reason_size) {
   return 100;
 }
 
-void* safetensors_create(const TesseraCreateArgs* /*args*/, char* error, size_t error_size) {
-  try {
-    return static_cast<tessera::ModelLoader*>(new SafetensorsLoader());
-  } catch (const std::exception& e) {
-    if (error && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
-    return nullptr;
-  }
+void* safetensors_create(const TesseraCreateArgs* args, char* error, size_t error_size) {
+  return tessera::glue::create_loader("safetensors", args, error, error_size, [](const TesseraCreateArgs*) {
+    return std::make_unique<SafetensorsLoader>();
+  });
 }
-
-void safetensors_destroy(void* instance) { delete static_cast<tessera::ModelLoader*>(instance); }
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION,
@@ -46,7 +43,9 @@ const TesseraPluginDescriptor kDescriptor = {
     "Hugging Face checkpoint folders (config.json, safetensors shards, tokenizer.json)",
     &safetensors_probe,
     &safetensors_create,
-    &safetensors_destroy,
+    &tessera::glue::destroy_loader,
+    nullptr,                      // backend
+    &tessera::glue::kLoaderApi,  // loader
 };
 
 }  // namespace

@@ -254,10 +254,10 @@ struct ParentReadingAttention : Wrapper {
   ParentReadingAttention() : Wrapper("parent_attention") {}
   bool custom(Graph& g, const Node& n, size_t) override {
     if (n.op != Op::Attention) return false;
-    const auto& table = n.kv->block_table(n.i[1]);
+    const auto& table = KvCache::of(*n.kv).block_table(n.i[1]);
     for (KvCache::SeqId s = 0; s < n.i[1]; ++s)
-      if (n.kv->has_sequence(s) && !table.empty() && !n.kv->block_table(s).empty() &&
-          n.kv->block_table(s).front() == table.front()) {
+      if (n.kv->has_sequence(s) && !table.empty() && !KvCache::of(*n.kv).block_table(s).empty() &&
+          KvCache::of(*n.kv).block_table(s).front() == table.front()) {
         Graph one;  // the same tensors, the node with the parent's id
         for (size_t t = 0; t < g.tensor_count(); ++t) one.add_tensor(g.tensor(int32_t(t)));
         Node m = n;

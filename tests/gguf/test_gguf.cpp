@@ -625,23 +625,37 @@ TEST(GgufPlugin, BuiltAndLoads) {
   EXPECT_EQ(d->kind, static_cast<uint32_t>(TESSERA_PLUGIN_LOADER));
   char reason[128] = {};
   EXPECT_GT(d->probe(reason, sizeof reason), 0);
-  TesseraCreateArgs args{sizeof(TesseraCreateArgs), nullptr, nullptr, 0};
+  // Only the C tables cross: the plugin is used exactly as the host uses it.
+  ASSERT_GE(d->struct_size, offsetof(TesseraPluginDescriptor, loader) + sizeof(d->loader));
+  EXPECT_EQ(d->backend, nullptr);
+  const TesseraLoaderApi* api = d->loader;
+  ASSERT_NE(api, nullptr);
+  TesseraCreateArgs args{};
+  args.struct_size = sizeof(TesseraCreateArgs);
   char err[256] = {};
   void* inst = d->create(&args, err, sizeof err);
   ASSERT_NE(inst, nullptr) << err;
-  auto* loader = static_cast<ModelLoader*>(inst);
-  EXPECT_EQ(loader->name(), "gguf");
   Sample s;
   fs::path p = fs::temp_directory_path() / ("tessera_gguf_plugin_" + std::to_string(::getpid()) + ".gguf");
   s.w.write_file(p.string());
-  EXPECT_TRUE(loader->recognizes(p.string()));
-  EXPECT_FALSE(loader->recognizes("/nonexistent.gguf"));
+  EXPECT_EQ(api->recognizes(inst, p.c_str()), 1);
+  EXPECT_EQ(api->recognizes(inst, "/nonexistent.gguf"), 0);
   {
-    auto f = loader->open(p.string());
-    EXPECT_EQ(f->format(), "gguf v3");
-    EXPECT_EQ(f->tensors().size(), 7u);
-    EXPECT_NE(f->find_tensor("blk.0.q6k"), nullptr);
+    TesseraModel* m = api->open(inst, p.c_str(), err, sizeof err);
+    ASSERT_NE(m, nullptr) << err;
+    EXPECT_STREQ(api->format(m), "gguf v3");
+    EXPECT_EQ(api->tensor_count(m, TESSERA_VIEW_FILE), 7u);
+    bool found = false;
+    for (size_t i = 0; i < api->tensor_count(m, TESSERA_VIEW_FILE); ++i) {
+      TesseraTensorInfo ti{};
+      ASSERT_EQ(api->tensor_get(m, TESSERA_VIEW_FILE, i, &ti), 0);
+      found = found || std::string(ti.name) == "blk.0.q6k";
+    }
+    EXPECT_TRUE(found);
+    api->close(m);
   }
+  EXPECT_EQ(api->open(inst, "/nonexistent.gguf", err, sizeof err), nullptr);
+  EXPECT_NE(std::string(err), "");
   fs::remove(p);
   d->destroy(inst);
   dlclose(h);

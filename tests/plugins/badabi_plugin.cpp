@@ -1,5 +1,5 @@
-// Test-only plugin claiming ABI version 99: the registry must refuse it before
-// calling anything else.
+// Test-only plugin claiming ABI version 99 (a future generation): the registry must
+// refuse it before reading anything else of the descriptor.
 #include "tessera/plugin_abi.h"
 
 namespace {
@@ -8,7 +8,7 @@ void* create(const TesseraCreateArgs*, char*, size_t) { return nullptr; }
 void destroy(void*) {}
 const TesseraPluginDescriptor kDescriptor = {
     99u, sizeof(TesseraPluginDescriptor), "test_badabi", TESSERA_PLUGIN_BACKEND,
-    "test-only: built for another ABI", probe, create, destroy,
+    "test-only: built for another ABI", probe, create, destroy, nullptr, nullptr,
 };
 }  // namespace
 

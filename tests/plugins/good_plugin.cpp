@@ -1,13 +1,12 @@
-// Test-only backend plugin: supports Op::Add on contiguous F32 tensors and nothing
-// else. create() fails on purpose when given the option fail=1, echoing every
-// option it received (so tests can check what plugins.toml and overrides passed).
-#include <cstdio>
+// Test-only backend plugin, in C ABI terms only: supports Op::Add on contiguous F32
+// tensors and nothing else. create() fails on purpose when given the option fail=1,
+// echoing every option it received (so tests can check what plugins.toml and
+// overrides passed).
 #include <cstring>
+#include <exception>
 #include <string>
 
-#include "tessera/backend.h"
-#include "tessera/error.h"
-#include "tessera/plugin_abi.h"
+#include "test_plugin_util.h"
 
 #ifndef TEST_PLUGIN_NAME
 #define TEST_PLUGIN_NAME "test_good"
@@ -18,62 +17,91 @@
 
 namespace {
 
-using namespace tessera;
+using test_plugin::dense_f32;
+using test_plugin::nelements;
+using test_plugin::put;
 
-class AddBackend final : public Backend {
- public:
-  std::string name() const override { return TEST_PLUGIN_NAME; }
-
-  OpSupport supports(const Graph& g, const Node& n) const override {
-    if (n.op != Op::Add) return OpSupport::no("only add");
-    for (int32_t t : {n.dst, n.src[0], n.src[1]}) {
-      if (t < 0) return OpSupport::no("add needs two sources and a destination");
-      if (g.tensor(t).type != DType::F32) return OpSupport::no("only f32");
-      if (!g.tensor(t).is_contiguous()) return OpSupport::no("only contiguous");
-    }
-    if (g.tensor(n.src[0]).nelements() != g.tensor(n.dst).nelements() ||
-        g.tensor(n.src[1]).nelements() != g.tensor(n.dst).nelements())
-      return OpSupport::no("shapes differ");
-    return OpSupport::yes();
-  }
-
-  void execute(Graph& g, size_t first, size_t count) override {
-    for (size_t k = first; k < first + count; ++k) {
-      const Node& n = g.nodes()[k];
-      const float* a = static_cast<const float*>(g.tensor(n.src[0]).data);
-      const float* b = static_cast<const float*>(g.tensor(n.src[1]).data);
-      float* d = static_cast<float*>(g.tensor(n.dst).data);
-      const int64_t ne = g.tensor(n.dst).nelements();
-      for (int64_t i = 0; i < ne; ++i) d[i] = a[i] + b[i];
-    }
-  }
+struct Instance {
+  int unused = 0;
 };
 
 int32_t probe(char* reason, size_t size) {
-  std::snprintf(reason, size, "always works");
+  put(reason, size, "always works");
   return TEST_PLUGIN_SCORE;
 }
 
 void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
-  std::string opts;
-  bool fail = false;
-  for (size_t i = 0; i < args->option_count; ++i) {
-    if (!opts.empty()) opts += ", ";
-    opts += std::string(args->options[i].key) + "=" + args->options[i].value;
-    if (std::strcmp(args->options[i].key, "fail") == 0 && std::strcmp(args->options[i].value, "1") == 0) fail = true;
-  }
-  if (fail) {
-    std::snprintf(error, error_size, "asked to fail (options: %s)", opts.c_str());
+  try {
+    std::string opts;
+    bool fail = false;
+    const size_t n = TESSERA_HAS_FIELD(args, TesseraCreateArgs, option_count) ? args->option_count : 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!opts.empty()) opts += ", ";
+      opts += std::string(args->options[i].key) + "=" + args->options[i].value;
+      if (std::strcmp(args->options[i].key, "fail") == 0 && std::strcmp(args->options[i].value, "1") == 0) fail = true;
+    }
+    if (fail) {
+      put(error, error_size, ("asked to fail (options: " + opts + ")").c_str());
+      return nullptr;
+    }
+    return new Instance();
+  } catch (const std::exception& e) {
+    put(error, error_size, e.what());
     return nullptr;
   }
-  return static_cast<Backend*>(new AddBackend());
 }
 
-void destroy(void* instance) { delete static_cast<Backend*>(instance); }
+void destroy(void* self) { delete static_cast<Instance*>(self); }
+
+int32_t uses_host_memory(void*) { return 1; }
+
+int32_t supports(void*, const TesseraGraph* g, size_t node, char* reason, size_t size) {
+  const TesseraNode& n = g->nodes[node];
+  if (n.op != TESSERA_OP_ADD) {
+    put(reason, size, "only add");
+    return 0;
+  }
+  for (int32_t t : {n.dst, n.src[0], n.src[1]}) {
+    if (t < 0) {
+      put(reason, size, "add needs two sources and a destination");
+      return 0;
+    }
+    if (g->tensors[t].type != TESSERA_DTYPE_F32) {
+      put(reason, size, "only f32");
+      return 0;
+    }
+    if (!dense_f32(g->tensors[t])) {
+      put(reason, size, "only contiguous");
+      return 0;
+    }
+  }
+  if (nelements(g->tensors[n.src[0]]) != nelements(g->tensors[n.dst]) ||
+      nelements(g->tensors[n.src[1]]) != nelements(g->tensors[n.dst])) {
+    put(reason, size, "shapes differ");
+    return 0;
+  }
+  return 1;
+}
+
+int32_t execute(void*, TesseraGraph* g, size_t first, size_t count, uint32_t, char*, size_t) {
+  for (size_t k = first; k < first + count; ++k) {
+    const TesseraNode& n = g->nodes[k];
+    const float* a = static_cast<const float*>(g->tensors[n.src[0]].data);
+    const float* b = static_cast<const float*>(g->tensors[n.src[1]].data);
+    float* d = static_cast<float*>(g->tensors[n.dst].data);
+    const long long ne = nelements(g->tensors[n.dst]);
+    for (long long i = 0; i < ne; ++i) d[i] = a[i] + b[i];
+  }
+  return 0;
+}
+
+const TesseraBackendApi kApi = {
+    sizeof(TesseraBackendApi), uses_host_memory, supports, execute, nullptr, nullptr,
+};
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION, sizeof(TesseraPluginDescriptor), TEST_PLUGIN_NAME, TESSERA_PLUGIN_BACKEND,
-    "test-only: f32 add", probe, create, destroy,
+    "test-only: f32 add", probe, create, destroy, &kApi, nullptr,
 };
 
 }  // namespace

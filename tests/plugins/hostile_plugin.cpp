@@ -1,12 +1,13 @@
 // Test-only plugins that misbehave, one way each (HOSTILE_MODE): the probe throws (1),
 // crashes (2) or never returns (3), or loading the file aborts in a static
-// initializer (4). The registry must refuse each with its reason and go on.
+// initializer (4). The registry must refuse each with its reason and go on. Mode 1
+// breaks the ABI's rule on purpose: an exception leaves probe().
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
-#include "tessera/plugin_abi.h"
+#include "test_plugin_util.h"
 
 namespace {
 #if HOSTILE_MODE == 4
@@ -34,7 +35,7 @@ void* create(const TesseraCreateArgs*, char* error, size_t size) {
 void destroy(void*) {}
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION, sizeof(TesseraPluginDescriptor), HOSTILE_NAME, TESSERA_PLUGIN_BACKEND,
-    "test-only: misbehaves", probe, create, destroy,
+    "test-only: misbehaves", probe, create, destroy, &test_plugin::kStubBackendApi, nullptr,
 };
 }  // namespace
 

@@ -1,7 +1,7 @@
 // Test-only plugin whose probe finds this machine unsuitable.
 #include <cstdio>
 
-#include "tessera/plugin_abi.h"
+#include "test_plugin_util.h"
 
 namespace {
 int32_t probe(char* reason, size_t size) {
@@ -15,7 +15,7 @@ void* create(const TesseraCreateArgs*, char* error, size_t size) {
 void destroy(void*) {}
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION, sizeof(TesseraPluginDescriptor), "test_zero", TESSERA_PLUGIN_BACKEND,
-    "test-only: never usable", probe, create, destroy,
+    "test-only: never usable", probe, create, destroy, &test_plugin::kStubBackendApi, nullptr,
 };
 }  // namespace
 

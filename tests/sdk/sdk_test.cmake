@@ -17,6 +17,7 @@ foreach(f include/tessera/backend.h include/tessera/plugin_abi.h lib/libtessera_
           include/tessera/hwprobe.h lib/libtessera_probes.so include/tessera/conformance.h
           lib/libtessera_conformance.so lib/pkgconfig/tessera-probes.pc lib/pkgconfig/tessera-conformance.pc
           lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake
+          lib/cmake/tessera/tesseraPluginAbiTargets.cmake
           lib/pkgconfig/tessera.pc bin/tessera lib/tessera/plugins/backend_cpu_scalar.so)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "the install lacks ${f}")
@@ -47,10 +48,24 @@ if(LDD)
 endif()
 
 # 2. The example builds out of tree (the default generator, nothing from the source tree
-#    but the example's own folder), with its mutant.
+#    but the example's own folder), with its mutant, and links no tessera library.
 step("configure the example" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/backend_plugin -B ${ex}
      -DCMAKE_PREFIX_PATH=${prefix} -DEXAMPLE_CPU_MUTANT=ON -DCMAKE_BUILD_TYPE=Release)
 step("build the example" ${CMAKE_COMMAND} --build ${ex})
+# It speaks the C plugin ABI alone (find_package(tessera COMPONENTS plugin_abi)): it
+# needs no tessera library.
+find_program(READELF readelf)
+if(READELF)
+  foreach(so example_cpu example_cpu_mutant)
+    execute_process(COMMAND ${READELF} -d ${ex}/${so}.so RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "readelf -d ${ex}/${so}.so failed (${rc}):\n${err}")
+    endif()
+    if(out MATCHES "NEEDED[^\n]*libtessera")
+      message(FATAL_ERROR "${so}.so links a tessera library; a C-ABI plugin must not:\n${out}")
+    endif()
+  endforeach()
+endif()
 
 # 3. Dropped in, it is found, and it passes conformance on the cases it accepts.
 step("conformance on example_cpu" ${CMAKE_COMMAND} -E env TESSERA_PLUGIN_PATH=${ex}

@@ -32,6 +32,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "tessera/plugin_abi.h"
+
 namespace tessera {
 
 class FastPool {
@@ -81,6 +83,14 @@ class FastPool {
   // (from the dispatching thread) before freeing memory a hint may point into.
   void cancelIdlePrefetch();
 
+  // This pool as the C plugin ABI's TesseraPool, valid while the pool lives: what a
+  // backend plugin receives (PoolRef wraps it).
+  TesseraPool* c_handle() { return &c_.pool; }
+  struct CHandle {
+    TesseraPool pool;  // first member: a TesseraPool* of a FastPool is its CHandle*
+    FastPool* self;
+  };
+
   // Workers currently blocked in the sleep stage (diagnostics and tests).
   int sleepingWorkers() const;
 
@@ -110,6 +120,7 @@ class FastPool {
   void touch_until_dispatch(Slot& s, PrefetchHint hint, uint64_t hint_epoch, uint64_t seen);
   void shutdown();  // stop, wake and join every started worker
 
+  CHandle c_{};
   int workers_ = 0;
   std::unique_ptr<Slot[]> slots_;
   PrefetchHint hints_[kMaxWorkers];

@@ -16,7 +16,7 @@
 
 namespace tessera {
 
-class KvCache;
+struct KvAccess;
 
 // Every op the forward passes need. Shapes are in ggml order ([ne0, ne1, ...]).
 enum class Op : uint16_t {
@@ -74,7 +74,7 @@ struct Node {
   std::array<int32_t, 4> src{-1, -1, -1, -1};  // tensor indices, -1 for unused
   std::array<int32_t, 8> i{};                 // integer parameters (see Op)
   std::array<float, 4> f{};                   // float parameters (see Op)
-  KvCache* kv = nullptr;                      // KvWrite, Attention, SsmConv, GatedDeltaNet
+  KvAccess* kv = nullptr;                     // KvWrite, Attention, SsmConv, GatedDeltaNet (a KvCache)
 };
 
 class Graph {
@@ -100,6 +100,12 @@ class Graph {
   // the view reaches outside src. Ops that need contiguous rows read it through Cont.
   int32_t view(int32_t src, std::array<int64_t, 4> ne, std::array<size_t, 3> nb, size_t offset);
   int32_t add_node(const Node& n);
+
+  // Identity while this graph lives (never reused within a process), and a count that
+  // changes whenever tensors or nodes are added, the graph is reset or allocated: what
+  // a plugin may key a cache of the graph's structure on (plugin_abi.h).
+  uint64_t id() const { return id_; }
+  uint64_t generation() const { return generation_; }
 
   Tensor& tensor(int32_t i) { return tensors_[size_t(i)]; }
   const Tensor& tensor(int32_t i) const { return tensors_[size_t(i)]; }
@@ -163,6 +169,8 @@ class Graph {
   size_t linear_bytes_ = 0;   // arena bytes without reuse (sum of every root's block)
   size_t scratch_bytes_ = 0;  // bytes the last allocate() needed
   bool reuse_ = false;
+  uint64_t id_ = 0;
+  uint64_t generation_ = 0;
   // Work arrays of plan_reuse(), kept so a step allocates nothing once warm.
   struct FreeBlock {
     size_t offset, size;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tessera/dtype.h"
+#include "tessera/kv_access.h"
 #include "tessera/recurrent_state.h"
 
 namespace tessera {
@@ -33,7 +34,9 @@ struct KvCacheConfig {
   RecurrentStateConfig recurrent;  // recurrent layers' per-sequence state (none by default)
 };
 
-class KvCache {
+// A KvCache is the KvAccess a node names (Node::kv): plugins reach it through the C
+// plugin ABI's function table, host code through the members below.
+class KvCache : public KvAccess {
  public:
   using SeqId = int32_t;
 
@@ -41,6 +44,9 @@ class KvCache {
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
+
+  // The KvCache behind a node's kv (host code only: on the host every KvAccess is one).
+  static KvCache& of(KvAccess& kv) { return static_cast<KvCache&>(kv); }
 
   const KvCacheConfig& config() const { return cfg_; }
   DType type() const { return DType::F16; }

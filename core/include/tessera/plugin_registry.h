@@ -56,8 +56,8 @@ class PluginRegistry {
  private:
   struct Loaded;
   void scan();
-  std::shared_ptr<void> create_instance(const Loaded& p, FastPool* pool,
-                                        const std::map<std::string, std::string>& options) const;
+  // create() with the host's arguments; the raw instance, or throws with the reason.
+  void* create_instance(const Loaded& p, FastPool* pool, const std::map<std::string, std::string>& options) const;
 
   PluginConfig config_;
   std::vector<PluginRecord> records_;

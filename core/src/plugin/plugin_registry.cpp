@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <boost/dll/shared_library.hpp>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -16,9 +17,12 @@
 #include <set>
 
 #include "plugin/file_trust.h"
+#include "plugin/plugin_backend_adapter.h"
+#include "plugin/plugin_loader_adapter.h"
 #include "plugin/probe_sandbox.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
+#include "tessera/fast_pool.h"
 #include "tessera/model_file.h"
 
 namespace fs = std::filesystem;
@@ -53,6 +57,34 @@ std::string dlopen_reason(const std::exception& e) {
 }
 
 std::string c_str_or_empty(const char* s) { return s ? std::string(s) : std::string(); }
+
+void host_register_mapped_file(const void* base, size_t size, const char* path) {
+  try {
+    register_mapped_file(base, size, path ? std::string(path) : std::string());
+  } catch (...) {
+  }
+}
+void host_unregister_mapped_file(const void* base) {
+  try {
+    unregister_mapped_file(base);
+  } catch (...) {
+  }
+}
+// "" when a loader table holds every function a loader must provide (all of them).
+std::string check_loader_table(const TesseraLoaderApi* api) {
+  if (!api) return "loader plugin without a loader function table";
+#define TESSERA_REQUIRE(f) \
+  if (!TESSERA_HAS_FIELD(api, TesseraLoaderApi, f) || !api->f) return "loader function table lacks '" #f "'";
+  TESSERA_REQUIRE(recognizes) TESSERA_REQUIRE(open) TESSERA_REQUIRE(close) TESSERA_REQUIRE(format)
+  TESSERA_REQUIRE(path) TESSERA_REQUIRE(file_size) TESSERA_REQUIRE(meta_count) TESSERA_REQUIRE(meta_get)
+  TESSERA_REQUIRE(tensor_count) TESSERA_REQUIRE(tensor_get) TESSERA_REQUIRE(describe)
+  TESSERA_REQUIRE(architecture) TESSERA_REQUIRE(display_name) TESSERA_REQUIRE(origin_count)
+  TESSERA_REQUIRE(origin_get)
+#undef TESSERA_REQUIRE
+  return {};
+}
+
+const TesseraHostApi kHostApi = {sizeof(TesseraHostApi), &host_register_mapped_file, &host_unregister_mapped_file};
 
 }  // namespace
 
@@ -172,7 +204,10 @@ void PluginRegistry::scan() {
     if (!d) { refuse(TESSERA_PLUGIN_ENTRY_SYMBOL " returned no descriptor"); continue; }
     if (d->abi_version != TESSERA_PLUGIN_ABI_VERSION) {
       refuse("ABI version " + std::to_string(d->abi_version) + ", this tessera expects " +
-             std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": rebuild the plugin");
+             std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": rebuild the plugin" +
+             (d->abi_version == 1 || d->abi_version == 2
+                  ? " against the current SDK (ABI 1 and 2 passed C++ objects)"
+                  : ""));
       continue;
     }
     if (d->struct_size < kDescriptorFieldsUsed) {
@@ -188,6 +223,14 @@ void PluginRegistry::scan() {
     if (!d->probe || !d->create || !d->destroy) {
       refuse("descriptor lacks probe, create or destroy");
       continue;
+    }
+    if (d->kind == TESSERA_PLUGIN_BACKEND) {
+      const TesseraBackendApi* api =
+          TESSERA_HAS_FIELD(d, TesseraPluginDescriptor, backend) ? d->backend : nullptr;
+      if (std::string why = detail::check_backend_table(api); !why.empty()) { refuse(why); continue; }
+    } else {
+      const TesseraLoaderApi* api = TESSERA_HAS_FIELD(d, TesseraPluginDescriptor, loader) ? d->loader : nullptr;
+      if (std::string why = check_loader_table(api); !why.empty()) { refuse(why); continue; }
     }
     if (auto it = owner.find(rec.name); it != owner.end()) {
       refuse("duplicate of " + it->second);
@@ -273,8 +316,8 @@ const PluginRecord* PluginRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
-std::shared_ptr<void> PluginRegistry::create_instance(const Loaded& p, FastPool* pool,
-                                                      const std::map<std::string, std::string>& extra) const {
+void* PluginRegistry::create_instance(const Loaded& p, FastPool* pool,
+                                      const std::map<std::string, std::string>& extra) const {
   std::map<std::string, std::string> opts;
   if (const PluginSettings* s = config_.settings(p.name)) opts = s->options;
   for (const auto& [k, v] : extra) opts[k] = v;
@@ -284,21 +327,25 @@ std::shared_ptr<void> PluginRegistry::create_instance(const Loaded& p, FastPool*
 
   TesseraCreateArgs args{};
   args.struct_size = sizeof(TesseraCreateArgs);
-  args.pool = pool;
+  args.pool = pool ? pool->c_handle() : nullptr;
   args.options = copts.empty() ? nullptr : copts.data();
   args.option_count = copts.size();
+  args.host = &kHostApi;
 
   char error[kReasonSize] = {};
-  void* inst = p.desc->create(&args, error, sizeof error);
+  void* inst = nullptr;
+  try {  // the ABI forbids exceptions across it; one that escapes anyway is a failure
+    inst = p.desc->create(&args, error, sizeof error);
+  } catch (const std::exception& e) {
+    std::snprintf(error, sizeof error, "threw an exception: %s", e.what());
+  } catch (...) {
+    std::snprintf(error, sizeof error, "threw an exception (not a std::exception)");
+  }
   error[kReasonSize - 1] = '\0';
   if (!inst)
     throw Error("plugin " + p.name + " (" + p.file + "): create failed: " +
                 (error[0] ? std::string(error) : std::string("no reason given")));
-  // The deleter holds the library so the code of destroy() (and of the object's
-  // virtual functions) stays mapped for as long as the instance lives.
-  auto lib = p.lib;
-  auto destroy = p.desc->destroy;
-  return std::shared_ptr<void>(inst, [lib, destroy](void* q) { destroy(q); });
+  return inst;
 }
 
 std::shared_ptr<Backend> PluginRegistry::create_backend(const std::string& name, FastPool* pool,
@@ -306,8 +353,8 @@ std::shared_ptr<Backend> PluginRegistry::create_backend(const std::string& name,
   for (const auto& l : loaded_) {
     if (l->name != name) continue;
     if (l->kind != TESSERA_PLUGIN_BACKEND) throw Error("plugin " + name + " is a " + kind_name(l->kind) + ", not a backend");
-    std::shared_ptr<void> inst = create_instance(*l, pool, options);
-    return std::shared_ptr<Backend>(inst, static_cast<Backend*>(inst.get()));
+    void* inst = create_instance(*l, pool, options);
+    return detail::adapt_backend(l->name, l->desc, inst, l->lib);
   }
   if (const PluginRecord* r = find(name))
     throw Error("backend " + name + " is not usable here: " + r->reason);
@@ -320,8 +367,8 @@ std::vector<std::shared_ptr<ModelLoader>> PluginRegistry::create_loaders() const
   std::vector<std::shared_ptr<ModelLoader>> out;
   for (const auto& l : loaded_) {
     if (l->kind != TESSERA_PLUGIN_LOADER) continue;
-    std::shared_ptr<void> inst = create_instance(*l, nullptr, {});
-    out.push_back(std::shared_ptr<ModelLoader>(inst, static_cast<ModelLoader*>(inst.get())));
+    void* inst = create_instance(*l, nullptr, {});
+    out.push_back(detail::adapt_loader(l->name, l->desc, inst, l->lib));
   }
   return out;
 }

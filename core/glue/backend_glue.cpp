@@ -1,0 +1,208 @@
+// The plugin side of a backend plugin written on core's C++ classes
+// (plugin_glue.h): the C table forwards to the wrapped tessera::Backend. The host's
+// C graph is mirrored into a tessera::Graph of the plugin's own, rebuilt when the
+// host graph's (id, generation) changes and otherwise refreshed field by field, so a
+// step costs one pass over its tensors; a few recent graphs keep their mirrors (an
+// engine alternates a prefill and a decode graph). No exception leaves a function.
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "tessera/backend.h"
+#include "tessera/error.h"
+#include "tessera/graph.h"
+#include "tessera/kv_access.h"
+#include "tessera/plugin_glue.h"
+
+namespace tessera::glue {
+
+namespace {
+
+struct Mirror {
+  uint64_t id = 0, generation = 0, last_use = 0;
+  std::unique_ptr<Graph> graph;
+};
+
+struct BackendInstance {
+  std::string name;
+  std::unique_ptr<Backend> impl;
+  std::array<Mirror, 4> mirrors;
+  uint64_t clock = 0;
+};
+
+BackendInstance& instance(void* self) { return *static_cast<BackendInstance*>(self); }
+
+void write(char* buf, size_t size, const char* text) {
+  if (buf && size) std::snprintf(buf, size, "%s", text);
+}
+
+Tensor from_c(const TesseraTensor& c) {
+  Tensor t;
+  t.type = DType(c.type);
+  for (int d = 0; d < 4; ++d) {
+    t.ne[d] = c.ne[d];
+    t.nb[d] = c.nb[d];
+  }
+  t.data = c.data;
+  t.buffer = static_cast<Buffer*>(c.buffer);
+  return t;
+}
+
+Graph& mirror(BackendInstance& b, const TesseraGraph* g, bool refresh) {
+  Mirror* m = nullptr;
+  for (Mirror& x : b.mirrors)
+    if (x.graph && x.id == g->id) m = &x;
+  if (!m) {
+    m = &b.mirrors[0];
+    for (Mirror& x : b.mirrors)
+      if (x.last_use < m->last_use) m = &x;
+    m->id = 0;
+  }
+  m->last_use = ++b.clock;
+  if (!m->graph) m->graph = std::make_unique<Graph>();
+  Graph& graph = *m->graph;
+  if (m->id != g->id || m->generation != g->generation || graph.tensor_count() != g->tensor_count ||
+      graph.nodes().size() != g->node_count) {
+    graph.reset();
+    for (size_t i = 0; i < g->tensor_count; ++i) {
+      Tensor t = from_c(g->tensors[i]);
+      t.name = g->tensors[i].name ? g->tensors[i].name : "";
+      graph.add_tensor(t);
+    }
+    for (size_t i = 0; i < g->node_count; ++i) {
+      const TesseraNode& c = g->nodes[i];
+      Node n;
+      n.op = Op(c.op);
+      n.dst = c.dst;
+      for (int k = 0; k < 4; ++k) n.src[k] = c.src[k];
+      for (int k = 0; k < 8; ++k) n.i[k] = c.i[k];
+      for (int k = 0; k < 4; ++k) n.f[k] = c.f[k];
+      n.kv = static_cast<KvAccess*>(c.kv);
+      graph.add_node(n);
+    }
+    m->id = g->id;
+    m->generation = g->generation;
+  } else if (refresh) {
+    for (size_t i = 0; i < g->tensor_count; ++i) {
+      const TesseraTensor& c = g->tensors[i];
+      Tensor& t = graph.tensor(int32_t(i));
+      t.type = DType(c.type);
+      for (int d = 0; d < 4; ++d) {
+        t.ne[d] = c.ne[d];
+        t.nb[d] = c.nb[d];
+      }
+      t.data = c.data;
+      t.buffer = static_cast<Buffer*>(c.buffer);
+    }
+  }
+  return graph;
+}
+
+int32_t c_uses_host_memory(void* self) {
+  try {
+    return instance(self).impl->uses_host_memory() ? 1 : 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
+int32_t c_supports(void* self, const TesseraGraph* g, size_t node, char* reason, size_t reason_size) {
+  try {
+    BackendInstance& b = instance(self);
+    if (node >= g->node_count) throw Error("supports(): node " + std::to_string(node) + " is not in the graph");
+    Graph& graph = mirror(b, g, false);
+    const OpSupport s = b.impl->supports(graph, graph.nodes()[node]);
+    if (!s.supported) write(reason, reason_size, s.reason.c_str());
+    return s.supported ? 1 : 0;
+  } catch (const std::exception& e) {
+    write(reason, reason_size, e.what());
+  } catch (...) {
+    write(reason, reason_size, "supports() failed");
+  }
+  return 0;
+}
+
+int32_t c_execute(void* self, TesseraGraph* g, size_t first, size_t count, uint32_t /*flags*/, char* error,
+                  size_t error_size) {
+  try {
+    BackendInstance& b = instance(self);
+    Graph& graph = mirror(b, g, true);
+    b.impl->execute_validated(graph, first, count);
+    return 0;
+  } catch (const std::exception& e) {
+    write(error, error_size, e.what());
+  } catch (...) {
+    write(error, error_size, (instance(self).name + ": execute failed").c_str());
+  }
+  return -1;
+}
+
+int32_t c_prepare_weight(void* self, TesseraTensor* w, char* error, size_t error_size) {
+  try {
+    Tensor t = from_c(*w);
+    t.name = w->name ? w->name : "";
+    instance(self).impl->prepare_weight(t);
+    w->type = uint32_t(t.type);
+    for (int d = 0; d < 4; ++d) {
+      w->ne[d] = t.ne[d];
+      w->nb[d] = t.nb[d];
+    }
+    w->data = t.data;
+    w->buffer = t.buffer;
+    return 0;
+  } catch (const std::exception& e) {
+    write(error, error_size, e.what());
+  } catch (...) {
+    write(error, error_size, (instance(self).name + ": prepare_weight failed").c_str());
+  }
+  return -1;
+}
+
+int32_t c_weight_bytes(void* self, const TesseraTensor* w, const void** data, size_t* bytes) {
+  try {
+    Tensor t = from_c(*w);
+    const std::span<const std::byte> s = instance(self).impl->weight_bytes(t);
+    *data = s.data();
+    *bytes = s.size();
+    return 0;
+  } catch (...) {
+    *data = nullptr;
+    *bytes = 0;
+    return -1;
+  }
+}
+
+}  // namespace
+
+const TesseraBackendApi kBackendApi = {
+    sizeof(TesseraBackendApi), &c_uses_host_memory, &c_supports, &c_execute, &c_prepare_weight, &c_weight_bytes,
+};
+
+void* create_backend(const char* plugin_name, const TesseraCreateArgs* args, char* error, size_t error_size,
+                     const MakeBackend& make) {
+  try {
+    TesseraPool* pool = TESSERA_HAS_FIELD(args, TesseraCreateArgs, pool) ? args->pool : nullptr;
+    auto b = std::make_unique<BackendInstance>();
+    b->name = plugin_name;
+    b->impl = make(PoolRef(pool), args);
+    if (!b->impl) throw Error("no backend created");
+    return b.release();
+  } catch (const std::exception& e) {
+    write(error, error_size, (std::string(plugin_name) + ": " + e.what()).c_str());
+  } catch (...) {
+    write(error, error_size, (std::string(plugin_name) + ": unknown error").c_str());
+  }
+  return nullptr;
+}
+
+void destroy_backend(void* self) {
+  try {
+    delete static_cast<BackendInstance*>(self);
+  } catch (...) {
+  }
+}
+
+}  // namespace tessera::glue
