@@ -210,6 +210,20 @@ std::vector<ConformanceCase> make_cases() {
               std::string(mode == kRopeNeox ? "neox" : "normal") + "_hd" + s(hd) + "_nd" + s(nd) + "_h" + s(c.n) +
                   "_T" + s(c.m) + "_p" + s(c.pos0) + (variant ? "_fs05" : "_fs1"));
         }
+  // Rope with frequency factors (src2, Llama 3.1; the Hugging Face loader runs Llama as
+  // NeoX with them): both modes, full and partial n_dims.
+  for (int32_t mode : {int32_t(kRopeNormal), int32_t(kRopeNeox)})
+    for (int32_t nd : {128, 32})
+      for (int variant = 0; variant < 2; ++variant) {
+        ConformanceCase c;
+        c.k = 128, c.n = variant ? 3 : 4, c.m = variant ? 7 : 1;
+        c.n_dims = nd, c.mode = mode, c.pos0 = variant ? 1000 : 0;
+        c.freq_scale = 1.0f;
+        c.flag = true;  // frequency factors
+        add(c, Op::Rope, DType::F32,
+            std::string(mode == kRopeNeox ? "neox" : "normal") + "_hd128_nd" + s(nd) + "_h" + s(c.n) + "_T" + s(c.m) +
+                "_p" + s(c.pos0) + "_factors");
+      }
 
   // Softmax rows.
   for (int64_t K : {1, 33, 256, 1000})
@@ -650,7 +664,16 @@ CaseGraph build_case(const ConformanceCase& c) {
       for (size_t i = 0; i < pos.size(); ++i) pos[i] = c.pos0 + int32_t(i);
       int p = add_spec(g, "pos", DType::I32, {M, 1, 1, 1}, Role::Input, to_bytes(pos));
       int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
+      int factors = -1;
+      if (c.flag) {
+        // Llama 3.1's shape: 1 for the high frequencies, up to 8 for the low ones, smooth between.
+        std::vector<float> fac(static_cast<size_t>(c.n_dims / 2));
+        for (size_t i = 0; i < fac.size(); ++i)
+          fac[i] = 1.0f + 7.0f * float(i) / float(fac.size() > 1 ? fac.size() - 1 : 1) * float(i % 3 + 1) / 3.0f;
+        factors = add_spec(g, "factors", DType::F32, {c.n_dims / 2, 1, 1, 1}, Role::Input, to_bytes(fac));
+      }
       Node n = node(Op::Rope, y, x, p);
+      n.src[2] = factors;
       n.i[0] = c.n_dims;
       n.i[1] = c.mode;
       if (c.mode == kRopeImrope)
