@@ -18,6 +18,7 @@
 #include "tessera/pool_ref.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
+#include "tessera/host_memory.h"
 #include "tessera/kv_access.h"
 #include "tessera/membw.h"
 #include "tessera/op_schema.h"
@@ -138,6 +139,10 @@ class CpuAvx512Backend final : public Backend {
   // itself is left untouched, so every other reader (GetRows of a tied embedding,
   // another backend, the reference) still sees the GGUF layout.
   void prepare_weight(Tensor& w) override {
+    if (repack_ && w.data && !kern::repack_supported(w.type) && kern::matmul_type_supported(w.type)) {
+      copy_to_streamed_pages(w);
+      return;
+    }
     if (!repack_ || !w.data || !kern::repack_supported(w.type) || w.ne[2] < 1 || w.ne[3] != 1 || w.ne[1] < 1 ||
         w.ne[0] % dtype_traits(w.type).block_elems != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]) ||
         (w.ne[2] > 1 && w.nb[2] < w.nb[1] * size_t(w.ne[1])))
@@ -172,6 +177,28 @@ class CpuAvx512Backend final : public Backend {
   }
 
   std::string name() const override { return "cpu_avx512"; }
+
+  // A matrix the kernels read in its own layout (issue #20's formats, F16, BF16, F32):
+  // copied as it is into huge pages, which stream faster than a model file's 4 KiB
+  // page-cache pages, and the tensor points at the copy (the same layout, so every
+  // reader may use it); the file's pages are released. 2-D contiguous matrices only: a
+  // 3-D expert tensor may be streamed from disk, and a vector is not streamed.
+  void copy_to_streamed_pages(Tensor& w) {
+    if (w.ne[1] < 2 || w.ne[2] != 1 || w.ne[3] != 1 || !w.is_contiguous()) return;
+    const size_t bytes = w.nbytes();
+    void* p = alloc_streamed(bytes);
+    if (!p) throw Error("cpu_avx512: out of memory copying '" + w.name + "'");
+    std::unique_ptr<uint8_t[], AlignedFree> copy(static_cast<uint8_t*>(p));
+    const auto* src = static_cast<const uint8_t*>(w.data);
+    constexpr int64_t kChunk = 1 << 20;
+    parallel_for(int64_t((bytes + kChunk - 1) / kChunk), [&](int64_t b, int64_t e) {
+      const size_t lo = size_t(b) * kChunk, hi = std::min(bytes, size_t(e) * kChunk);
+      std::memcpy(copy.get() + lo, src + lo, hi - lo);
+    });
+    release_pages(w.data, bytes);
+    w.data = copy.get();
+    copies_.push_back(std::move(copy));
+  }
 
   std::span<const std::byte> weight_bytes(const Tensor& w) override {
     if (const Repacked* r = find_repacked(w)) return {reinterpret_cast<const std::byte*>(r->data.get()), r->ebytes * size_t(r->E)};
@@ -665,6 +692,8 @@ class CpuAvx512Backend final : public Backend {
     }
     return act_.get();
   }
+
+  std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // copy_to_streamed_pages
 
   struct Repacked {
     DType type = DType::F32;

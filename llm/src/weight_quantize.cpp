@@ -17,6 +17,7 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
+#include "tessera/host_memory.h"
 #include "tessera/kv_cache.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
@@ -145,21 +146,6 @@ void quantize_rows(const Tensor& src, DType target, std::byte* dst, int64_t r0, 
   }
 }
 
-// The source of a quantized weight is not read again: its whole pages are handed back
-// (file pages are dropped from the process, to be read again only if touched; without
-// it a 16 GiB BF16 checkpoint would stay resident beside its copy). MADV_PAGEOUT
-// loses nothing, whatever the memory is; a kernel without it refuses, harmlessly.
-void release_pages(const void* p, size_t n) {
-#ifdef MADV_PAGEOUT
-  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t b = (uintptr_t(p) + page - 1) / page * page, e = (uintptr_t(p) + n) / page * page;
-  if (b < e) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_PAGEOUT);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
 std::string names_of(const std::vector<std::string>& names) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < 3; ++i) s += (i ? ", " : "") + printable(names[i], 80);
@@ -228,7 +214,7 @@ std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, F
       std::copy(std::begin(q.nb), std::end(q.nb), std::begin(v->nb));
       v->data = dst;
     }
-    if (src.is_contiguous()) release_pages(src.data, src.nbytes());
+    if (src.is_contiguous()) release_pages(src.data, src.nbytes());  // the source is not read again
     out->blocks.push_back(std::move(mem));
     out->bytes_before += src.nbytes();
     out->bytes_after += bytes;

@@ -559,6 +559,48 @@ TEST_F(Avx512, WeightBytesAreTheRepackedCopyWhileItIsUsed) {
   }
 }
 
+// A matrix the kernels read in its own layout gets an identical copy in huge pages,
+// and the tensor points at it: the same bytes, the same products, the original left
+// intact (its pages are only handed back); weight_bytes() names the copy. A vector, a
+// 3-D expert tensor, and everything with repacking off keep their memory.
+TEST_F(Avx512, RowLayoutMatricesAreCopiedIntoStreamedPages) {
+  const int64_t K = 256, N = 40, M = 3;
+  std::vector<float> x = randn(size_t(K * M), 7);
+  for (DType t : {DType::IQ4_XS, DType::Q3_K, DType::Q5_0, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    std::vector<uint8_t> w = quantize_matrix(t, randn(size_t(K * N), 41), K, N);
+    const std::vector<uint8_t> before = w;
+    Out plain = matmul(*be2, t, w, K, N, x, M);
+    auto be = cpu_avx512::make_backend(pool.get());
+    Tensor wt = Tensor::contiguous(t, {K, N}, w.data());
+    be->prepare_weight(wt);
+    ASSERT_NE(wt.data, static_cast<void*>(w.data()));
+    EXPECT_EQ(std::memcmp(wt.data, w.data(), w.size()), 0);
+    EXPECT_EQ(w, before);
+    EXPECT_EQ(static_cast<const void*>(be->weight_bytes(wt).data()), wt.data);
+    Out copied(size_t(N * M));
+    Graph g;
+    const int tw = g.add_tensor(wt);
+    const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
+    const int to = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, copied.data()));
+    g.add_node(node(Op::MatMul, to, tw, tx));
+    run(*be, g);
+    for (size_t i = 0; i < size_t(N * M); ++i) ASSERT_EQ(copied.data()[i], plain.data()[i]) << i;
+
+    auto no_repack = cpu_avx512::make_backend(pool.get(), false);
+    Tensor kept = Tensor::contiguous(t, {K, N}, w.data());
+    no_repack->prepare_weight(kept);
+    EXPECT_EQ(kept.data, static_cast<void*>(w.data()));
+    Tensor experts = Tensor::contiguous(t, {K, N / 2, 2}, w.data());
+    be->prepare_weight(experts);
+    EXPECT_EQ(experts.data, static_cast<void*>(w.data()));
+  }
+  std::vector<float> v = randn(size_t(K), 9);
+  Tensor vec = Tensor::contiguous(DType::F32, {K}, v.data());
+  be2->prepare_weight(vec);
+  EXPECT_EQ(vec.data, static_cast<void*>(v.data()));
+}
+
 // Consecutive MatMuls over the same x reuse its quantized activation (q/k/v,
 // gate/up); a different weight dtype, an op in between that rewrites x, or a
 // product whose dst overlaps x must not see a stale one. Each result must equal the
