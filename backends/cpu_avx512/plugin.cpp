@@ -30,7 +30,8 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
         throw tessera::Error("not usable on this CPU: " + why);
       }
       // Options (plugins.toml [backend.cpu_avx512] options): `repack` "false"/"0"/"no"
-      // turns off the interleaved copy of quantized weights; `decode_tiles` "1", "2" or
+      // turns off the interleaved copy of quantized weights (and the huge-page copy of
+      // the other matrices); `decode_tiles` "1", "2" or
       // "4" sets how many repacked Q4_0/Q8_0 tiles a one-token product walks side by side;
       // `decode_prefetch` "true"/"false" turns software prefetch of the weight stream in
       // one-token products on or off (defaults: make_backend's choice for this CPU).
