@@ -294,3 +294,32 @@ TEST(Sampler, PenaltyAndBiasRangesAreChecked) {
 }
 
 }  // namespace
+
+// A whole vocabulary without top-k is ordered by a radix sort (sort_by_logit), top-k by
+// std::partial_sort: both must give the same order, ties (equal logits, -0 and +0)
+// by ascending id, so the same seed draws the same tokens. Top-p makes the draw depend
+// on the order of every kept token.
+TEST(Sampler, WholeVocabularyOrderMatchesTopKOrder) {
+  const size_t n = 32000;
+  std::vector<float> logits(n);
+  uint64_t x = 99;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    logits[i] = float(int((x >> 33) % 64) - 32) / 8.0f;  // 64 values: many ties
+  }
+  logits[5] = -0.0f;
+  logits[6] = 0.0f;
+  logits[7] = std::numeric_limits<float>::quiet_NaN();
+  logits[8] = std::numeric_limits<float>::infinity();
+  logits[n - 1] = -std::numeric_limits<float>::infinity();  // the one token top-k n-1 leaves out
+  for (float top_p : {1.0f, 0.9f, 0.3f}) {
+    SCOPED_TRACE(top_p);
+    SamplerParams whole = plain(0.8f, 5);
+    whole.top_p = top_p;
+    SamplerParams topk = whole;
+    topk.top_k = int(n - 2);  // every finite logit but one of the lowest (NaN and -inf never count)
+    std::vector<float> l = logits;
+    l[n - 2] = -std::numeric_limits<float>::infinity();
+    EXPECT_EQ(sequence(whole, l, 300), sequence(topk, l, 300));
+  }
+}
