@@ -39,8 +39,8 @@ void write(char* buf, size_t size, const char* text) {
   if (buf && size) std::snprintf(buf, size, "%s", text);
 }
 
-Tensor from_c(const TesseraTensor& c) {
-  Tensor t;
+// Everything of a C tensor but its name.
+void assign(Tensor& t, const TesseraTensor& c) {
   t.type = DType(c.type);
   for (int d = 0; d < 4; ++d) {
     t.ne[d] = c.ne[d];
@@ -48,6 +48,11 @@ Tensor from_c(const TesseraTensor& c) {
   }
   t.data = c.data;
   t.buffer = static_cast<Buffer*>(c.buffer);
+}
+
+Tensor from_c(const TesseraTensor& c) {
+  Tensor t;
+  assign(t, c);
   return t;
 }
 
@@ -86,17 +91,7 @@ Graph& mirror(BackendInstance& b, const TesseraGraph* g, bool refresh) {
     m->id = g->id;
     m->generation = g->generation;
   } else if (refresh) {
-    for (size_t i = 0; i < g->tensor_count; ++i) {
-      const TesseraTensor& c = g->tensors[i];
-      Tensor& t = graph.tensor(int32_t(i));
-      t.type = DType(c.type);
-      for (int d = 0; d < 4; ++d) {
-        t.ne[d] = c.ne[d];
-        t.nb[d] = c.nb[d];
-      }
-      t.data = c.data;
-      t.buffer = static_cast<Buffer*>(c.buffer);
-    }
+    for (size_t i = 0; i < g->tensor_count; ++i) assign(graph.tensor(int32_t(i)), g->tensors[i]);
   }
   return graph;
 }

@@ -64,17 +64,6 @@ struct MetaIndex {
   }
 };
 
-bool is_integer(MetaType t) {
-  switch (t) {
-    case MetaType::U8: case MetaType::I8: case MetaType::U16: case MetaType::I16:
-    case MetaType::U32: case MetaType::I32: case MetaType::U64: case MetaType::I64:
-    case MetaType::Bool:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Fills `out` from `v`. Integers land in both i and u (the same bits; the reader takes
 // i for signed types and bool, u for unsigned ones), floats in f; strings and array
 // counts as the ABI says. Pointers point into `v`.
@@ -92,7 +81,7 @@ void fill_value(const MetaValue& v, TesseraMetaValue* out) {
     out->f = static_cast<double>(*u);
   } else if (const auto* d = std::get_if<double>(&v.value)) {
     out->f = *d;
-    if (is_integer(v.type)) {  // not a shape the readers make; keep the number anyway
+    if (is_integer_type(v.type)) {  // not a shape the readers make; keep the number anyway
       out->i = static_cast<int64_t>(*d);
       out->u = static_cast<uint64_t>(out->i);
     }

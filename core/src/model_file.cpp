@@ -34,8 +34,6 @@ std::string_view meta_type_name(MetaType t) {
   return "unknown";
 }
 
-namespace {
-
 bool is_integer_type(MetaType t) {
   switch (t) {
     case MetaType::U8: case MetaType::I8: case MetaType::U16: case MetaType::I16:
@@ -46,6 +44,8 @@ bool is_integer_type(MetaType t) {
       return false;
   }
 }
+
+namespace {
 
 [[noreturn]] void wrong_type(std::string_view key, const MetaValue& v, const char* expected) {
   std::string msg = "metadata key '";

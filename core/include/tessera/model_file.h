@@ -21,6 +21,7 @@ enum class MetaType : uint32_t {
   String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
 };
 std::string_view meta_type_name(MetaType t);
+bool is_integer_type(MetaType t);  // the integer types and Bool
 
 struct MetaValue {
   MetaType type = MetaType::U8;
