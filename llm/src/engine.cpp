@@ -13,6 +13,7 @@
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
+#include "tessera/host_memory.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
 #include "tessera/open_model.h"
@@ -20,6 +21,7 @@
 #include "tessera/scheduler.h"
 #include "tessera/tokenizer.h"
 #include "weight_quantize.h"
+#include "weight_uses.h"
 
 namespace tessera {
 
@@ -108,9 +110,24 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
       if (experts_) experts_->finish_setup();
     }
   }
-  // The primary backend may repack weights into its own layout once, at load.
-  for (Tensor* w : model_->weights())
-    if (!streamed.count(w)) backends.front()->prepare_weight(*w);
+  // The primary backend may repack weights into its own layout once, at load: those a
+  // matrix product reads (a GetRows table or a norm would only get a copy nothing
+  // reads). A weight that nothing but products reads, and whose backend now streams a
+  // copy of its own, has its original pages handed back (the file's pages would
+  // otherwise stay resident beside the copy).
+  Backend& primary = *backends.front();
+  for (const detail::WeightGroup& g : detail::weight_uses(*model_)) {
+    if (!g.product) continue;
+    for (Tensor* w : g.views) {
+      if (streamed.count(w)) continue;
+      const void* before = w->data;
+      const size_t bytes = w->is_contiguous() ? w->nbytes() : 0;
+      primary.prepare_weight(*w);
+      if (g.table || g.other || bytes == 0 || w->data != before || !primary.uses_host_memory()) continue;
+      const std::span<const std::byte> own = primary.weight_bytes(*w);
+      if (own.data() && static_cast<const void*>(own.data()) != before) release_pages(before, bytes);
+    }
+  }
   scheduler_ = std::make_unique<Scheduler>(std::move(backends));
 
   const ModelInfo& mi = model_->info();

@@ -4,12 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
-#include <map>
 #include <string>
-#include <unordered_map>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -22,6 +17,7 @@
 #include "tessera/model.h"
 #include "tessera/model_file.h"
 #include "tessera/quant.h"
+#include "weight_uses.h"
 
 namespace tessera {
 
@@ -60,66 +56,7 @@ void check_quantize_target(DType target) {
 
 namespace {
 
-// One weight's storage and every Tensor of the model that views it (a tied output
-// matrix is a second Tensor over the token embedding's data).
-struct WeightGroup {
-  std::vector<Tensor*> views;
-  bool used = false;      // read by some node
-  bool eligible = true;   // every read is an allowed use
-  bool matmul_id = false; // read by MatMulId (routed experts)
-};
-
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-bool same_layout(const Tensor& a, const Tensor& b) {
-  return a.data == b.data && a.type == b.type && std::equal(std::begin(a.ne), std::end(a.ne), std::begin(b.ne)) &&
-         std::equal(std::begin(a.nb), std::end(a.nb), std::begin(b.nb));
-}
-
-// Marks each group by how the model's forward graph reads it. Only the graph knows
-// which weights are matrix-product operands (a norm or a delta-net kernel has the
-// same kind of name and shape), so a one-token forward step is built (not run) over
-// a scratch KV cache and its nodes are read: a weight qualifies only if every read of
-// its bytes is MatMul's or MatMulId's weight operand or GetRows's table, as the whole
-// tensor (no view or reshape, whose layout a new type would break).
-void classify_uses(Model& model, std::vector<WeightGroup>& groups) {
-  std::map<uintptr_t, size_t> by_start;  // first byte -> group
-  for (size_t i = 0; i < groups.size(); ++i)
-    by_start[reinterpret_cast<uintptr_t>(groups[i].views.front()->data)] = i;
-  auto group_of = [&](const Tensor& t) -> WeightGroup* {
-    const auto p = reinterpret_cast<uintptr_t>(t.data);
-    auto it = by_start.upper_bound(p);
-    if (!p || it == by_start.begin()) return nullptr;
-    --it;
-    WeightGroup& g = groups[it->second];
-    return p < it->first + g.views.front()->nbytes() ? &g : nullptr;
-  };
-
-  constexpr int kPage = 16;
-  KvCache kv(model.kv_config(kPage, kPage));
-  const KvCache::SeqId seq = kv.create_sequence();
-  if (!kv.reserve(seq, 1)) throw Error("internal: scratch KV cache for --quantize has no room");
-  const int32_t token = 0, position = 0, out_row = 0;
-  const SeqSlice slice{seq, 0, 1, 0};
-  Graph graph;
-  model.build_forward(graph, kv, ForwardBatch{{&token, 1}, {&position, 1}, {&slice, 1}, {&out_row, 1}});
-
-  for (const Node& n : graph.nodes()) {
-    if (n.dst >= 0)
-      if (WeightGroup* g = group_of(graph.tensor(n.dst))) g->eligible = false;  // written: never
-    for (int s = 0; s < int(n.src.size()); ++s) {
-      if (n.src[size_t(s)] < 0) continue;
-      const Tensor& t = graph.tensor(n.src[size_t(s)]);
-      WeightGroup* g = group_of(t);
-      if (!g) continue;
-      g->used = true;
-      const Tensor& w = *g->views.front();
-      const bool operand = s == 0 && (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::GetRows);
-      if (!operand || !same_layout(t, w)) g->eligible = false;
-      if (n.op == Op::MatMulId) g->matmul_id = true;
-    }
-  }
-}
 
 // MoE routers pick experts by a top-k of their products: llama.cpp keeps
 // `ffn_gate_inp*` in F32 so that the choice follows the float model.
@@ -160,15 +97,10 @@ std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, F
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 
-  std::vector<WeightGroup> groups;
-  std::unordered_map<const void*, size_t> by_data;
-  for (Tensor* w : model.weights()) {
-    if (!w->data) continue;
-    auto [it, added] = by_data.emplace(w->data, groups.size());
-    if (added) groups.emplace_back();
-    groups[it->second].views.push_back(w);
-  }
-  classify_uses(model, groups);
+  // A weight qualifies only if every read of its bytes is MatMul's or MatMulId's weight
+  // operand or GetRows's table, as the whole tensor (no view or reshape, whose layout a
+  // new type would break).
+  std::vector<WeightGroup> groups = weight_uses(model);
 
   const DTypeTraits& tt = dtype_traits(target);
   std::vector<const WeightGroup*> todo;
@@ -177,7 +109,7 @@ std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, F
   for (const WeightGroup& g : groups) {
     const Tensor& w = *g.views.front();
     // A single row is a gating vector, not a matrix (llama.cpp keeps 1-D tensors F32).
-    if (!g.used || !g.eligible || w.ne[1] < 2 || is_router(g) || w.type == target) continue;
+    if (!g.used || g.other || w.ne[1] < 2 || is_router(g) || w.type == target) continue;
     if (!is_float(w.type)) {
       other_format.push_back(w.name);
     } else if (w.ne[0] % tt.block_elems != 0) {

@@ -21,10 +21,13 @@
 #include <sstream>
 
 #include "fixture_util.h"
+#include "tessera/backend.h"
 #include "tessera/engine.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
+#include "tessera/model_file.h"
 #include "tessera/plugin_registry.h"
+#include "tessera/scheduler.h"
 
 namespace tessera::test {
 namespace {
@@ -258,6 +261,36 @@ TEST_F(QuantizeTensors, Q4_KBytesMatchReferenceQuantizer) {
     ++compared;
   }
   EXPECT_GE(compared, 10);
+}
+
+// The primary backend prepares (repacks or copies) only the weights a matrix product
+// reads: an untied token embedding, read only by GetRows, keeps its own bytes, while
+// the projections stream the backend's copies; and the model still computes the same.
+TEST_F(QuantizeTensors, OnlyProductWeightsArePrepared) {
+  PluginRegistry reg(plugin_config());
+  const PluginRecord* r = reg.find("cpu_avx512");
+  if (!r || !r->usable) GTEST_SKIP() << "cpu_avx512 is not usable here";
+  for (const char* model : {"llama-q4_0", "llama-iq4_xs"}) {
+    SCOPED_TRACE(model);
+    auto e = make_engine(model_path(model), std::nullopt, {"cpu_avx512", "cpu_scalar"});
+    auto plain = make_engine(model_path(model), std::nullopt);  // cpu_scalar: prepares nothing
+    Backend& be = *e->scheduler().backends().front();
+    const auto w = weights_by_name(*e);
+    ASSERT_TRUE(w.count("token_embd.weight") && w.count("output.weight") && w.count("blk.0.attn_q.weight"));
+    ASSERT_NE(w.at("output.weight").data, w.at("token_embd.weight").data) << "the fixture's output is tied";
+    const Tensor& emb = w.at("token_embd.weight");
+    EXPECT_EQ(static_cast<const void*>(be.weight_bytes(emb).data()), emb.data);
+    const TensorInfo* file_emb = e->file().find_tensor("token_embd.weight");
+    ASSERT_NE(file_emb, nullptr);
+    EXPECT_EQ(emb.data, file_emb->data) << "the embedding was copied";
+    const TensorInfo* file_q = e->file().find_tensor("blk.0.attn_q.weight");
+    ASSERT_NE(file_q, nullptr);
+    EXPECT_NE(static_cast<const void*>(be.weight_bytes(w.at("blk.0.attn_q.weight")).data()), file_q->data);
+    const int32_t toks[] = {1, 50, 60, 70};
+    const auto a = e->eval(toks), b = plain->eval(toks);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_LT(nmse(b.data(), a.data(), int64_t(a.size())), 1e-3);
+  }
 }
 
 // A model already quantized is left as it is: same tensors, same bytes, same logits.
