@@ -118,6 +118,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   Backend& primary = *backends.front();
   for (const detail::WeightGroup& g : detail::weight_uses(*model_)) {
     if (!g.product) continue;
+    product_weights_.push_back(g.views.front());
     for (Tensor* w : g.views) {
       if (streamed.count(w)) continue;
       const void* before = w->data;

@@ -30,7 +30,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -111,13 +110,12 @@ WeightCost weight_cost(const Model& model) {
 }
 
 // The bytes the first backend (the one that prepared the weights) streams for every
-// distinct weight tensor, in the model's order.
+// weight a matrix product reads, in the model's order (a GetRows table, of which
+// decode reads one row, is left out).
 std::vector<std::span<const std::byte>> streamed_weight_spans(const Engine& engine) {
   std::vector<std::span<const std::byte>> out;
   Backend& be = *engine.scheduler().backends().front();
-  std::unordered_set<const void*> seen;  // a tied embedding is the output matrix too
-  for (const Tensor* t : const_cast<Model&>(engine.model()).weights()) {
-    if (!seen.insert(t->data).second) continue;
+  for (const Tensor* t : engine.product_weights()) {
     auto sp = be.weight_bytes(*t);
     if (!sp.empty()) out.push_back(sp);
   }

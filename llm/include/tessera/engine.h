@@ -73,6 +73,9 @@ class Engine {
 
   const ModelFile& file() const { return *file_; }
   const Model& model() const { return *model_; }
+  // The weights a matrix product reads (one Tensor per storage; what decode streams and
+  // the primary backend prepared, but for streamed experts), in the model's order.
+  const std::vector<const Tensor*>& product_weights() const { return product_weights_; }
   // Throws tessera::Error if the file has no usable tokenizer metadata.
   const Tokenizer& tokenizer() const;
   const Scheduler& scheduler() const { return *scheduler_; }
@@ -132,6 +135,7 @@ class Engine {
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<Model> model_;
+  std::vector<const Tensor*> product_weights_;
   std::unique_ptr<detail::QuantizedWeights> quantized_;  // --quantize copies; outlive the backends
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_error_;
