@@ -58,6 +58,7 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/tesseraConfigVersion.
 install(FILES ${CMAKE_BINARY_DIR}/cmake/tesseraConfig.cmake ${CMAKE_BINARY_DIR}/cmake/tesseraConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 configure_file(${CMAKE_SOURCE_DIR}/cmake/tessera.pc.in ${CMAKE_BINARY_DIR}/cmake/tessera.pc @ONLY)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/tessera-plugin-abi.pc.in ${CMAKE_BINARY_DIR}/cmake/tessera-plugin-abi.pc @ONLY)
 # tessera-probes.pc and tessera-conformance.pc: the sibling libraries, each on top of tessera.pc.
 foreach(_pc probes:machine_probes conformance:conformance_suite)
   string(REPLACE ":" ";" _pc ${_pc})
@@ -67,7 +68,7 @@ foreach(_pc probes:machine_probes conformance:conformance_suite)
   configure_file(${CMAKE_SOURCE_DIR}/cmake/tessera-sibling.pc.in ${CMAKE_BINARY_DIR}/cmake/tessera-${TESSERA_PC_LIB}.pc @ONLY)
 endforeach()
 install(FILES ${CMAKE_BINARY_DIR}/cmake/tessera.pc ${CMAKE_BINARY_DIR}/cmake/tessera-probes.pc
-              ${CMAKE_BINARY_DIR}/cmake/tessera-conformance.pc
+              ${CMAKE_BINARY_DIR}/cmake/tessera-conformance.pc ${CMAKE_BINARY_DIR}/cmake/tessera-plugin-abi.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # Tools find libtessera_core in ../lib and their plugins in ../lib/tessera/plugins.

@@ -18,7 +18,8 @@ foreach(f include/tessera/backend.h include/tessera/plugin_abi.h lib/libtessera_
           lib/libtessera_conformance.so lib/pkgconfig/tessera-probes.pc lib/pkgconfig/tessera-conformance.pc
           lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake
           lib/cmake/tessera/tesseraPluginAbiTargets.cmake
-          lib/pkgconfig/tessera.pc bin/tessera lib/tessera/plugins/backend_cpu_scalar.so)
+          lib/pkgconfig/tessera.pc lib/pkgconfig/tessera-plugin-abi.pc bin/tessera
+          lib/tessera/plugins/backend_cpu_scalar.so)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "the install lacks ${f}")
   endif()
@@ -65,6 +66,20 @@ if(READELF)
       message(FATAL_ERROR "${so}.so links a tessera library; a C-ABI plugin must not:\n${out}")
     endif()
   endforeach()
+endif()
+
+# The same source builds with nothing but pkg-config's flags for the C ABI.
+find_program(PKG_CONFIG pkg-config)
+find_program(CXX_COMPILER NAMES c++ g++ clang++)
+if(PKG_CONFIG AND CXX_COMPILER)
+  step("pkg-config --cflags tessera-plugin-abi" ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${prefix}/lib/pkgconfig
+       ${PKG_CONFIG} --cflags --libs tessera-plugin-abi)
+  string(STRIP "${STEP_OUT}" abi_flags)
+  if(NOT abi_flags MATCHES "^-I[^ ]*include$")
+    message(FATAL_ERROR "tessera-plugin-abi.pc should give one include folder and no library, gave: ${abi_flags}")
+  endif()
+  step("build the example with pkg-config's flags" ${CXX_COMPILER} -std=c++20 -O1 -shared -fPIC ${abi_flags}
+       ${SOURCE_DIR}/examples/backend_plugin/example_cpu.cpp -o ${WORK}/example_cpu_pc.so)
 endif()
 
 # 3. Dropped in, it is found, and it passes conformance on the cases it accepts.
