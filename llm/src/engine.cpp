@@ -129,6 +129,10 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
       if (own.data() && static_cast<const void*>(own.data()) != before) release_pages(before, bytes);
     }
   }
+  // A --quantize copy the backend copied again into pages of its own is read by nothing.
+  if (quantized_)
+    if (const size_t freed = quantized_->drop_unreferenced(model_->weights()))
+      spdlog::debug("--quantize: {:.1f} MiB of copies now held by the backend freed", double(freed) / (1 << 20));
   scheduler_ = std::make_unique<Scheduler>(std::move(backends));
 
   const ModelInfo& mi = model_->info();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
@@ -92,6 +93,24 @@ std::string names_of(const std::vector<std::string>& names) {
 
 }  // namespace
 
+size_t QuantizedWeights::drop_unreferenced(const std::vector<Tensor*>& weights) {
+  std::unordered_set<const void*> live;
+  for (const Tensor* w : weights) live.insert(w->data);
+  size_t freed = 0, kept = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!live.count(blocks[i].get())) {
+      freed += sizes_[i];
+      continue;
+    }
+    blocks[kept] = std::move(blocks[i]);
+    sizes_[kept] = sizes_[i];
+    ++kept;
+  }
+  blocks.resize(kept);
+  sizes_.resize(kept);
+  return freed;
+}
+
 std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, FastPool& pool) {
   check_quantize_target(target);
   const auto t0 = std::chrono::steady_clock::now();
@@ -148,6 +167,7 @@ std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, F
     }
     if (src.is_contiguous()) release_pages(src.data, src.nbytes());  // the source is not read again
     out->blocks.push_back(std::move(mem));
+    out->sizes_.push_back(bytes);
     out->bytes_before += src.nbytes();
     out->bytes_after += bytes;
     out->experts = out->experts || g.matmul_id;

@@ -11,6 +11,7 @@
 namespace tessera {
 class FastPool;
 class Model;
+struct Tensor;
 }  // namespace tessera
 
 namespace tessera::detail {
@@ -25,6 +26,14 @@ struct QuantizedWeights {
   int tensors = 0;               // weights replaced (a tied embedding counts once)
   uint64_t bytes_before = 0, bytes_after = 0;
   bool experts = false;          // a MatMulId (routed-expert) weight was replaced
+
+  // Frees the copies no weight points at any more (a backend's prepare_weight moved
+  // the tensor onto a copy of its own); returns the bytes freed.
+  size_t drop_unreferenced(const std::vector<Tensor*>& weights);
+
+ private:
+  std::vector<size_t> sizes_;  // parallel to blocks
+  friend std::unique_ptr<QuantizedWeights> quantize_weights(Model&, DType, FastPool&);
 };
 
 // Throws tessera::Error unless `target` is one of quantize_targets() (engine.h).
