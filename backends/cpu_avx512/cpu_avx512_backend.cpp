@@ -16,6 +16,7 @@
 #include "kernels_deltanet.h"
 #include "tessera/error.h"
 #include "tessera/pool_ref.h"
+#include "tessera/rope_table.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
 #include "tessera/host_memory.h"
@@ -600,32 +601,11 @@ class CpuAvx512Backend final : public Backend {
     const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
     const int32_t n_dims = n.i[0];
     const bool neox = mode != kRopeNormal;
-    const bool imrope = mode == kRopeImrope;
-    const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
-    const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
-    const float freq_base = n.f[0], freq_scale = n.f[1];
-    const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
+    const RopeTable table(n);
     const int32_t* p = static_cast<const int32_t*>(pos.data);
     rope_cs_.resize(size_t(T * n_dims));
     auto tables = [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        float* cs = rope_cs_.data() + t * n_dims;
-        float theta = float(p[t]), theta_e = 0.0f;
-        for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
-          float th = theta;
-          if (imrope) {
-            const int32_t sector = (i0 / 2) % sect_dims;
-            const bool t_h_w = (sector % 3 == 1 && sector < 3 * sec[1]) || (sector % 3 == 2 && sector < 3 * sec[2]) ||
-                               (sector % 3 == 0 && sector < 3 * sec[0]);
-            if (!t_h_w) th = theta_e;
-          }
-          const float ang = freq_scale * (ff ? th / ff[i0 / 2] : th);
-          cs[i0] = std::cos(ang);
-          cs[i0 + 1] = std::sin(ang);
-          theta *= theta_scale;
-          theta_e *= theta_scale;
-        }
-      }
+      for (int64_t t = t0; t < t1; ++t) table.cos_sin(p[t], ff, rope_cs_.data() + t * n_dims);
     };
     rows_par(T, T * n_dims * 8, kParCheap, tables);  // cosf + sinf per pair: ~8 element ops
     rows_par(T * heads, x.nelements(), kParCheap, [&](int64_t i0_, int64_t i1_) {

@@ -29,6 +29,7 @@
 #include "cpu_scalar_backend.h"
 #include "tessera/error.h"
 #include "tessera/pool_ref.h"
+#include "tessera/rope_table.h"
 #include "tessera/graph.h"
 #include "tessera/kv_access.h"
 #include "tessera/op_schema.h"
@@ -214,33 +215,11 @@ class CpuScalarBackend final : public Backend {
     const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
     const int32_t n_dims = n.i[0];
     const bool neox = n.i[1] == kRopeNeox || n.i[1] == kRopeImrope;
-    const bool imrope = n.i[1] == kRopeImrope;
-    const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
-    const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
-    const float freq_base = n.f[0], freq_scale = n.f[1];
-    const float theta_scale = std::pow(freq_base, -2.0f / float(n_dims));
+    const RopeTable table(n);
     const int32_t* p = static_cast<const int32_t*>(pos.data);
-    // Frequency factors: pair i's angle is theta / ff[i] (ggml's rope cache).
     std::vector<float> cs(static_cast<size_t>(n_dims));  // cos, sin per pair
     for (int64_t t = 0; t < T; ++t) {
-      // ggml_rope_cache_init: theta = p, times theta_scale for each next pair.
-      // Multi-section (text): the t, h and w sections rotate by the position, the
-      // e section by position 0 (theta stays 0), as llama.cpp feeds text tokens.
-      float theta = float(p[t]), theta_e = 0.0f;
-      for (int32_t i0 = 0; i0 < n_dims; i0 += 2) {
-        float th = theta;
-        if (imrope) {
-          const int32_t sector = (i0 / 2) % sect_dims;
-          const bool t_h_w = (sector % 3 == 1 && sector < 3 * sec[1]) || (sector % 3 == 2 && sector < 3 * sec[2]) ||
-                             (sector % 3 == 0 && sector < 3 * sec[0]);
-          if (!t_h_w) th = theta_e;
-        }
-        const float ang = freq_scale * (ff ? th / ff[i0 / 2] : th);
-        cs[size_t(i0)] = std::cos(ang);
-        cs[size_t(i0) + 1] = std::sin(ang);
-        theta *= theta_scale;
-        theta_e *= theta_scale;
-      }
+      table.cos_sin(p[t], ff, cs.data());
       for (int64_t h = 0; h < heads; ++h) {
         const float* src = x.row<float>(h, t);
         float* out = dst.row<float>(h, t);

@@ -16,6 +16,7 @@
 #include "tessera/error.h"
 #include "tessera/graph.h"
 #include "tessera/kv_access.h"
+#include "tessera/rope_table.h"
 #include "tessera/op_schema.h"
 #include "tessera/quant.h"
 #include "vk_context.h"
@@ -578,39 +579,16 @@ void Run::plan() {
         state_mirror(n);
         break;
       case Op::Rope: {
-        // The reference's cos/sin cache: theta = p * theta_scale^i by repeated
-        // multiplication in float, std::cos / std::sin of freq_scale * theta (theta
-        // divided by the pair's frequency factor where src2 holds them); for
-        // multi-section RoPE (text) the pairs outside the t, h and w sections rotate
-        // by position 0.
+        // The reference's cos/sin table (rope_table.h), uploaded for the shader.
         const Tensor& x = T(n.src[0]);
         const int32_t* p = static_cast<const int32_t*>(T(n.src[1]).data);
         const float* ff = n.src[2] >= 0 ? static_cast<const float*>(T(n.src[2]).data) : nullptr;
         const int32_t nd = n.i[0];
-        const bool imrope = n.i[1] == kRopeImrope;
-        const int32_t sec[4] = {n.i[2], n.i[3], n.i[4], n.i[5]};
-        const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
-        const float theta_scale = std::pow(n.f[0], -2.0f / float(nd));
+        const RopeTable table(n);
         Upload u{nullptr, size_t(x.ne[2]) * size_t(nd) * 4, 0};
         u.owned.resize(u.bytes);
         float* cs = reinterpret_cast<float*>(u.owned.data());
-        for (int64_t t = 0; t < x.ne[2]; ++t) {
-          float theta = float(p[t]), theta_e = 0.0f;
-          for (int32_t i0 = 0; i0 < nd; i0 += 2) {
-            float th = theta;
-            if (imrope) {
-              const int32_t sector = (i0 / 2) % sect_dims;
-              const bool t_h_w = (sector % 3 == 1 && sector < 3 * sec[1]) || (sector % 3 == 2 && sector < 3 * sec[2]) ||
-                                 (sector % 3 == 0 && sector < 3 * sec[0]);
-              if (!t_h_w) th = theta_e;
-            }
-            const float ang = n.f[1] * (ff ? th / ff[i0 / 2] : th);
-            cs[t * nd + i0] = std::cos(ang);
-            cs[t * nd + i0 + 1] = std::sin(ang);
-            theta *= theta_scale;
-            theta_e *= theta_scale;
-          }
-        }
+        for (int64_t t = 0; t < x.ne[2]; ++t) table.cos_sin(p[t], ff, cs + t * nd);
         u.dev = node_scratch_[k] = scratch(u.bytes);
         uploads_.push_back(std::move(u));
         break;
