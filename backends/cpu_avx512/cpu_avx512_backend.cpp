@@ -19,7 +19,6 @@
 #include "tessera/rope_table.h"
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
-#include "tessera/host_memory.h"
 #include "tessera/kv_access.h"
 #include "tessera/membw.h"
 #include "tessera/op_schema.h"
@@ -182,8 +181,9 @@ class CpuAvx512Backend final : public Backend {
   // A matrix the kernels read in its own layout (issue #20's formats, F16, BF16, F32):
   // copied as it is into huge pages, which stream faster than a model file's 4 KiB
   // page-cache pages, and the tensor points at the copy (the same layout, so every
-  // reader may use it); the file's pages are released. 2-D contiguous matrices only: a
-  // 3-D expert tensor may be streamed from disk, and a vector is not streamed.
+  // reader may use it; the engine hands the original's pages back). 2-D contiguous
+  // matrices only: a 3-D expert tensor may be streamed from disk, and a vector is not
+  // streamed.
   void copy_to_streamed_pages(Tensor& w) {
     if (w.ne[1] < 2 || w.ne[2] != 1 || w.ne[3] != 1 || !w.is_contiguous()) return;
     const size_t bytes = w.nbytes();
@@ -196,7 +196,6 @@ class CpuAvx512Backend final : public Backend {
       const size_t lo = size_t(b) * kChunk, hi = std::min(bytes, size_t(e) * kChunk);
       std::memcpy(copy.get() + lo, src + lo, hi - lo);
     });
-    release_pages(w.data, bytes);
     w.data = copy.get();
     copies_.push_back(std::move(copy));
   }

@@ -36,7 +36,8 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   model_ = Model::load(*file_);
   // --quantize: the copies replace the weights before experts are streamed and the
   // backends repack (decision 66).
-  if (opt.quantize) quantized_ = detail::quantize_weights(*model_, *opt.quantize, *pool_);
+  const std::vector<detail::WeightGroup> uses = detail::weight_uses(*model_);
+  if (opt.quantize) quantized_ = detail::quantize_weights(uses, *opt.quantize, *pool_);
   const bool experts_quantized = quantized_ && quantized_->experts;
   if (experts_quantized && opt.expert_cache_bytes > 0)
     throw Error("--expert-cache SIZE streams the experts from the file, but --quantize made them copies in memory: "
@@ -110,24 +111,39 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
       if (experts_) experts_->finish_setup();
     }
   }
-  // The primary backend may repack weights into its own layout once, at load: those a
-  // matrix product reads (a GetRows table or a norm would only get a copy nothing
-  // reads). A weight that nothing but products reads, and whose backend now streams a
-  // copy of its own, has its original pages handed back (the file's pages would
-  // otherwise stay resident beside the copy).
+  // The primary backend may repack or copy weights into its own memory once, at load:
+  // those a matrix product reads (a GetRows table or a norm would only get a copy
+  // nothing reads), once per storage (a tied output matrix shares the embedding's
+  // result). The original's pages are handed back when nothing reads them any more:
+  // every view now points at the backend's copy, or only products read the weight and
+  // the backend streams a copy of its own (the file's pages would otherwise stay
+  // resident beside it).
   Backend& primary = *backends.front();
-  for (const detail::WeightGroup& g : detail::weight_uses(*model_)) {
+  for (const detail::WeightGroup& g : uses) {
     if (!g.product) continue;
-    product_weights_.push_back(g.views.front());
+    Tensor& first = *g.views.front();
+    product_weights_.push_back(&first);
+    if (streamed.count(&first)) continue;
+    const Tensor original = first;
+    primary.prepare_weight(first);
+    bool original_read = false;  // by a view of another layout
     for (Tensor* w : g.views) {
-      if (streamed.count(w)) continue;
-      const void* before = w->data;
-      const size_t bytes = w->is_contiguous() ? w->nbytes() : 0;
-      primary.prepare_weight(*w);
-      if (g.table || g.other || bytes == 0 || w->data != before || !primary.uses_host_memory()) continue;
-      const std::span<const std::byte> own = primary.weight_bytes(*w);
-      if (own.data() && static_cast<const void*>(own.data()) != before) release_pages(before, bytes);
+      if (w == &first) continue;
+      if (detail::same_layout(*w, original)) {
+        w->type = first.type;
+        std::copy(std::begin(first.nb), std::end(first.nb), std::begin(w->nb));
+        w->data = first.data;
+        w->buffer = first.buffer;
+      } else {
+        primary.prepare_weight(*w);
+        original_read = true;
+      }
     }
+    if (original_read || !original.is_contiguous() || !primary.uses_host_memory()) continue;
+    const bool moved = first.data != original.data;
+    const std::span<const std::byte> own = primary.weight_bytes(first);
+    const bool own_copy = own.data() && static_cast<const void*>(own.data()) != original.data;
+    if (moved || (own_copy && !g.table && !g.other)) release_pages(original.data, original.nbytes());
   }
   // A --quantize copy the backend copied again into pages of its own is read by nothing.
   if (quantized_)

@@ -111,7 +111,8 @@ size_t QuantizedWeights::drop_unreferenced(const std::vector<Tensor*>& weights) 
   return freed;
 }
 
-std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, FastPool& pool) {
+std::unique_ptr<QuantizedWeights> quantize_weights(const std::vector<WeightGroup>& groups, DType target,
+                                                   FastPool& pool) {
   check_quantize_target(target);
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -119,7 +120,6 @@ std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, F
   // A weight qualifies only if every read of its bytes is MatMul's or MatMulId's weight
   // operand or GetRows's table, as the whole tensor (no view or reshape, whose layout a
   // new type would break).
-  std::vector<WeightGroup> groups = weight_uses(model);
 
   const DTypeTraits& tt = dtype_traits(target);
   std::vector<const WeightGroup*> todo;

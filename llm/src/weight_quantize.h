@@ -10,11 +10,12 @@
 
 namespace tessera {
 class FastPool;
-class Model;
 struct Tensor;
 }  // namespace tessera
 
 namespace tessera::detail {
+
+struct WeightGroup;
 
 // The quantized copies the model's weight Tensors point to after quantize_weights();
 // the Engine keeps them for as long as the model and the backends may read them.
@@ -33,13 +34,13 @@ struct QuantizedWeights {
 
  private:
   std::vector<size_t> sizes_;  // parallel to blocks
-  friend std::unique_ptr<QuantizedWeights> quantize_weights(Model&, DType, FastPool&);
+  friend std::unique_ptr<QuantizedWeights> quantize_weights(const std::vector<WeightGroup>&, DType, FastPool&);
 };
 
 // Throws tessera::Error unless `target` is one of quantize_targets() (engine.h).
 void check_quantize_target(DType target);
 
-// Replaces every F32/F16/BF16 weight of `model` that only ever serves as the weight
+// Replaces every F32/F16/BF16 weight of the model (`uses`) that only ever serves as the weight
 // operand of MatMul or MatMulId or as the table of GetRows in the model's forward
 // graph, has at least two rows and is not an MoE router (`ffn_gate_inp`, kept F32 as
 // llama.cpp does), with a copy quantized to `target` by quant::quantize_row, rows in
@@ -47,6 +48,9 @@ void check_quantize_target(DType target);
 // change. Weights whose rows are not a multiple of target's block size, and those
 // already in another format, are left as they are (said once each). The source data
 // is only read. Logs progress for long work and a summary at info level.
-std::unique_ptr<QuantizedWeights> quantize_weights(Model& model, DType target, FastPool& pool);
+// `uses`: weight_uses(model), which the engine computes once for this and for the
+// backends' preparation.
+std::unique_ptr<QuantizedWeights> quantize_weights(const std::vector<WeightGroup>& uses, DType target,
+                                                   FastPool& pool);
 
 }  // namespace tessera::detail

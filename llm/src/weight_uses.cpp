@@ -12,14 +12,10 @@
 
 namespace tessera::detail {
 
-namespace {
-
 bool same_layout(const Tensor& a, const Tensor& b) {
   return a.data == b.data && a.type == b.type && std::equal(std::begin(a.ne), std::end(a.ne), std::begin(b.ne)) &&
          std::equal(std::begin(a.nb), std::end(a.nb), std::begin(b.nb));
 }
-
-}  // namespace
 
 std::vector<WeightGroup> weight_uses(Model& model) {
   std::vector<WeightGroup> groups;

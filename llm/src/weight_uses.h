@@ -25,7 +25,11 @@ struct WeightGroup {
 };
 
 // The model's weights grouped by storage (those with data), each marked by how one
-// forward step reads it.
+// forward step reads it. The marks stay true when the views are later pointed at a
+// copy of the same layout (quantized or prepared): the graph reads the same Tensors.
 std::vector<WeightGroup> weight_uses(Model& model);
+
+// Same data, type, shape and strides.
+bool same_layout(const Tensor& a, const Tensor& b);
 
 }  // namespace tessera::detail
