@@ -29,10 +29,10 @@
 #include <memory>
 #include <span>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "tessera/plugin_abi.h"
+#include "tessera/pool_ref.h"
 
 namespace tessera {
 
@@ -94,15 +94,11 @@ class FastPool {
   // Workers currently blocked in the sleep stage (diagnostics and tests).
   int sleepingWorkers() const;
 
-  // Runs f(begin, end) over [0, n) split into executorCount() contiguous chunks.
+  // Runs f(begin, end) over [0, n) split into executorCount() contiguous chunks (the
+  // split PoolRef makes for plugins, so host and plugin code divide work alike).
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    struct Ctx { std::remove_reference_t<F>* f; int64_t n; int parts; } c{&f, n, executorCount()};
-    parallel([](void* p, int i) {
-      auto* cx = static_cast<Ctx*>(p);
-      int64_t b = cx->n * i / cx->parts, e = cx->n * (i + 1) / cx->parts;
-      if (b < e) (*cx->f)(b, e);
-    }, &c);
+    PoolRef(this).parallel_for(n, f);
   }
 
  private:
