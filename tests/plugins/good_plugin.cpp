@@ -84,14 +84,7 @@ int32_t supports(void*, const TesseraGraph* g, size_t node, char* reason, size_t
 }
 
 int32_t execute(void*, TesseraGraph* g, size_t first, size_t count, uint32_t, char*, size_t) {
-  for (size_t k = first; k < first + count; ++k) {
-    const TesseraNode& n = g->nodes[k];
-    const float* a = static_cast<const float*>(g->tensors[n.src[0]].data);
-    const float* b = static_cast<const float*>(g->tensors[n.src[1]].data);
-    float* d = static_cast<float*>(g->tensors[n.dst].data);
-    const long long ne = nelements(g->tensors[n.dst]);
-    for (long long i = 0; i < ne; ++i) d[i] = a[i] + b[i];
-  }
+  test_plugin::run_add_mul(g, first, count);
   return 0;
 }
 

@@ -21,6 +21,19 @@ inline bool dense_f32(const TesseraTensor& t) {
 }
 inline long long nelements(const TesseraTensor& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
+// Runs nodes [first, first + count) of Add or Mul over dense F32 operands of one size
+// (what the test plugins' supports() accepted).
+inline void run_add_mul(TesseraGraph* g, size_t first, size_t count) {
+  for (size_t k = first; k < first + count; ++k) {
+    const TesseraNode& n = g->nodes[k];
+    const float* a = static_cast<const float*>(g->tensors[n.src[0]].data);
+    const float* b = static_cast<const float*>(g->tensors[n.src[1]].data);
+    float* d = static_cast<float*>(g->tensors[n.dst].data);
+    const long long ne = nelements(g->tensors[n.dst]);
+    for (long long i = 0; i < ne; ++i) d[i] = n.op == TESSERA_OP_ADD ? a[i] + b[i] : a[i] * b[i];
+  }
+}
+
 // A complete backend table for plugins whose instances are never created (their probe
 // refuses, misbehaves, or the test is about the descriptor): present, so that the
 // registry gets past the table checks, and inert.
