@@ -45,27 +45,30 @@ void Sampler::sort_by_logit() {
     return;
   }
   // Ascending key = descending logit; -0 and +0 compare equal, so they share a key.
-  auto key = [](float l) {
+  // Computed once per candidate, then carried through the passes.
+  keyed_.resize(2 * n);
+  Keyed* from = keyed_.data();
+  Keyed* to = from + n;
+  for (size_t i = 0; i < n; ++i) {
+    float l = cand_[i].logit;
     if (l == 0.0f) l = 0.0f;
     uint32_t b;
     std::memcpy(&b, &l, 4);
     b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // ascending with the float
-    return ~b;
-  };
-  sorted_.resize(n);
-  std::vector<Candidate>* from = &cand_;
-  std::vector<Candidate>* to = &sorted_;
+    from[i] = Keyed{~b, cand_[i]};
+  }
   constexpr int kBits = 11;
   constexpr uint32_t kBuckets = 1u << kBits;
   for (int shift = 0; shift < 32; shift += kBits) {
     size_t count[kBuckets + 1] = {};
-    for (const Candidate& c : *from) ++count[((key(c.logit) >> shift) & (kBuckets - 1)) + 1];
+    for (size_t i = 0; i < n; ++i) ++count[((from[i].key >> shift) & (kBuckets - 1)) + 1];
     for (uint32_t b = 0; b < kBuckets; ++b) count[b + 1] += count[b];
-    for (const Candidate& c : *from) (*to)[count[(key(c.logit) >> shift) & (kBuckets - 1)]++] = c;
+    for (size_t i = 0; i < n; ++i) to[count[(from[i].key >> shift) & (kBuckets - 1)]++] = from[i];
     std::swap(from, to);
   }
-  if (from != &cand_) cand_.swap(*from);
+  for (size_t i = 0; i < n; ++i) cand_[i] = from[i].c;
 }
+
 namespace {
 
 void validate(const SamplerParams& p) {

@@ -63,7 +63,8 @@ class Sampler {
   std::deque<int32_t> recent_;
   std::vector<std::pair<int32_t, int32_t>> generated_;  // (token, times), in first-seen order
   std::vector<Candidate> cand_;  // reused across calls
-  std::vector<Candidate> sorted_;  // sort_by_logit's work buffer
+  struct Keyed { uint32_t key; Candidate c; };
+  std::vector<Keyed> keyed_;  // sort_by_logit's work buffers (two halves)
   // cand_ (in ascending id order) into descending logit, ascending id on ties.
   void sort_by_logit();
 };
