@@ -419,6 +419,15 @@ struct AttnShape {
   int64_t hd, heads, kv_heads;
 };
 
+// The sequence table of one sequence's `n` tokens at pos0 (graph.h, Op::Attention).
+std::vector<int32_t> one_sequence_table(const KvCache& kv, KvCache::SeqId seq, int64_t pos0, int64_t n) {
+  std::vector<int32_t> t = {0, int32_t(n), int32_t(pos0)};
+  const std::vector<int32_t>& bt = kv.block_table(seq);
+  const size_t pages = size_t((pos0 + n + kv.config().page_tokens - 1) / kv.config().page_tokens);
+  t.insert(t.end(), bt.begin(), bt.begin() + std::ptrdiff_t(pages));
+  return t;
+}
+
 void bm_attention(benchmark::State& state, const std::string& backend, AttnShape sh, int64_t L) {
   Backend& be = *globals().backends.at(backend);
   constexpr int kLayers = 22;
@@ -443,16 +452,16 @@ void bm_attention(benchmark::State& state, const std::string& backend, AttnShape
   kv.set_length(seq, L + 1);
   Graph g;
   const int32_t q = g.new_tensor(DType::F32, {sh.hd, sh.heads, 1}, "q");
+  std::vector<int32_t> table = one_sequence_table(kv, seq, L, 1);
+  const int32_t tt = g.add_tensor(Tensor::contiguous(DType::I32, {int64_t(table.size()), 1}, table.data()));
   std::vector<int32_t> outs;
   for (int l = 0; l < kLayers; ++l) {
     outs.push_back(g.new_tensor(DType::F32, {sh.hd, sh.heads, 1}, "out"));
     Node nd;
     nd.op = Op::Attention;
     nd.dst = outs.back();
-    nd.src = {q, -1, -1, -1};
-    nd.i = {l, seq, int32_t(L)};
+    nd.src = {q, g.add_tensor(kv.k_storage(l)), g.add_tensor(kv.v_storage(l)), tt};
     nd.f[0] = 1.0f / std::sqrt(float(sh.hd));
-    nd.kv = &kv;
     g.add_node(nd);
   }
   g.allocate();
@@ -485,13 +494,13 @@ void bm_attention_prefill(benchmark::State& state, const std::string& backend, A
   Graph g;
   const int32_t q = g.new_tensor(DType::F32, {sh.hd, sh.heads, T}, "q");
   const int32_t out = g.new_tensor(DType::F32, {sh.hd, sh.heads, T}, "out");
+  std::vector<int32_t> table = one_sequence_table(kv, seq, 0, T);
   Node nd;
   nd.op = Op::Attention;
   nd.dst = out;
-  nd.src = {q, -1, -1, -1};
-  nd.i = {0, seq, 0};
+  nd.src = {q, g.add_tensor(kv.k_storage(0)), g.add_tensor(kv.v_storage(0)),
+            g.add_tensor(Tensor::contiguous(DType::I32, {int64_t(table.size()), 1}, table.data()))};
   nd.f[0] = 1.0f / std::sqrt(float(sh.hd));
-  nd.kv = &kv;
   g.add_node(nd);
   g.allocate();
   fill_random(static_cast<float*>(g.tensor(q).data), g.tensor(q).nelements(), 9);

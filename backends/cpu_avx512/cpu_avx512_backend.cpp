@@ -15,6 +15,7 @@
 #include "kernels.h"
 #include "kernels_deltanet.h"
 #include "tessera/error.h"
+#include "tessera/paged_rows.h"
 #include "tessera/pool_ref.h"
 #include "tessera/rope_table.h"
 #include "tessera/graph.h"
@@ -362,7 +363,9 @@ class CpuAvx512Backend final : public Backend {
       case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n.src[1]);
       case Op::MatMulId:
         return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
-      case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
+      case Op::Attention:
+        return attention(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.src[3]),
+                         g.tensor(n.dst), n.f[0]);
       case Op::GatedDeltaNet:
         return gated_delta_net(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst), n);
       case Op::RmsNorm: {
@@ -465,7 +468,7 @@ class CpuAvx512Backend final : public Backend {
         return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n,
                     n.src[2] >= 0 ? static_cast<const float*>(g.tensor(n.src[2]).data) : nullptr);
       case Op::GetRows: return get_rows(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
-      case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), n);
+      case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::MoeCombine: {
         const Tensor &e = g.tensor(n.src[0]), &w = g.tensor(n.src[1]), &y = g.tensor(n.dst);
         const int64_t N = e.ne[0], k = e.ne[1], T = e.ne[2];
@@ -637,27 +640,18 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
-  // KvWrite: F32 -> F16 (round to nearest even, NaN as quant::fp32_to_fp16), tokens
+  // KvWrite: F32 -> F16 (round to nearest even, NaN as quant::fp32_to_fp16) into the
+  // storage rows of the tokens' slots (inside the storage: check_run_state), tokens
   // split above the threshold.
-  bool kv_write(const Tensor& k, const Tensor& v, const Node& n) {
-    KvAccess& kv = *n.kv;
-    const int layer = n.i[0];
-    const KvAccess::SeqId seq = n.i[1];
-    const int64_t p0 = n.i[2];  // sequence and positions: op_schema::check_run_state
-    const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
-    kv_rows_.resize(size_t(2 * T));
-    for (int64_t t = 0; t < T; ++t) {  // the block table is walked (and checked) on this thread
-      kv_rows_[size_t(2 * t)] = kv.k_row(layer, seq, p0 + t);
-      kv_rows_[size_t(2 * t + 1)] = kv.v_row(layer, seq, p0 + t);
-    }
-    rows_par(T, 2 * k.nelements(), kParCheap, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t h = 0; h < heads; ++h) {
-          kern::f32_to_f16_row(k.row<float>(h, t), kv_rows_[size_t(2 * t)] + h * hd, hd);
-          kern::f32_to_f16_row(v.row<float>(h, t), kv_rows_[size_t(2 * t + 1)] + h * hd, hd);
-        }
+  bool kv_write(const Tensor& x, const Tensor& slots, const Tensor& storage) {
+    const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
+    const int32_t* slot = static_cast<const int32_t*>(slots.data);
+    rows_par(T, x.nelements(), kParCheap, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        uint16_t* row = storage_row(storage, slot[t]);
+        for (int64_t h = 0; h < heads; ++h) kern::f32_to_f16_row(x.row<float>(h, t), row + h * hd, hd);
+      }
     });
-    // The length is the engine's to set, after the step (see KvCache::length in kv_cache.h).
     return true;
   }
 
@@ -1263,63 +1257,77 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
-  bool attention(const Tensor& q, const Tensor& dst, const Node& n) {
-    const KvAccess& kv = *n.kv;
-    const int layer = n.i[0];
-    const KvAccess::SeqId seq = n.i[1];
-    const int64_t p0 = n.i[2];
-    const float scale = n.f[0];
-    const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
+  // Every sequence of the step at once. Items: per sequence, (KV head, a slice of up to
+  // 16 of its query heads, a tile of consecutive tokens), 16 query rows where the group
+  // allows (kern::attention_tile), in KV head order so an executor's items reuse one
+  // head's K/V rows from its caches. Items grow with the token (causal), so they are
+  // handed out by split_, which balances the executors by stealing.
+  bool attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
+                 float scale) {
+    const int64_t hd = q.ne[0], n_head = q.ne[1];
     if (hd > 1024) return false;  // declined by supports()
-    const int64_t n_kv = kv.config().n_kv_heads;
+    const int64_t n_kv = kc.ne[0] / hd;
     const int64_t group = n_head / n_kv;
-    const int64_t L = p0 + T;
-    // Cache row pointers per position (a KV head's part starts kvh * hd into a row).
-    // Gathered on this thread before the dispatch: one lookup per page, since a
-    // checked k_row/v_row call per position and head was ~6 us per layer at 256.
-    // Positions [0, L) must be reserved; this step's ([p0, L), written by the KvWrite
-    // before) are not counted in length() yet: the engine sets it after the step.
-    rows_.resize(size_t(2 * L));
-    const uint16_t** krows = rows_.data();
-    const uint16_t** vrows = rows_.data() + L;
-    try {
-      kv.rows(layer, seq, 0, 0, L, krows);
-      kv.rows(layer, seq, 1, 0, L, vrows);
-    } catch (const Error& e) {
-      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(L) + ") of sequence " +
-                  std::to_string(seq) + ": " + e.what());
-    }
-    if (group <= 0 || T <= 0) return true;
-    // Items: (KV head, a slice of up to 16 of its query heads, a tile of consecutive
-    // tokens), 16 query rows where the group allows (kern::attention_tile), in KV head
-    // order so an executor's items reuse one head's K/V rows from its caches. Items
-    // grow with the token (causal), so they are handed out by split_, which balances
-    // the executors by stealing.
+    if (group <= 0 || q.ne[2] <= 0) return true;
     const int64_t gs = std::min<int64_t>(group, 16), slices = (group + gs - 1) / gs;
-    const int64_t tq = std::max<int64_t>(1, 16 / gs), tiles = (T + tq - 1) / tq;
+    const int64_t tq = std::max<int64_t>(1, 16 / gs);
+    // Cache row pointers per position of each sequence (a KV head's part starts kvh * hd
+    // into a row), gathered on this thread through the block tables (checked by
+    // check_run_state) before the dispatch.
+    size_t total = 0;
+    for (int64_t s = 0; s < table.ne[1]; ++s) {
+      const int32_t* col = table.row<int32_t>(s);
+      if (col[kSeqCount] > 0) total += 2 * size_t(int64_t(col[kSeqPos0]) + col[kSeqCount]);
+    }
+    rows_.resize(total);
+    attn_seqs_.clear();
+    int64_t count = 0;
+    size_t off = 0;
+    for (int64_t s = 0; s < table.ne[1]; ++s) {
+      const int32_t* col = table.row<int32_t>(s);
+      if (col[kSeqCount] <= 0) continue;
+      const int64_t L = int64_t(col[kSeqPos0]) + col[kSeqCount];
+      AttnSeq a;
+      a.krows = rows_.data() + off;
+      a.vrows = rows_.data() + off + L;
+      sequence_rows(kc, col, L, rows_.data() + off);
+      sequence_rows(vc, col, L, rows_.data() + off + L);
+      off += 2 * size_t(L);
+      a.first = col[kSeqFirst];
+      a.T = col[kSeqCount];
+      a.p0 = col[kSeqPos0];
+      a.tiles = (a.T + tq - 1) / tq;
+      a.item0 = count;
+      count += n_kv * slices * a.tiles;
+      attn_seqs_.push_back(a);
+    }
     struct Ctx {
       const Tensor *q, *dst;
-      const uint16_t *const *krows, *const *vrows;
-      int64_t hd, group, gs, slices, tq, tiles, T, p0;
+      const std::vector<AttnSeq>* seqs;
+      int64_t hd, group, gs, slices, tq;
       float scale;
       WorkSplit* split;
       void run(int64_t b, int64_t e) const {
         const float* qs[16];
         float* outs[16];
         int64_t len[16];
+        size_t si = 0;
         for (int64_t item = b; item < e; ++item) {
-          const int64_t kvh = item / (slices * tiles), slice = item / tiles % slices, t0 = item % tiles * tq;
+          while (si + 1 < seqs->size() && (*seqs)[si + 1].item0 <= item) ++si;
+          while ((*seqs)[si].item0 > item) --si;
+          const AttnSeq& a = (*seqs)[si];
+          const int64_t local = item - a.item0;
+          const int64_t kvh = local / (slices * a.tiles), slice = local / a.tiles % slices, t0 = local % a.tiles * tq;
           const int64_t h0 = kvh * group + slice * gs, nh = std::min(gs, group - slice * gs);
-          const int64_t nt = std::min(tq, T - t0);
+          const int64_t nt = std::min(tq, a.T - t0);
           int n = 0;
           for (int64_t t = t0; t < t0 + nt; ++t)
             for (int64_t h = h0; h < h0 + nh; ++h, ++n)
-              qs[n] = q->row<float>(h, t), outs[n] = dst->row<float>(h, t), len[n] = p0 + t + 1;
-          kern::attention_tile(qs, outs, len, n, hd, krows, vrows, kvh * hd, scale);
+              qs[n] = q->row<float>(h, a.first + t), outs[n] = dst->row<float>(h, a.first + t), len[n] = a.p0 + t + 1;
+          kern::attention_tile(qs, outs, len, n, hd, a.krows, a.vrows, kvh * hd, scale);
         }
       }
-    } ctx{&q, &dst, krows, vrows, hd, group, gs, slices, tq, tiles, T, p0, scale, &split_};
-    const int64_t count = n_kv * slices * tiles;
+    } ctx{&q, &dst, &attn_seqs_, hd, group, gs, slices, tq, scale, &split_};
     const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || count < 2) {
       ctx.run(0, count);
@@ -1375,7 +1383,13 @@ class CpuAvx512Backend final : public Backend {
   std::vector<const uint16_t*> rows_;
   std::vector<float> rope_cs_;      // Rope: (cos, sin) per pair per token
   std::vector<int32_t> topk_order_;  // TopK: ids of one row, sorted
-  std::vector<uint16_t*> kv_rows_;  // KvWrite: K and V rows per token
+  // Attention: one sequence of the step (its cache rows, token rows and first item).
+  struct AttnSeq {
+    const uint16_t* const* krows = nullptr;
+    const uint16_t* const* vrows = nullptr;
+    int64_t first = 0, T = 0, p0 = 0, tiles = 0, item0 = 0;
+  };
+  std::vector<AttnSeq> attn_seqs_;
   // MatMulId scratch (reused between calls).
   std::vector<int64_t> moe_start_, moe_fill_;
   std::vector<const uint8_t*> moe_act_;

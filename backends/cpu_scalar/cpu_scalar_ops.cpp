@@ -28,6 +28,7 @@
 
 #include "cpu_scalar_backend.h"
 #include "tessera/error.h"
+#include "tessera/paged_rows.h"
 #include "tessera/pool_ref.h"
 #include "tessera/rope_table.h"
 #include "tessera/graph.h"
@@ -120,8 +121,10 @@ class CpuScalarBackend final : public Backend {
       case Op::Rope:
         return rope(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n,
                     n.src[2] >= 0 ? static_cast<const float*>(g.tensor(n.src[2]).data) : nullptr);
-      case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), n);
-      case Op::Attention: return attention(g.tensor(n.src[0]), g.tensor(n.dst), n);
+      case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::Attention:
+        return attention(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.src[3]),
+                         g.tensor(n.dst), n.f[0]);
       case Op::Softmax: return softmax(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::Silu: return silu_op(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::SwiGlu: return swiglu(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
@@ -247,50 +250,41 @@ class CpuScalarBackend final : public Backend {
   }
 
   // --- KvWrite -------------------------------------------------------------
-  static void kv_write(const Tensor& k, const Tensor& v, const Node& n) {
-    KvAccess& kv = *n.kv;
-    const int layer = n.i[0];
-    const KvAccess::SeqId seq = n.i[1];
-    const int64_t p0 = n.i[2];  // sequence and positions: op_schema::check_run_state
-    const int64_t hd = k.ne[0], heads = k.ne[1], T = k.ne[2];
+  static void kv_write(const Tensor& x, const Tensor& slots, const Tensor& storage) {
+    const int64_t hd = x.ne[0], heads = x.ne[1], T = x.ne[2];
+    const int32_t* slot = static_cast<const int32_t*>(slots.data);  // inside storage: check_run_state
     for (int64_t t = 0; t < T; ++t) {
-      uint16_t* kr = kv.k_row(layer, seq, p0 + t);
-      uint16_t* vr = kv.v_row(layer, seq, p0 + t);
+      uint16_t* row = storage_row(storage, slot[t]);
       for (int64_t h = 0; h < heads; ++h) {
-        const float* ks = k.row<float>(h, t);
-        const float* vs = v.row<float>(h, t);
-        for (int64_t d = 0; d < hd; ++d) {
-          kr[h * hd + d] = quant::fp32_to_fp16(ks[d]);
-          vr[h * hd + d] = quant::fp32_to_fp16(vs[d]);
-        }
+        const float* xs = x.row<float>(h, t);
+        for (int64_t d = 0; d < hd; ++d) row[h * hd + d] = quant::fp32_to_fp16(xs[d]);
       }
     }
-    // The length is the engine's to set, after the step (see KvCache::length in kv_cache.h).
   }
 
   // --- Attention -----------------------------------------------------------
-  void attention(const Tensor& q, const Tensor& dst, const Node& n) {
-    const KvAccess& kv = *n.kv;
-    const int layer = n.i[0];
-    const KvAccess::SeqId seq = n.i[1];
-    const int64_t p0 = n.i[2];
-    const float scale = n.f[0];
+  void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
+                 float scale) {
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
-    const int64_t n_kv = kv.config().n_kv_heads;
+    const int64_t n_kv = kc.ne[0] / hd;
     const int64_t group = n_head / n_kv;
 
-    // Row pointers of the cache, gathered once (the block table is read-only here).
-    // Positions [0, p0 + T) must be reserved; those of this step ([p0, p0 + T), written
-    // by the KvWrite before) are not counted in length() yet: the engine sets it after
-    // the step.
-    const int64_t L = p0 + T;
-    std::vector<const uint16_t*> krows(static_cast<size_t>(L)), vrows(static_cast<size_t>(L));
-    try {
-      kv.rows(layer, seq, 0, 0, L, krows.data());
-      kv.rows(layer, seq, 1, 0, L, vrows.data());
-    } catch (const Error& e) {
-      throw Error("attention over positions [" + std::to_string(p0) + ", " + std::to_string(L) + ") of sequence " +
-                  std::to_string(seq) + ": " + e.what());
+    // Per token row: its position, and the cache rows of its sequence (gathered once per
+    // sequence through the block table; the table was checked by check_run_state).
+    std::vector<int64_t> pos(size_t(T), 0), seq_of(size_t(T), 0);
+    std::vector<std::vector<const uint16_t*>> krows(size_t(table.ne[1])), vrows(size_t(table.ne[1]));
+    for (int64_t s = 0; s < table.ne[1]; ++s) {
+      const int32_t* col = table.row<int32_t>(s);
+      if (col[kSeqCount] == 0) continue;
+      const int64_t L = int64_t(col[kSeqPos0]) + col[kSeqCount];
+      krows[size_t(s)].resize(size_t(L));
+      vrows[size_t(s)].resize(size_t(L));
+      sequence_rows(kc, col, L, krows[size_t(s)].data());
+      sequence_rows(vc, col, L, vrows[size_t(s)].data());
+      for (int64_t j = 0; j < col[kSeqCount]; ++j) {
+        pos[size_t(col[kSeqFirst] + j)] = col[kSeqPos0] + j;
+        seq_of[size_t(col[kSeqFirst] + j)] = s;
+      }
     }
 
     // The weighted sum of V is kept in F16 between steps, as llama.cpp's CPU flash
@@ -303,13 +297,15 @@ class CpuScalarBackend final : public Backend {
       for (int64_t item = b; item < e; ++item) {
         const int64_t t = item / n_head, h = item % n_head;
         const int64_t kvh = h / group;
+        const std::vector<const uint16_t*>& seq_k = krows[size_t(seq_of[size_t(t)])];
+        const std::vector<const uint16_t*>& seq_v = vrows[size_t(seq_of[size_t(t)])];
         const float* qs = q.row<float>(h, t);
         for (int64_t d = 0; d < hd; ++d) qf[size_t(d)] = quant::fp16_to_fp32(quant::fp32_to_fp16(qs[d]));
         std::fill(acc.begin(), acc.end(), 0.0f);
         float M = -std::numeric_limits<float>::infinity(), S = 0.0f;
-        const int64_t last = p0 + t;  // causal: positions 0 .. p0 + t
+        const int64_t last = pos[size_t(t)];  // causal: positions 0 .. its own
         for (int64_t j = 0; j <= last; ++j) {
-          const uint16_t* kr = krows[size_t(j)] + kvh * hd;
+          const uint16_t* kr = seq_k[size_t(j)] + kvh * hd;
           float dot = 0.0f;
           for (int64_t d = 0; d < hd; ++d) dot += qf[size_t(d)] * quant::fp16_to_fp32(kr[d]);
           const float s = dot * scale;
@@ -322,7 +318,7 @@ class CpuScalarBackend final : public Backend {
           } else {
             vs = std::exp(s - M);
           }
-          const uint16_t* vr = vrows[size_t(j)] + kvh * hd;
+          const uint16_t* vr = seq_v[size_t(j)] + kvh * hd;
           for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] = round_f16(acc[size_t(d)] + quant::fp16_to_fp32(vr[d]) * vs);
           S = S * ms + vs;
         }

@@ -95,6 +95,6 @@ class Context {
 void check(VkResult r, const char* what);
 
 constexpr uint32_t kPushConstantBytes = 128;
-constexpr uint32_t kBindings = 2;  // 0: the run's arena, 1: a weight (or the arena again)
+constexpr uint32_t kBindings = 4;  // 0: the run's arena, 1: a weight, 2 and 3: KV storage (else the arena again)
 
 }  // namespace tessera::vk

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +115,11 @@ struct Push {
   }
 };
 
+class DeviceKvBuffer;
+
+// A tensor in device memory: a buffer of its backend, no host address.
+bool on_device(const Tensor& t) { return !t.data && t.buffer; }
+
 class VulkanBackend final : public Backend {
  public:
   explicit VulkanBackend(bool allow_cpu) : ctx_(allow_cpu) {
@@ -130,6 +136,10 @@ class VulkanBackend final : public Backend {
 
   std::string name() const override { return "vulkan"; }
   bool uses_host_memory() const override { return false; }
+  TransferStats transfers() const override { return transfers_; }
+  // The KV pages (BufferUsage::Kv) in device memory, where attention reads them; other
+  // usages are host memory.
+  std::unique_ptr<::tessera::Buffer> alloc_buffer(size_t bytes, BufferUsage usage) override;
 
   // What the shaders take, for nodes the op schema accepted (the scheduler checks the
   // schema first; execute() does too).
@@ -190,7 +200,7 @@ class VulkanBackend final : public Backend {
     std::vector<Range> writes;
     writes.reserve(nodes.size());
     for (const Node& o : nodes)
-      if (o.dst >= 0) writes.push_back(range_of(g.tensor(o.dst)));
+      if (o.dst >= 0 && !on_device(g.tensor(o.dst))) writes.push_back(range_of(g.tensor(o.dst)));
     std::sort(writes.begin(), writes.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
     std::vector<uintptr_t> max_hi(writes.size());
     for (size_t i = 0; i < writes.size(); ++i) max_hi[i] = std::max(writes[i].hi, i ? max_hi[i - 1] : 0);
@@ -255,23 +265,26 @@ class VulkanBackend final : public Backend {
         const Range pr = range_of(T(n.src[1]));
         const Range fr = n.src[2] >= 0 ? range_of(T(n.src[2])) : Range{};
         for (const Node& o : g.nodes()) {
-          if (o.dst < 0) continue;
+          if (o.dst < 0 || on_device(T(o.dst))) continue;
           if (range_of(T(o.dst)).overlaps(pr)) return "Rope: positions computed inside the graph";
           if (n.src[2] >= 0 && range_of(T(o.dst)).overlaps(fr)) return "Rope: frequency factors computed inside the graph";
         }
         return all_dense({n.src[0], n.src[1], n.dst});
       }
       case Op::KvWrite:
-        if (T(n.src[0]).ne[0] % 2 != 0) return "KvWrite: odd head_dim";
+        if (!kv_buffer(T(n.dst))) return "KvWrite: the KV storage is not in this backend's device memory";
+        if (T(n.dst).ne[0] % 2 != 0) return "KvWrite: odd row size";
         return all_dense({n.src[0], n.src[1]});
+      case Op::Attention:
+        if (!kv_buffer(T(n.src[1])) || !kv_buffer(T(n.src[2])))
+          return "Attention: the KV storage is not in this backend's device memory";
+        if (T(n.src[0]).ne[0] > 256 || T(n.src[0]).ne[0] % 2 != 0) return "Attention: head_dim must be even and <= 256";
+        return all_dense({n.src[0], n.src[3], n.dst});
       case Op::SsmConv:
         return all_dense({n.src[0], n.src[1], n.dst});
       case Op::GatedDeltaNet:
         if (n.i[3] > 128) return "GatedDeltaNet: head size above 128";
         return all_dense({n.src[0], n.src[1], n.src[2], n.dst});
-      case Op::Attention:
-        if (T(n.src[0]).ne[0] > 256 || T(n.src[0]).ne[0] % 2 != 0) return "Attention: head_dim must be even and <= 256";
-        return all_dense({n.src[0], n.dst});
       default:
         return std::string("op ") + std::string(op_name(n.op)) + " is not implemented by the vulkan backend";
     }
@@ -297,6 +310,7 @@ class VulkanBackend final : public Backend {
     nw.buf = ctx_.create_device_buffer(align_up(bytes, 4));
     try {
       upload_now(nw.buf, static_cast<const uint8_t*>(w.data), bytes);
+      transfers_.upload_bytes += bytes;
     } catch (...) {
       ctx_.destroy(nw.buf);
       throw;
@@ -333,18 +347,127 @@ class VulkanBackend final : public Backend {
     arena_ = ctx_.create_device_buffer(want);
   }
 
+  // --- KV storage in device memory --------------------------------------------
+ public:
+  // The KV buffer of this backend a tensor lies in, or null.
+  DeviceKvBuffer* kv_buffer(const Tensor& t) const {
+    if (t.data || !t.buffer) return nullptr;
+    const auto it = kv_buffers_.find(t.buffer);
+    return it == kv_buffers_.end() ? nullptr : it->second;
+  }
+  void forget_kv(const ::tessera::Buffer* b) { kv_buffers_.erase(b); }
+  // Synchronous copies between host memory and a device buffer (through the staging
+  // buffer, in chunks), and inside one.
+  void device_set(Buffer& dst, size_t offset, const void* src, size_t bytes) {
+    const size_t chunk = size_t(64) << 20;
+    ensure_staging(std::min(bytes, chunk));
+    for (size_t off = 0; off < bytes; off += chunk) {
+      const size_t n = std::min(chunk, bytes - off);
+      std::memcpy(staging_.mapped, static_cast<const uint8_t*>(src) + off, n);
+      VkCommandBuffer cb = ctx_.begin();
+      VkBufferCopy c{0, offset + off, n};
+      ctx_.fn().vkCmdCopyBuffer(cb, staging_.buffer, dst.buffer, 1, &c);
+      ctx_.submit_and_wait();
+    }
+    transfers_.upload_bytes += bytes;
+  }
+  void device_get(const Buffer& src, size_t offset, void* dst, size_t bytes) {
+    const size_t chunk = size_t(64) << 20;
+    ensure_staging(std::min(bytes, chunk));
+    for (size_t off = 0; off < bytes; off += chunk) {
+      const size_t n = std::min(chunk, bytes - off);
+      VkCommandBuffer cb = ctx_.begin();
+      VkBufferCopy c{offset + off, 0, n};
+      ctx_.fn().vkCmdCopyBuffer(cb, src.buffer, staging_.buffer, 1, &c);
+      VkMemoryBarrier hb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+      hb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+      hb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+      ctx_.fn().vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0,
+                                     nullptr, 0, nullptr);
+      ctx_.submit_and_wait();
+      std::memcpy(static_cast<uint8_t*>(dst) + off, staging_.mapped, n);
+    }
+    transfers_.download_bytes += bytes;
+  }
+  void device_copy(Buffer& b, size_t dst_offset, size_t src_offset, size_t bytes) {
+    VkCommandBuffer cb = ctx_.begin();
+    VkBufferCopy c{src_offset, dst_offset, bytes};
+    ctx_.fn().vkCmdCopyBuffer(cb, b.buffer, b.buffer, 1, &c);
+    ctx_.submit_and_wait();
+  }
+  Context& context() { return ctx_; }
+
+ private:
+  std::unordered_map<const ::tessera::Buffer*, DeviceKvBuffer*> kv_buffers_;
+  uint64_t next_kv_id_ = 0;
+
   Context ctx_;
   // By host address and span: a view of a weight's first rows (same address, shorter
   // span) is a separate entry, never the full weight's buffer.
   using WeightKey = std::pair<const void*, size_t>;
   static WeightKey weight_key(const Tensor& w) { return {w.data, span_bytes(w)}; }
   std::map<WeightKey, Weight> weights_;
+  TransferStats transfers_;
   Buffer arena_, staging_;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   uint32_t pool_sets_ = 0;
 
   friend class Run;
 };
+
+// One layer's K or V pages in device memory (the KvCache's storage when vulkan runs
+// attention): kernels read and write it in place; the host reaches it only through
+// set / get / copy, each a synchronous copy.
+class DeviceKvBuffer final : public ::tessera::Buffer {
+ public:
+  DeviceKvBuffer(VulkanBackend& be, vk::Buffer buf, size_t size, uint64_t id) : be_(be), buf_(buf), size_(size), id_(id) {}
+  ~DeviceKvBuffer() override {
+    be_.forget_kv(this);
+    be_.context().destroy(buf_);
+  }
+  void* data() override { return nullptr; }
+  size_t size() const override { return size_; }
+  BufferUsage usage() const override { return BufferUsage::Kv; }
+  void set(size_t offset, const void* src, size_t bytes) override {
+    check(offset, bytes, "set");
+    if (bytes) be_.device_set(buf_, offset, src, bytes);
+  }
+  void get(size_t offset, void* dst, size_t bytes) const override {
+    check(offset, bytes, "get");
+    if (bytes) be_.device_get(buf_, offset, dst, bytes);
+  }
+  void copy(size_t dst_offset, size_t src_offset, size_t bytes) override {
+    check(dst_offset, bytes, "copy");
+    check(src_offset, bytes, "copy");
+    if (bytes) be_.device_copy(buf_, dst_offset, src_offset, bytes);
+  }
+  VkBuffer buffer() const { return buf_.buffer; }
+  // Its accesses, for the run's hazard tracking: a range of its own far above any
+  // arena offset.
+  Range range() const { return {uintptr_t((id_ + 1) << 44), uintptr_t(((id_ + 1) << 44) + size_)}; }
+
+ private:
+  void check(size_t offset, size_t bytes, const char* what) const {
+    if (offset > size_ || bytes > size_ - offset)
+      throw Error("vulkan: KV buffer " + std::string(what) + ": bytes [" + std::to_string(offset) + ", +" +
+                  std::to_string(bytes) + ") outside its " + std::to_string(size_));
+  }
+  VulkanBackend& be_;
+  vk::Buffer buf_;
+  size_t size_;
+  uint64_t id_;
+};
+
+std::unique_ptr<::tessera::Buffer> VulkanBackend::alloc_buffer(size_t bytes, BufferUsage usage) {
+  if (usage != BufferUsage::Kv) return Backend::alloc_buffer(bytes, usage);
+  if (bytes > ctx_.max_storage_range())
+    throw Error("vulkan: a KV buffer of " + std::to_string(bytes) + " bytes exceeds maxStorageBufferRange (" +
+                std::to_string(ctx_.max_storage_range()) + "): lower --ctx or --parallel");
+  auto b = std::make_unique<DeviceKvBuffer>(*this, ctx_.create_device_buffer(align_up(std::max<size_t>(bytes, 4), 4)),
+                                            bytes, next_kv_id_++);
+  kv_buffers_[b.get()] = b.get();
+  return b;
+}
 
 // ---------------------------------------------------------------------------
 // One execute() call: plan, record, submit, copy back.
@@ -359,14 +482,6 @@ class Run {
   struct Region {
     Range r;
     VkDeviceSize dev = 0;
-  };
-  struct Mirror {  // device copy of one (cache, layer, sequence)'s K and V rows [0, rows)
-    KvAccess* kv = nullptr;
-    int layer = 0;
-    KvAccess::SeqId seq = 0;
-    int64_t rows = 0;
-    size_t row_bytes = 0;
-    VkDeviceSize k = 0, v = 0;
   };
   struct StateMirror {  // device copy of one recurrent layer's conv or delta-net state
     float* host = nullptr;
@@ -445,15 +560,13 @@ class Run {
     states_.push_back(m);
     return states_.back();
   }
-  Mirror& mirror(const Node& n) {
-    for (Mirror& m : mirrors_)
-      if (m.kv == n.kv && m.layer == n.i[0] && m.seq == n.i[1]) return m;
-    throw Error("vulkan: internal error: no KV mirror");
-  }
-
   void plan();
   void record_node(VkCommandBuffer cb, size_t k);
-  void dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, const Push& pc, uint64_t groups, Access acc);
+  // b1: binding 1 (a weight, or the arena); b2, b3: bindings 2 and 3 (KV storage, or
+  // VK_NULL_HANDLE for the arena).
+  void dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, const Push& pc, uint64_t groups, Access acc,
+                VkBuffer b2 = VK_NULL_HANDLE, VkBuffer b3 = VK_NULL_HANDLE);
+  using SetKey = std::array<VkBuffer, 3>;  // bindings 1, 2, 3
 
   VulkanBackend& be_;
   Context& ctx_;
@@ -462,7 +575,6 @@ class Run {
   std::vector<Range> graph_writes_;
   mutable std::vector<int8_t> weight_flags_;  // per (node, slot): -1 unknown, 0/1
   std::vector<Region> regions_;
-  std::vector<Mirror> mirrors_;
   std::vector<StateMirror> states_;
   std::vector<Upload> uploads_;
   std::vector<Download> downloads_;
@@ -470,19 +582,20 @@ class Run {
   VkDeviceSize cursor_ = 0;
   // Hazard tracking since the last barrier.
   std::vector<Range> pend_reads_, pend_writes_;
-  std::map<VkBuffer, VkDescriptorSet> sets_;
+  std::map<SetKey, VkDescriptorSet> sets_;
 };
 
 void Run::plan() {
   const auto& nodes = g_.nodes();
 
-  // 1. Tensors that live in the arena: every non-weight source and every destination.
+  // 1. Tensors that live in the arena: every non-weight source and every destination
+  // (not the KV storage, which stays in its own device buffers).
   std::vector<Range> rs;
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
     for (int s = 0; s < 4; ++s)
-      if (n.src[s] >= 0 && !is_weight(n, s)) rs.push_back(range_of(T(n.src[s])));
-    if (n.dst >= 0) rs.push_back(range_of(T(n.dst)));
+      if (n.src[s] >= 0 && !is_weight(n, s) && !on_device(T(n.src[s]))) rs.push_back(range_of(T(n.src[s])));
+    if (n.dst >= 0 && !on_device(T(n.dst))) rs.push_back(range_of(T(n.dst)));
   }
   std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
   for (const Range& r : rs) {
@@ -499,38 +612,7 @@ void Run::plan() {
     cursor_ = rg.dev + (rg.r.hi - rg.r.lo);
   }
 
-  // 2. KV mirrors, sized by the furthest position a KvWrite or Attention touches.
-  for (size_t k = first_; k < first_ + count_; ++k) {
-    const Node& n = nodes[k];
-    if (n.op != Op::KvWrite && n.op != Op::Attention) continue;
-    // The sequence exists and positions [0, end) are reserved (op_schema::check_run_state).
-    // An Attention's own positions, written by the KvWrite before it, are not counted in
-    // length() yet: the engine sets it after the step.
-    const int64_t end = int64_t(n.i[2]) + T(n.src[0]).ne[2];
-    Mirror* m = nullptr;
-    for (Mirror& x : mirrors_)
-      if (x.kv == n.kv && x.layer == n.i[0] && x.seq == n.i[1]) m = &x;
-    if (!m) {
-      mirrors_.push_back({n.kv, n.i[0], n.i[1], 0, n.kv->row_elems() * 2, 0, 0});
-      m = &mirrors_.back();
-    }
-    m->rows = std::max(m->rows, end);
-  }
-  for (Mirror& m : mirrors_) {
-    m.k = scratch(m.rows * m.row_bytes);
-    m.v = scratch(m.rows * m.row_bytes);
-    // Every position below `rows` is reserved: upload them all (the ones a KvWrite
-    // overwrites included; they are replaced on the device before anything reads them).
-    for (int kv = 0; kv < 2; ++kv) {
-      Upload u{nullptr, size_t(m.rows) * m.row_bytes, kv ? m.v : m.k};
-      u.owned.resize(u.bytes);
-      for (int64_t p = 0; p < m.rows; ++p)
-        std::memcpy(u.owned.data() + p * m.row_bytes, kv ? m.kv->v_row(m.layer, m.seq, p) : m.kv->k_row(m.layer, m.seq, p), m.row_bytes);
-      uploads_.push_back(std::move(u));
-    }
-  }
-
-  // 3. Per-node scratch, host checks and KV bookkeeping, in node order.
+  // 2. Per-node scratch and host checks, in node order.
   std::vector<Range> written;  // host ranges written so far in this run
   auto covered = [&](const Range& r) {
     for (const Range& w : written)
@@ -541,7 +623,7 @@ void Run::plan() {
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
     for (int s = 0; s < 4; ++s) {
-      if (n.src[s] < 0 || is_weight(n, s)) continue;
+      if (n.src[s] < 0 || is_weight(n, s) || on_device(T(n.src[s]))) continue;
       const Range r = range_of(T(n.src[s]));
       if (!covered(r)) up.push_back(r);
     }
@@ -593,20 +675,9 @@ void Run::plan() {
         uploads_.push_back(std::move(u));
         break;
       }
-      case Op::KvWrite: {
-        Mirror& m = mirror(n);
-        const int64_t p0 = n.i[2], Tn = T(n.src[0]).ne[2];
-        for (int kv = 0; kv < 2; ++kv)
-          for (int64_t t = 0; t < Tn; ++t) {
-            void* hostrow = kv ? n.kv->v_row(n.i[0], n.i[1], p0 + t) : n.kv->k_row(n.i[0], n.i[1], p0 + t);
-            downloads_.push_back({hostrow, m.row_bytes, (kv ? m.v : m.k) + (p0 + t) * m.row_bytes});
-          }
-        // The length is the engine's to set, after the step (see KvCache::length in kv_cache.h).
-        break;
-      }
       default: break;
     }
-    if (n.dst >= 0) written.push_back(range_of(T(n.dst)));
+    if (n.dst >= 0 && !on_device(T(n.dst))) written.push_back(range_of(T(n.dst)));
   }
   std::sort(up.begin(), up.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
   std::vector<Range> merged;
@@ -653,7 +724,7 @@ void Run::plan() {
       if (nodes[j].src[s] >= 0) last_reader[reinterpret_cast<uintptr_t>(T(nodes[j].src[s]).data)] = j;
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
-    if (n.dst < 0) continue;
+    if (n.dst < 0 || on_device(T(n.dst))) continue;
     const Range r = range_of(T(n.dst));
     const bool later = read_after(r);
     const auto it = last_reader.find(r.lo);
@@ -663,7 +734,8 @@ void Run::plan() {
   }
 }
 
-void Run::dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, const Push& pc, uint64_t groups, Access acc) {
+void Run::dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, const Push& pc, uint64_t groups, Access acc,
+                   VkBuffer b2, VkBuffer b3) {
   const Functions& f = ctx_.fn();
   if (groups == 0) return;
   bool hazard = false;
@@ -685,7 +757,8 @@ void Run::dispatch(VkCommandBuffer cb, const std::string& pipe, VkBuffer b1, con
   pend_reads_.insert(pend_reads_.end(), acc.reads.begin(), acc.reads.end());
   pend_writes_.insert(pend_writes_.end(), acc.writes.begin(), acc.writes.end());
 
-  auto it = sets_.find(b1);
+  const VkBuffer arena = be_.arena_.buffer;
+  auto it = sets_.find(SetKey{b1, b2 ? b2 : arena, b3 ? b3 : arena});
   if (it == sets_.end()) throw Error("vulkan: internal error: no descriptor set");
   f.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline(pipe));
   f.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &it->second, 0, nullptr);
@@ -814,25 +887,22 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       break;
     }
     case Op::KvWrite: {
-      const Tensor &kt = T(n.src[0]), &vt = T(n.src[1]);
-      Mirror& m = mirror(n);
+      const Tensor &x = T(n.src[0]), &slots = T(n.src[1]), &c = T(n.dst);
+      const DeviceKvBuffer& kb = *be_.kv_buffer(c);
       Push pc;
-      pc.add(kt.ne[0]).add(kt.ne[1]).add(kt.ne[2]).add(dev(kt)).add(dev(vt)).add(m.k).add(m.v).add(n.i[2]);
-      const VkDeviceSize lo = VkDeviceSize(n.i[2]) * m.row_bytes, hi = lo + kt.ne[2] * m.row_bytes;
-      Access acc{{devr(kt), devr(vt)}, {{uintptr_t(m.k + lo), uintptr_t(m.k + hi)}, {uintptr_t(m.v + lo), uintptr_t(m.v + hi)}}};
-      dispatch(cb, "kv_write", arena, pc, cdiv(kt.nelements() / 2, 256), acc);
+      pc.add(c.ne[0]).add(x.ne[2]).add(dev(x)).add(dev(slots)).add(c.nb[1]).add(c.nb[2]).add(c.ne[1]);
+      dispatch(cb, "kv_write", arena, pc, cdiv(uint64_t(c.ne[0]) * x.ne[2] / 2, 256), {{devr(x), devr(slots)}, {kb.range()}},
+               kb.buffer());
       break;
     }
     case Op::Attention: {
-      const Tensor &q = T(n.src[0]), &d = T(n.dst);
-      Mirror& m = mirror(n);
-      const int64_t n_kv = n.kv->config().n_kv_heads;
+      const Tensor &q = T(n.src[0]), &kc = T(n.src[1]), &vc = T(n.src[2]), &table = T(n.src[3]), &d = T(n.dst);
+      const DeviceKvBuffer &kb = *be_.kv_buffer(kc), &vb = *be_.kv_buffer(vc);
       Push pc;
-      pc.add(q.ne[0]).add(q.ne[1]).add(q.ne[2]).add(q.ne[1] / n_kv).add(n.i[2]).add(dev(q)).add(dev(d)).add(m.k).add(m.v)
-          .add(n.kv->row_elems()).addf(n.f[0]);
-      const VkDeviceSize hi = VkDeviceSize(n.i[2] + q.ne[2]) * m.row_bytes;
-      Access acc{{devr(q), {uintptr_t(m.k), uintptr_t(m.k + hi)}, {uintptr_t(m.v), uintptr_t(m.v + hi)}}, {devr(d)}};
-      dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc);
+      pc.add(q.ne[0]).add(q.ne[1]).add(q.ne[2]).add(q.ne[1] / (kc.ne[0] / q.ne[0])).add(dev(q)).add(dev(d))
+          .add(dev(table)).add(table.ne[0]).add(table.ne[1]).add(kc.nb[1]).add(kc.nb[2]).add(kc.ne[1]).addf(n.f[0]);
+      Access acc{{devr(q), devr(table), kb.range(), vb.range()}, {devr(d)}};
+      dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc, kb.buffer(), vb.buffer());
       break;
     }
     case Op::SsmConv: {
@@ -910,19 +980,29 @@ void Run::go() {
   be_.ensure_staging(std::max<VkDeviceSize>(st, 16));
   auto* stage = static_cast<uint8_t*>(be_.staging_.mapped);
   for (const Upload& u : uploads_) std::memcpy(stage + u.stage, u.owned.empty() ? u.src : u.owned.data(), u.bytes);
+  for (const Upload& u : uploads_) be_.transfers_.upload_bytes += u.bytes;
+  for (const Download& d : downloads_) be_.transfers_.download_bytes += d.bytes;
 
-  // Descriptor sets: one per distinct binding-1 buffer (the arena itself or a weight).
-  std::vector<VkBuffer> bufs{be_.arena_.buffer};
-  for (size_t k = first_; k < first_ + count_; ++k)
+  // Descriptor sets: one per distinct (binding 1, 2, 3) buffers: the arena itself or a
+  // weight at 1, a layer's K and V storage at 2 and 3 (else the arena).
+  const VkBuffer arena = be_.arena_.buffer;
+  std::vector<SetKey> keys{{arena, arena, arena}};
+  auto want = [&](const SetKey& key) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  };
+  for (size_t k = first_; k < first_ + count_; ++k) {
+    const Node& n = nodes[k];
     for (int s = 0; s < 4; ++s)
-      if (nodes[k].src[s] >= 0 && is_weight(nodes[k], s)) {
-        VkBuffer b = be_.weights_.at(VulkanBackend::weight_key(T(nodes[k].src[s]))).buf.buffer;
-        if (std::find(bufs.begin(), bufs.end(), b) == bufs.end()) bufs.push_back(b);
-      }
-  if (be_.pool_sets_ < bufs.size()) {
+      if (n.src[s] >= 0 && is_weight(n, s))
+        want({be_.weights_.at(VulkanBackend::weight_key(T(n.src[s]))).buf.buffer, arena, arena});
+    if (n.op == Op::KvWrite) want({arena, be_.kv_buffer(T(n.dst))->buffer(), arena});
+    if (n.op == Op::Attention)
+      want({arena, be_.kv_buffer(T(n.src[1]))->buffer(), be_.kv_buffer(T(n.src[2]))->buffer()});
+  }
+  if (be_.pool_sets_ < keys.size()) {
     if (be_.pool_) f.vkDestroyDescriptorPool(ctx_.device(), be_.pool_, nullptr);
     be_.pool_ = VK_NULL_HANDLE;
-    const uint32_t cap = uint32_t(std::max<size_t>(64, bufs.size() * 2));
+    const uint32_t cap = uint32_t(std::max<size_t>(64, keys.size() * 2));
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, cap * kBindings};
     VkDescriptorPoolCreateInfo pci{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pci.maxSets = cap;
@@ -933,7 +1013,7 @@ void Run::go() {
   } else {
     check(f.vkResetDescriptorPool(ctx_.device(), be_.pool_, 0), "vkResetDescriptorPool");
   }
-  for (VkBuffer b : bufs) {
+  for (const SetKey& key : keys) {
     VkDescriptorSetLayout layout = ctx_.set_layout();
     VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
     ai.descriptorPool = be_.pool_;
@@ -941,9 +1021,10 @@ void Run::go() {
     ai.pSetLayouts = &layout;
     VkDescriptorSet set;
     check(f.vkAllocateDescriptorSets(ctx_.device(), &ai, &set), "vkAllocateDescriptorSets");
-    VkDescriptorBufferInfo bi[2] = {{be_.arena_.buffer, 0, VK_WHOLE_SIZE}, {b, 0, VK_WHOLE_SIZE}};
-    VkWriteDescriptorSet wr[2]{};
-    for (uint32_t i = 0; i < 2; ++i) {
+    VkDescriptorBufferInfo bi[kBindings] = {
+        {arena, 0, VK_WHOLE_SIZE}, {key[0], 0, VK_WHOLE_SIZE}, {key[1], 0, VK_WHOLE_SIZE}, {key[2], 0, VK_WHOLE_SIZE}};
+    VkWriteDescriptorSet wr[kBindings]{};
+    for (uint32_t i = 0; i < kBindings; ++i) {
       wr[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
       wr[i].dstSet = set;
       wr[i].dstBinding = i;
@@ -951,8 +1032,8 @@ void Run::go() {
       wr[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
       wr[i].pBufferInfo = &bi[i];
     }
-    f.vkUpdateDescriptorSets(ctx_.device(), 2, wr, 0, nullptr);
-    sets_[b] = set;
+    f.vkUpdateDescriptorSets(ctx_.device(), kBindings, wr, 0, nullptr);
+    sets_[key] = set;
   }
 
   // Record: uploads, the nodes (barriers only where a dispatch depends on an earlier

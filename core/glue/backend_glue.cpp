@@ -170,10 +170,69 @@ int32_t c_weight_bytes(void* self, const TesseraTensor* w, const void** data, si
   }
 }
 
+int32_t c_transfers(void* self, uint64_t* upload_bytes, uint64_t* download_bytes) {
+  try {
+    const TransferStats t = instance(self).impl->transfers();
+    *upload_bytes = t.upload_bytes;
+    *download_bytes = t.download_bytes;
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// The plugin's buffers cross as the Buffer* of the backend's alloc_buffer (the host
+// keeps it as a handle and passes it back in TesseraTensor::buffer).
+void* c_buffer_alloc(void* self, uint32_t usage, size_t bytes, void** host_ptr, char* error, size_t error_size) {
+  try {
+    if (usage > uint32_t(BufferUsage::Scratch)) throw Error("unknown buffer usage " + std::to_string(usage));
+    std::unique_ptr<Buffer> b = instance(self).impl->alloc_buffer(bytes, BufferUsage(usage));
+    *host_ptr = b->data();
+    return b.release();
+  } catch (const std::exception& e) {
+    write(error, error_size, e.what());
+  } catch (...) {
+    write(error, error_size, "buffer_alloc failed");
+  }
+  return nullptr;
+}
+
+void c_buffer_free(void*, void* buffer) {
+  try {
+    delete static_cast<Buffer*>(buffer);
+  } catch (...) {
+  }
+}
+
+template <typename F>
+int32_t buffer_call(F&& f, char* error, size_t error_size) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    write(error, error_size, e.what());
+  } catch (...) {
+    write(error, error_size, "buffer operation failed");
+  }
+  return -1;
+}
+
+int32_t c_buffer_set(void*, void* buffer, size_t offset, const void* src, size_t bytes, char* error, size_t error_size) {
+  return buffer_call([&] { static_cast<Buffer*>(buffer)->set(offset, src, bytes); }, error, error_size);
+}
+int32_t c_buffer_get(void*, void* buffer, size_t offset, void* dst, size_t bytes, char* error, size_t error_size) {
+  return buffer_call([&] { static_cast<Buffer*>(buffer)->get(offset, dst, bytes); }, error, error_size);
+}
+int32_t c_buffer_copy(void*, void* buffer, size_t dst_offset, size_t src_offset, size_t bytes, char* error,
+                      size_t error_size) {
+  return buffer_call([&] { static_cast<Buffer*>(buffer)->copy(dst_offset, src_offset, bytes); }, error, error_size);
+}
+
 }  // namespace
 
 const TesseraBackendApi kBackendApi = {
     sizeof(TesseraBackendApi), &c_uses_host_memory, &c_supports, &c_execute, &c_prepare_weight, &c_weight_bytes,
+    &c_transfers, &c_buffer_alloc, &c_buffer_free, &c_buffer_set, &c_buffer_get, &c_buffer_copy,
 };
 
 void* create_backend(const char* plugin_name, const TesseraCreateArgs* args, char* error, size_t error_size,

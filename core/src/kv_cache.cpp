@@ -1,8 +1,8 @@
 // Paged KV cache (see kv_cache.h).
 //
-// Memory: one 64-byte aligned allocation of n_pages * page_bytes. A page holds, for
-// every layer, a K plane then a V plane:
-//   plane(page, layer, kv) = base + page * page_bytes + (layer * 2 + kv) * plane_bytes
+// Memory: per layer a K and a V Buffer of n_pages planes (the attention backend's). A
+// page's plane of one layer holds its page_tokens rows:
+//   plane(page, layer, kv) = base[layer * 2 + kv] + page * plane_bytes
 //   plane_bytes = round_up(page_tokens * row_elems * 2, 64)
 // so each plane starts 64-byte aligned; rows inside a plane are packed
 // (row stride = row_elems * 2 bytes). Fresh storage is not cleared, and a page taken
@@ -47,8 +47,6 @@ struct KvCache::Sequence {
 };
 
 namespace {
-
-void free_storage(uint8_t* p) { std::free(p); }
 
 size_t checked_mul(size_t a, size_t b, const char* what) {
   size_t r;
@@ -112,8 +110,7 @@ const TesseraKvApi kHostKvApi = {
 
 }  // namespace
 
-KvCache::KvCache(const KvCacheConfig& cfg)
-    : cfg_(cfg), storage_(nullptr, free_storage), recurrent_(cfg.recurrent) {
+KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg), recurrent_(cfg.recurrent) {
   api = &kHostKvApi;
   info = {cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.page_tokens, cfg.n_pages};
   recurrent = {cfg.recurrent.n_layers, cfg.recurrent.conv_elems, cfg.recurrent.state_elems};
@@ -130,16 +127,42 @@ KvCache::KvCache(const KvCacheConfig& cfg)
   size_t plane = checked_mul(size_t(cfg.page_tokens), row_bytes, "plane bytes");
   if (plane > std::numeric_limits<size_t>::max() - 63) throw Error("KvCache: size overflow computing plane bytes");
   plane_bytes_ = (plane + 63) / 64 * 64;
-  page_bytes_ = checked_mul(plane_bytes_, checked_mul(size_t(cfg.n_layers), 2, "planes per page"), "page bytes");
-  const size_t total = checked_mul(page_bytes_, size_t(cfg.n_pages), "pool bytes");
-  if (total > size_t(std::numeric_limits<ptrdiff_t>::max()))
-    throw Error("KvCache: pool of " + std::to_string(total) + " bytes is too large");
+  const size_t total = checked_mul(plane_bytes_, size_t(cfg.n_pages), "pool bytes");
+  if (total > size_t(std::numeric_limits<ptrdiff_t>::max()) / (2 * size_t(cfg.n_layers)))
+    throw Error("KvCache: pool of " + std::to_string(cfg.n_pages) + " pages is too large");
 
-  void* p = std::aligned_alloc(64, total);  // total is a multiple of 64
-  if (!p)
-    throw Error("KvCache: cannot allocate " + std::to_string(total) + " bytes for " + std::to_string(cfg.n_pages) +
-                " pages");
-  storage_.reset(static_cast<uint8_t*>(p));
+  // One buffer per layer and K/V (a backend then needs no offsets into device memory).
+  const size_t n_planes = size_t(cfg.n_layers) * 2;
+  storage_.reserve(n_planes);
+  host_.assign(n_planes, nullptr);
+  storage_tensors_.resize(n_planes);
+  for (size_t i = 0; i < n_planes; ++i) {
+    std::unique_ptr<Buffer> b;
+    try {
+      b = alloc ? alloc(total) : std::make_unique<HostBuffer>(total, BufferUsage::Kv);
+    } catch (const std::bad_alloc&) {
+      b.reset();
+    }
+    if (!b || b->size() < total)
+      throw Error("KvCache: cannot allocate " + std::to_string(total * n_planes) + " bytes for " +
+                  std::to_string(cfg.n_pages) + " pages");
+    host_[i] = static_cast<uint8_t*>(b->data());
+    if (host_[i] && reinterpret_cast<uintptr_t>(host_[i]) % 64 != 0)
+      throw Error("KvCache: storage is not 64-byte aligned");
+    Tensor& t = storage_tensors_[i];
+    t.type = DType::F16;
+    t.ne[0] = int64_t(row_elems());
+    t.ne[1] = cfg.page_tokens;
+    t.ne[2] = cfg.n_pages;
+    t.nb[0] = 2;
+    t.nb[1] = row_bytes;
+    t.nb[2] = plane_bytes_;
+    t.nb[3] = total;
+    t.data = host_[i];
+    t.buffer = b.get();
+    t.name = std::string(i % 2 ? "v_cache." : "k_cache.") + std::to_string(i / 2);
+    storage_.push_back(std::move(b));
+  }
 
   refcount_.assign(size_t(cfg.n_pages), 0);
   page_key_.assign(size_t(cfg.n_pages), 0);
@@ -154,8 +177,34 @@ KvCache::KvCache(const KvCacheConfig& cfg)
 KvCache::~KvCache() = default;
 
 uint16_t* KvCache::plane(int32_t page, int layer, int kv) const {
-  return reinterpret_cast<uint16_t*>(storage_.get() + size_t(page) * page_bytes_ +
-                                     (size_t(layer) * 2 + size_t(kv)) * plane_bytes_);
+  uint8_t* base = host_[size_t(layer) * 2 + size_t(kv)];
+  if (!base) throw Error("KvCache: the KV storage is device memory; rows are reached through its backend");
+  return reinterpret_cast<uint16_t*>(base + size_t(page) * plane_bytes_);
+}
+
+void KvCache::read_row(int layer, SeqId seq, int64_t pos, int kv, uint16_t* out) const {
+  if (layer < 0 || layer >= cfg_.n_layers || (kv != 0 && kv != 1))
+    throw Error("KvCache::read_row: layer " + std::to_string(layer) + " / kv " + std::to_string(kv) + " out of range");
+  const int64_t s = slot(seq, pos), pt = cfg_.page_tokens;
+  const size_t row_bytes = row_elems() * 2;
+  storage_[size_t(layer) * 2 + size_t(kv)]->get(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * row_bytes, out, row_bytes);
+}
+
+void KvCache::write_row(int layer, SeqId seq, int64_t pos, int kv, const uint16_t* in) {
+  if (layer < 0 || layer >= cfg_.n_layers || (kv != 0 && kv != 1))
+    throw Error("KvCache::write_row: layer " + std::to_string(layer) + " / kv " + std::to_string(kv) + " out of range");
+  const int64_t s = slot(seq, pos), pt = cfg_.page_tokens;
+  const size_t row_bytes = row_elems() * 2;
+  storage_[size_t(layer) * 2 + size_t(kv)]->set(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * row_bytes, in, row_bytes);
+}
+
+int32_t KvCache::slot(SeqId seq, int64_t pos) const {
+  const Sequence& s = seq_ref(seq);
+  if (pos < 0 || pos >= s.reserved)
+    throw Error("KvCache::slot: position " + std::to_string(pos) + " of sequence " + std::to_string(seq) +
+                " outside the reserved range [0, " + std::to_string(s.reserved) + ")");
+  const int64_t pt = cfg_.page_tokens;
+  return int32_t(int64_t(s.table[size_t(pos / pt)]) * pt + pos % pt);
 }
 
 int32_t KvCache::take_page() {
@@ -303,7 +352,7 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
       continue;
     }
     int32_t fresh = take_page();
-    std::memcpy(plane(fresh, 0, 0), plane(old, 0, 0), page_bytes_);
+    for (const auto& b : storage_) b->copy(size_t(fresh) * plane_bytes_, size_t(old) * plane_bytes_, plane_bytes_);
     release_page(old);
     s.table[i] = fresh;
   }

@@ -229,45 +229,59 @@ class Checker {
     return {};
   }
 
-  std::string kv_common(const Tensor& x, const char* what) const {
-    const TesseraKvInfo& c = n_.kv->config();
-    if (x.ne[0] != c.head_dim)
-      return std::string(what) + " " + desc(x) + ": head_dim " + std::to_string(x.ne[0]) + " differs from the cache's " +
-             std::to_string(c.head_dim);
-    if (x.ne[3] != 1) return std::string(what) + " must be 3-D, got " + desc(x);
-    if (n_.i[0] < 0 || n_.i[0] >= c.n_layers)
-      return "layer (i[0]) " + std::to_string(n_.i[0]) + " out of range [0, " + std::to_string(c.n_layers) + ")";
-    // The start position i[2] is run-time state (not in the signature): check_run_state.
+  // One layer's K or V storage (KvCache::k_storage): F16 rows of n_kv*hd in pages.
+  static std::string kv_storage(const Tensor& c, int64_t hd, const char* what) {
+    if (c.type != DType::F16) return std::string(what) + " must be F16, got " + desc(c);
+    if (c.nb[0] != 2 || c.ne[3] != 1)
+      return std::string(what) + " " + desc(c) + " must be 3-D with contiguous rows";
+    if (hd <= 0 || c.ne[0] % hd != 0)
+      return std::string(what) + " " + desc(c) + ": rows of " + std::to_string(c.ne[0]) +
+             " are not whole heads of " + std::to_string(hd);
+    if (c.nb[1] < size_t(c.ne[0]) * 2 || c.nb[2] < c.nb[1] * size_t(c.ne[1]))
+      return std::string(what) + " " + desc(c) + ": rows or pages overlap";
+    if (!c.data && !c.buffer) return std::string(what) + " " + desc(c) + " has neither data nor a buffer";
     return {};
   }
 
   std::string kv_write() const {
-    if (!n_.kv) return "no KV cache (node.kv is null)";
-    TRY(need(n_.src[0], "k (src0)"));
-    TRY(need(n_.src[1], "v (src1)"));
-    const Tensor &k = t(n_.src[0]), &v = t(n_.src[1]);
-    TRY(plain(k, DType::F32, "k"));
-    TRY(plain(v, DType::F32, "v"));
-    if (!same_shape(k, v)) return "k " + desc(k) + " and v " + desc(v) + " differ in shape";
-    TRY(kv_common(k, "k"));
-    if (k.ne[1] != n_.kv->config().n_kv_heads)
-      return "k " + desc(k) + ": " + std::to_string(k.ne[1]) + " heads, the cache has " +
-             std::to_string(n_.kv->config().n_kv_heads);
+    TRY(need(n_.src[0], "x (src0)"));
+    TRY(need(n_.src[1], "slots (src1)"));
+    TRY(need(n_.dst, "dst (the cache storage)"));
+    const Tensor &x = t(n_.src[0]), &slots = t(n_.src[1]), &c = t(n_.dst);
+    TRY(plain(x, DType::F32, "x"));
+    TRY(plain(slots, DType::I32, "slots"));
+    if (x.ne[3] != 1) return "x must be 3-D, got " + desc(x);
+    TRY(kv_storage(c, x.ne[0], "dst"));
+    if (x.ne[0] * x.ne[1] != c.ne[0])
+      return "x " + desc(x) + ": rows of " + std::to_string(x.ne[0] * x.ne[1]) + " elements, the storage's hold " +
+             std::to_string(c.ne[0]);
+    if (slots.ne[0] != x.ne[2] || slots.nelements() != x.ne[2])
+      return "slots " + desc(slots) + " must be [" + std::to_string(x.ne[2]) + "] (one per token)";
     return {};
   }
 
   std::string attention() const {
-    if (!n_.kv) return "no KV cache (node.kv is null)";
     TRY(need(n_.src[0], "q (src0)"));
+    TRY(need(n_.src[1], "K storage (src1)"));
+    TRY(need(n_.src[2], "V storage (src2)"));
+    TRY(need(n_.src[3], "sequence table (src3)"));
     TRY(need(n_.dst, "dst"));
-    const Tensor &q = t(n_.src[0]), &dst = t(n_.dst);
+    const Tensor &q = t(n_.src[0]), &kc = t(n_.src[1]), &vc = t(n_.src[2]), &st = t(n_.src[3]), &dst = t(n_.dst);
     TRY(plain(q, DType::F32, "q"));
     TRY(plain(dst, DType::F32, "dst"));
-    TRY(kv_common(q, "q"));
-    const int n_kv = n_.kv->config().n_kv_heads;
-    if (n_kv <= 0 || q.ne[1] % n_kv != 0)
-      return "q " + desc(q) + ": " + std::to_string(q.ne[1]) + " heads is not a multiple of the cache's " +
+    if (q.ne[3] != 1) return "q must be 3-D, got " + desc(q);
+    TRY(kv_storage(kc, q.ne[0], "K storage"));
+    TRY(kv_storage(vc, q.ne[0], "V storage"));
+    if (!same_shape(kc, vc) || kc.nb[1] != vc.nb[1] || kc.nb[2] != vc.nb[2])
+      return "K storage " + desc(kc) + " and V storage " + desc(vc) + " differ in layout";
+    const int64_t n_kv = kc.ne[0] / q.ne[0];
+    if (q.ne[1] % n_kv != 0)
+      return "q " + desc(q) + ": " + std::to_string(q.ne[1]) + " heads is not a multiple of the storage's " +
              std::to_string(n_kv) + " KV heads";
+    TRY(plain(st, DType::I32, "sequence table"));
+    if (st.ne[0] <= kSeqTableHeader || st.ne[2] != 1 || st.ne[3] != 1 || st.nb[1] != size_t(st.ne[0]) * 4)
+      return "sequence table " + desc(st) + " must be a contiguous [" + std::to_string(kSeqTableHeader) +
+             " + pages, sequences] with at least one page";
     if (!same_shape(q, dst)) return "dst " + desc(dst) + " must have the shape of q " + desc(q);
     if (!std::isfinite(n_.f[0]) || !(n_.f[0] > 0.0f)) return "scale (f[0]) must be > 0";
     return {};
@@ -451,19 +465,53 @@ class Checker {
   const Node& n_;
 };
 
-// A KvWrite's or an Attention's positions: start >= 0, the sequence exists, and the
-// positions the node touches lie in the sequence's reserved range.
-std::string kv_positions(const Graph& g, const Node& n) {
-  const int64_t p0 = n.i[2], T = g.tensor(n.src[0]).ne[2];
-  if (p0 < 0) return "start position (i[2]) " + std::to_string(p0) + " is negative";
-  const KvCache::SeqId seq = n.i[1];
-  if (!n.kv->has_sequence(seq)) return "sequence " + std::to_string(seq) + " does not exist in the KV cache";
-  const int64_t reserved = n.kv->reserved(seq), end = p0 + T;
-  if (end <= reserved) return {};
-  const std::string where = (n.op == Op::Attention ? "attention over positions [" : "positions [") +
-                            std::to_string(p0) + ", " + std::to_string(end) + ") of sequence " + std::to_string(seq);
-  return where + ": position " + std::to_string(end - 1) + " is outside the reserved range [0, " +
-         std::to_string(reserved) + ")";
+// A KvWrite's slots lie in its storage.
+std::string kv_slots(const Graph& g, const Node& n) {
+  const Tensor &slots = g.tensor(n.src[1]), &c = g.tensor(n.dst);
+  if (!slots.data) return "slots (src1) have no data";
+  const int64_t capacity = c.ne[1] * c.ne[2];
+  const int32_t* s = static_cast<const int32_t*>(slots.data);
+  for (int64_t t = 0; t < slots.ne[0]; ++t)
+    if (s[t] < 0 || s[t] >= capacity)
+      return "slot " + std::to_string(s[t]) + " (token " + std::to_string(t) + ") outside the storage's [0, " +
+             std::to_string(capacity) + ")";
+  return {};
+}
+
+// An Attention's sequence table: each used column's token rows lie inside q and do not
+// overlap another's, and the pages its positions need are in the storage.
+std::string seq_table(const Graph& g, const Node& n) {
+  const Tensor &q = g.tensor(n.src[0]), &c = g.tensor(n.src[1]), &st = g.tensor(n.src[3]);
+  if (!st.data) return "sequence table (src3) has no data";
+  const int64_t P = st.ne[0] - kSeqTableHeader, pt = c.ne[1], n_pages = c.ne[2], rows = q.ne[2];
+  int64_t covered = 0;
+  for (int64_t s = 0; s < st.ne[1]; ++s) {
+    const int32_t* col = st.row<int32_t>(s);
+    const int64_t first = col[kSeqFirst], count = col[kSeqCount], pos0 = col[kSeqPos0];
+    if (count == 0) continue;
+    const std::string seq = "sequence table column " + std::to_string(s);
+    if (count < 0 || first < 0 || first > rows - count)
+      return seq + ": token rows [" + std::to_string(first) + ", +" + std::to_string(count) + ") outside q's " +
+             std::to_string(rows);
+    if (pos0 < 0) return seq + ": negative first position " + std::to_string(pos0);
+    const int64_t pages = (pos0 + count + pt - 1) / pt;
+    if (pages > P)
+      return seq + ": positions [0, " + std::to_string(pos0 + count) + ") need " + std::to_string(pages) +
+             " pages, the table has " + std::to_string(P);
+    for (int64_t p = 0; p < pages; ++p)
+      if (col[kSeqTableHeader + p] < 0 || col[kSeqTableHeader + p] >= n_pages)
+        return seq + ": page " + std::to_string(col[kSeqTableHeader + p]) + " (entry " + std::to_string(p) +
+               ") outside the storage's [0, " + std::to_string(n_pages) + ")";
+    for (int64_t o = 0; o < s; ++o) {  // few sequences per step: quadratic is fine
+      const int32_t* other = st.row<int32_t>(o);
+      if (other[kSeqCount] > 0 && first < other[kSeqFirst] + other[kSeqCount] && other[kSeqFirst] < first + count)
+        return seq + ": token rows overlap column " + std::to_string(o) + "'s";
+    }
+    covered += count;
+  }
+  if (covered != rows)
+    return "the sequence table covers " + std::to_string(covered) + " of q's " + std::to_string(rows) + " token rows";
+  return {};
 }
 
 }  // namespace
@@ -477,9 +525,13 @@ std::string check(const Graph& graph, const Node& node) {
 
 std::string check_run_state(const Graph& graph, const Node& node) {
   switch (node.op) {
-    case Op::KvWrite:
+    case Op::KvWrite: {
+      std::string why = kv_slots(graph, node);
+      if (!why.empty()) return why;
+      break;
+    }
     case Op::Attention: {
-      std::string why = kv_positions(graph, node);
+      std::string why = seq_table(graph, node);
       if (!why.empty()) return why;
       break;
     }
@@ -490,9 +542,11 @@ std::string check_run_state(const Graph& graph, const Node& node) {
       break;
     default: break;
   }
+  // A tensor in a backend's device memory has no host address but a buffer.
+  auto placed = [&](int32_t i) { return graph.tensor(i).data || graph.tensor(i).buffer; };
   for (int s = 0; s < 4; ++s)
-    if (node.src[s] >= 0 && !graph.tensor(node.src[s]).data) return "src" + std::to_string(s) + " has no data";
-  if (node.op != Op::KvWrite && node.dst >= 0 && !graph.tensor(node.dst).data) return "dst has no data";
+    if (node.src[s] >= 0 && !placed(node.src[s])) return "src" + std::to_string(s) + " has no data";
+  if (node.dst >= 0 && !placed(node.dst)) return "dst has no data";
   return {};
 }
 

@@ -57,8 +57,20 @@ void hash_tensor(Hasher& h, const Graph& graph, int32_t index) {
   if (index < 0 || size_t(index) >= graph.tensor_count()) return;
   const Tensor& t = graph.tensor(index);
   h.add(uint64_t(t.type) | (t.data ? 0 : uint64_t(1) << 32));
+  // Which backend's memory holds it (the KV storage): part of where its readers run.
+  h.add(uint64_t(reinterpret_cast<uintptr_t>(t.buffer)));
   for (int d = 0; d < Tensor::kMaxDims; ++d) h.add(uint64_t(t.ne[d]));
   for (int d = 0; d < Tensor::kMaxDims; ++d) h.add(uint64_t(t.nb[d]));
+}
+
+// The name of a tensor node names that lives in device memory (a buffer, no host
+// address), or "".
+std::string device_memory_tensor(const Graph& graph, const Node& node) {
+  auto device = [&](int32_t i) { return i >= 0 && !graph.tensor(i).data && graph.tensor(i).buffer; };
+  if (device(node.dst)) return graph.tensor(node.dst).name;
+  for (int32_t s : node.src)
+    if (device(s)) return graph.tensor(s).name;
+  return {};
 }
 
 }  // namespace
@@ -148,10 +160,6 @@ uint64_t Scheduler::signature(const Graph& graph) {
   for (const Node& n : nodes) {
     std::array<int32_t, 8> ip = n.i;
     switch (n.op) {
-      case Op::KvWrite:
-      case Op::Attention:  // sequence and first position change every step
-        ip[1] = ip[2] = 0;
-        break;
       case Op::SsmConv:
       case Op::GatedDeltaNet:  // sequence
         ip[1] = 0;
@@ -170,7 +178,7 @@ uint64_t Scheduler::signature(const Graph& graph) {
     h.add(uint64_t(reinterpret_cast<uintptr_t>(n.kv)));
     // The schema checks these ops' shapes against the cache's configuration, so it is
     // part of the plan (the address alone could be a new cache with another shape).
-    if (n.kv && (n.op == Op::KvWrite || n.op == Op::Attention || n.op == Op::SsmConv || n.op == Op::GatedDeltaNet)) {
+    if (n.kv && (n.op == Op::SsmConv || n.op == Op::GatedDeltaNet)) {
       const TesseraKvInfo& c = n.kv->config();
       const TesseraRecurrentInfo& r = n.kv->recurrent_config();
       h.add2(c.n_layers, c.n_kv_heads);
@@ -197,8 +205,13 @@ std::vector<int> Scheduler::compute_placement(const Graph& graph) const {
   for (size_t n = 0; n < nodes.size(); ++n) {
     const Node& node = nodes[n];
     std::vector<std::string> reasons;
+    const std::string device_tensor = device_memory_tensor(graph, node);
     for (size_t b = 0; b < backends_.size(); ++b) {
-      OpSupport s = backends_[b]->supports(graph, node);
+      // A tensor in a device's memory (the KV pages of a GPU backend) has no host
+      // address: a host backend cannot run a node that names it.
+      OpSupport s = !device_tensor.empty() && backends_[b]->uses_host_memory()
+                        ? OpSupport::no("tensor '" + device_tensor + "' is in device memory")
+                        : backends_[b]->supports(graph, node);
       if (s.supported) {
         placement[n] = int(b);
         ++use[b].placed;

@@ -160,7 +160,11 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // The pool holds max_sequences full contexts (rounded up to whole pages each).
   const int64_t pages_per_seq = (n_ctx_ + opt.page_tokens - 1) / opt.page_tokens;
   if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
-  kv_ = std::make_unique<KvCache>(model_->kv_config(pages_per_seq * opt.max_sequences * opt.page_tokens, opt.page_tokens));
+  // The KV pages live in the memory of the backend that runs attention: the primary
+  // one (a backend that declines attention over its own pages sends it down the ranking).
+  Backend& attention_backend = *scheduler_->backends().front();
+  kv_ = std::make_unique<KvCache>(model_->kv_config(pages_per_seq * opt.max_sequences * opt.page_tokens, opt.page_tokens),
+                                  [&](size_t bytes) { return attention_backend.alloc_buffer(bytes, BufferUsage::Kv); });
   seq_ = kv_->create_sequence();
   // Host backends read scratch through plain pointers, so intermediates may share
   // memory by liveness; a device backend tracks host ranges per submission and gets
@@ -231,7 +235,7 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
   const bool want_rows = !out_rows_.empty();
   if (!want_rows) out_rows_.push_back(int32_t(tokens_.size()) - 1);  // the graph always ends in logits
   graph_.reset();
-  ForwardBatch batch{tokens_, positions_, slices_, out_rows_};
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_)};
   int32_t out = model_->build_forward(graph_, *kv_, batch);
   if (experts_) detail::add_expert_hooks(graph_, *experts_);
   graph_.mark_output(out);
@@ -315,6 +319,18 @@ void Engine::reset() {
 }
 
 void Engine::set_profile(OpProfile* profile) { scheduler_->set_profile(profile); }
+
+Engine::PlanCacheStats Engine::plan_cache() const { return {scheduler_->plan_hits(), scheduler_->plan_misses()}; }
+
+TransferStats Engine::transfers() const {
+  TransferStats total;
+  for (const auto& b : scheduler_->backends()) {
+    const TransferStats t = b->transfers();
+    total.upload_bytes += t.upload_bytes;
+    total.download_bytes += t.download_bytes;
+  }
+  return total;
+}
 
 std::string Engine::placement() const { return scheduler_->describe(graph_); }
 

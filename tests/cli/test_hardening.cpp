@@ -5,6 +5,8 @@
 // bounded time and memory where the old behaviour was exhaustion.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -255,15 +257,28 @@ TEST_F(Hardening, BadHyperparametersAreRefusedNamingKeyAndValue) {
 TEST_F(Hardening, FixturesLoadWithoutUnusedTensors) {
   const fs::path dir = fs::path(TESSERA_FIXTURES_DIR) / "models";
   if (!fs::is_directory(dir)) GTEST_SKIP() << dir << " is missing";
+  // Fixtures of architectures this build does not run yet (the shared folder grows ahead
+  // of tessera) are listed, not loaded; every other one must load with no unused tensor.
+  const std::vector<std::string> supported = tessera::Model::supported_architectures();
   int n = 0;
+  std::string not_yet;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".gguf") continue;
     auto f = GgufFile::open(e.path().string());
+    const auto* arch = f->metadata().find("general.architecture");
+    ASSERT_NE(arch, nullptr) << e.path();
+    const std::string* name = arch->as_string();
+    ASSERT_NE(name, nullptr) << e.path();
+    if (std::find(supported.begin(), supported.end(), *name) == supported.end()) {
+      not_yet += " " + e.path().filename().string();
+      continue;
+    }
     auto m = tessera::Model::load(*f);
     EXPECT_TRUE(m->unused_tensors().empty()) << e.path() << ": " << m->unused_tensors().front();
     ++n;
   }
   EXPECT_GT(n, 0);
+  if (!not_yet.empty()) std::printf("not loaded (architecture not supported yet):%s\n", not_yet.c_str());
 }
 
 // A tensor the architecture does not read is reported (info lists it; loading warns

@@ -24,6 +24,7 @@
 #include "cpu_avx512_backend.h"
 #include "cpu_scalar_backend.h"
 #include "kernels.h"
+#include "support/paged_nodes.h"
 #include "tessera/backend.h"
 #include "tessera/conformance.h"
 #include "tessera/error.h"
@@ -715,7 +716,7 @@ TEST_F(Avx512, GroupedMatMulsEqualEachProductAlone) {
 // execute_validated() (what Scheduler::run calls) computes exactly what execute()
 // does on a decode/prefill-like graph: grouped repacked products with the fused
 // SwiGlu, small ops, KvWrite + Attention and a router op (TopK); the run-time checks
-// (sequence, reserved positions, start position, data pointers) are the core's, made
+// (slots and pages inside the storage, the sequence table, data pointers) are the core's, made
 // by execute() and by Scheduler::run() before the backend sees the node, and the ids
 // a kernel reads are checked by the kernel.
 TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
@@ -775,15 +776,11 @@ TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
     g.add_node(node(Op::MatMul, idt, id, ih));
     g.add_node(node(Op::Add, iy, idt, ix));
     g.add_node(node(Op::TopK, itop, iy));  // the reference's formula, run here
-    Node w = node(Op::KvWrite, -1, ik, iv);
-    w.i = {0, seq, 2};
-    w.kv = &kv;
-    g.add_node(w);
-    Node a = node(Op::Attention, io, iq);
-    a.i = {0, seq, 2};
-    a.f[0] = 0.125f;
-    a.kv = &kv;
-    g.add_node(a);
+    test::PagedStep ps;
+    test::add_paged_inputs(g, kv, 0, seq, 2, M, ps);
+    g.add_node(test::kv_write_node(ps, false, ik));
+    g.add_node(test::kv_write_node(ps, true, iv));
+    g.add_node(test::attention_node(ps, iq, io, 0.125f));
     for (const Node& n : g.nodes()) EXPECT_TRUE(be->supports(g, n).supported) << op_name(n.op);
     for (int rep = 0; rep < 2; ++rep) {  // twice: the second call reuses the backend's state
       if (validated)
@@ -823,32 +820,32 @@ TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
       }
     }
   };
-  auto kv_graph = [&](Graph& g, int32_t s, int32_t p0, bool attention) {
+  test::PagedStep ps;  // the graphs below share its inputs (the slots and table data)
+  auto kv_graph = [&](Graph& g, bool attention) {
     const int ik = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nkv, M}, k.data()));
     const int iv = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nkv, M}, v.data()));
     const int iq = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nh, M}, q.data()));
     const int io = g.add_tensor(Tensor::contiguous(DType::F32, {hd, nh, M}, out.data()));
-    Node n = attention ? node(Op::Attention, io, iq) : node(Op::KvWrite, -1, ik, iv);
-    n.i = {0, s, p0};
-    n.f[0] = 0.125f;
-    n.kv = &kv;
-    g.add_node(n);
+    test::add_paged_inputs(g, kv, 0, seq, 0, M, ps);
+    g.add_node(attention ? test::attention_node(ps, iq, io, 0.125f) : test::kv_write_node(ps, false, ik));
+    (void)iv;
   };
   {
     Graph g;
-    kv_graph(g, seq + 3, 0, false);
-    expect_error(g, "does not exist");
-  }
-  {
-    Graph g, h;
-    kv_graph(g, seq, 2, false);  // positions [2, 5), 4 not reserved
-    expect_error(g, "reserved range");
-    kv_graph(h, seq, 2, true);
-    expect_error(h, "reserved range");
+    kv_graph(g, false);
+    ps.slots_data[2] = 8 * 4;  // 8 pages of 4
+    expect_error(g, "outside the storage's [0, 32)");
   }
   {
     Graph g;
-    kv_graph(g, seq, -1, true);
+    kv_graph(g, true);
+    ps.table_data[kSeqTableHeader] = 8;
+    expect_error(g, "outside the storage's [0, 8)");
+  }
+  {
+    Graph g;
+    kv_graph(g, true);
+    ps.table_data[kSeqPos0] = -1;
     expect_error(g, "negative");
   }
   {
@@ -1134,10 +1131,10 @@ TEST_F(Avx512, KvWriteMatchesReferenceBitForBit) {
       Graph g;
       const int tk = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, k.data()));
       const int tv = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, v.data()));
-      Node w = node(Op::KvWrite, -1, tk, tv);
-      w.i = {1, seq, 3};
-      w.kv = kv;
-      g.add_node(w);
+      test::PagedStep ps;
+      test::add_paged_inputs(g, *kv, 1, seq, 3, T, ps);
+      g.add_node(test::kv_write_node(ps, false, tk));
+      g.add_node(test::kv_write_node(ps, true, tv));
       run(*be, g);
     }
     // The kernels leave the length to the caller (the engine sets it after the step).
@@ -1169,15 +1166,11 @@ struct KvRun {
     const int tv = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, n}, v.data()));
     const int tq = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, n}, q.data()));
     const int to = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, n}, out.data()));
-    Node w = node(Op::KvWrite, -1, tk, tv);
-    w.i = {layer, seq, int32_t(p0)};
-    w.kv = &kv;
-    Node a = node(Op::Attention, to, tq);
-    a.i = {layer, seq, int32_t(p0)};
-    a.f[0] = scale;
-    a.kv = &kv;
-    g.add_node(w);
-    g.add_node(a);
+    test::PagedStep ps;
+    test::add_paged_inputs(g, kv, layer, seq, p0, n, ps);
+    g.add_node(test::kv_write_node(ps, false, tk));
+    g.add_node(test::kv_write_node(ps, true, tv));
+    g.add_node(test::attention_node(ps, tq, to, scale));
     run(be, g);
     EXPECT_EQ(kv.length(seq), p0);  // the kernels leave the length to the caller
     kv.set_length(seq, p0 + n);     // as the engine does after the step

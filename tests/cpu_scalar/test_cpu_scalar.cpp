@@ -23,6 +23,7 @@
 #include "tessera/op_schema.h"
 #include "tessera/quant.h"
 #include "tessera/scheduler.h"
+#include "support/paged_nodes.h"
 
 using namespace tessera;
 
@@ -336,15 +337,11 @@ struct AttnFixture {
     Graph g;
     int tk = add(g, DType::F32, {hd, n_kv, n}, k), tv = add(g, DType::F32, {hd, n_kv, n}, v);
     int tq = add(g, DType::F32, {hd, n_head, n}, q), to = add(g, DType::F32, {hd, n_head, n}, out);
-    Node w = node(Op::KvWrite, -1, tk, tv);
-    w.i = {layer, seq, int32_t(p0)};
-    w.kv = &kv;
-    Node a = node(Op::Attention, to, tq);
-    a.i = {layer, seq, int32_t(p0)};
-    a.f[0] = scale;
-    a.kv = &kv;
-    g.add_node(w);
-    g.add_node(a);
+    test::PagedStep ps;
+    test::add_paged_inputs(g, kv, layer, seq, p0, n, ps);
+    g.add_node(test::kv_write_node(ps, false, tk));
+    g.add_node(test::kv_write_node(ps, true, tv));
+    g.add_node(test::attention_node(ps, tq, to, scale));
     run(*be, g);
     EXPECT_EQ(kv.length(seq), p0);  // the kernels leave the length to the caller (the engine)
     kv.set_length(seq, p0 + n);
@@ -435,51 +432,62 @@ TEST(CpuScalarAttention, ErrorsAreClear) {
   AttnFixture f;
   const KvCache::SeqId s = f.kv.create_sequence();
   ASSERT_TRUE(f.kv.reserve(s, 4));
-  std::vector<float> q(static_cast<size_t>(AttnFixture::hd * AttnFixture::n_head * 2)), out(q.size());
+  const int64_t hd = AttnFixture::hd, nh = AttnFixture::n_head;
+  std::vector<float> q(static_cast<size_t>(hd * nh * 2)), out(q.size());
   Graph g;
-  int tq = add(g, DType::F32, {AttnFixture::hd, AttnFixture::n_head, 2}, q);
-  int to = add(g, DType::F32, {AttnFixture::hd, AttnFixture::n_head, 2}, out);
-  Node a = node(Op::Attention, to, tq);
-  a.i = {0, s, 0};
-  a.f[0] = 0.5f;
-  a.kv = &f.kv;
+  int tq = add(g, DType::F32, {hd, nh, 2}, q);
+  int to = add(g, DType::F32, {hd, nh, 2}, out);
+  test::PagedStep ps;
+  test::add_paged_inputs(g, f.kv, 0, s, 0, 2, ps);
+  const Node a = test::attention_node(ps, tq, to, 0.5f);
   g.add_node(a);
   EXPECT_TRUE(f.be->supports(g, a).supported);
-  // Positions [0, 2) are reserved: attention over them runs (length() is the
-  // engine's, set after the step; the kernels do not read it).
+  // Positions [0, 2) are in the table's pages: attention over them runs (length() is
+  // the engine's, set after the step; the kernels do not read it).
   EXPECT_NO_THROW(f.be->execute(g, 0, 1));
   EXPECT_EQ(f.kv.length(s), 0);
-  // Attention over positions [3, 5): 4 is not reserved.
-  Graph g5;
-  Node a5 = a;
-  a5.src[0] = add(g5, DType::F32, {AttnFixture::hd, AttnFixture::n_head, 2}, q);
-  a5.dst = add(g5, DType::F32, {AttnFixture::hd, AttnFixture::n_head, 2}, out);
-  a5.i[2] = 3;
-  g5.add_node(a5);
-  for (bool validated : {false, true}) {
-    try {
-      if (validated)  // the scheduler's run-time check
-        throw Error(op_schema::check_run_state(g5, g5.nodes()[0]));
-      else
-        f.be->execute(g5, 0, 1);
-      FAIL() << "expected tessera::Error";
-    } catch (const Error& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("attention over positions [3, 5)"), std::string::npos) << m;
-      EXPECT_NE(m.find("reserved range"), std::string::npos) << m;
+  // Run-time errors, from execute() and from the scheduler's run-time check alike.
+  auto expect_run_error = [&](const char* what) {
+    for (bool validated : {false, true}) {
+      try {
+        if (validated)
+          throw Error(op_schema::check_run_state(g, g.nodes()[0]));
+        else
+          f.be->execute(g, 0, 1);
+        ADD_FAILURE() << "expected tessera::Error containing '" << what << "'";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
     }
-  }
+  };
+  int32_t* col = ps.table_data.data();
+  col[kSeqTableHeader] = f.kv.total_pages();  // a page the storage does not have
+  expect_run_error("outside the storage's [0, 16)");
+  col[kSeqTableHeader] = f.kv.block_table(s)[0];
+  col[kSeqPos0] = 5;  // positions [0, 7) need 2 pages, the table has 1
+  expect_run_error("need 2 pages, the table has 1");
+  col[kSeqPos0] = 0;
+  col[kSeqCount] = 1;  // token row 1 belongs to no sequence
+  expect_run_error("covers 1 of q's 2 token rows");
+  col[kSeqCount] = 2;
+  col[kSeqFirst] = 1;  // rows [1, 3) of 2
+  expect_run_error("outside q's 2");
+  col[kSeqFirst] = 0;
+  EXPECT_NO_THROW(f.be->execute(g, 0, 1));
   // 3 heads with 2 KV heads: not a multiple.
-  std::vector<float> q3(static_cast<size_t>(AttnFixture::hd * 3));
-  int tq3 = add(g, DType::F32, {AttnFixture::hd, 3, 1}, q3);
+  std::vector<float> q3(static_cast<size_t>(hd * 3 * 2));
+  int tq3 = add(g, DType::F32, {hd, 3, 2}, q3);
   Node b = a;
   b.src[0] = tq3;
   OpSupport sb = f.be->supports(g, b);
   EXPECT_FALSE(sb.supported);
   EXPECT_NE(sb.reason.find("KV heads"), std::string::npos) << sb.reason;
   Node c = a;
-  c.kv = nullptr;
+  c.src[3] = -1;  // no sequence table
   EXPECT_FALSE(f.be->supports(g, c).supported);
+  Node d = a;
+  d.src[1] = tq;  // q as the K storage: not F16 rows of whole heads
+  EXPECT_FALSE(f.be->supports(g, d).supported);
 }
 
 // --- Softmax, Silu, SwiGlu, Add, Mul, Argmax -------------------------------
@@ -507,39 +515,32 @@ TEST(CpuScalarValidated, SkipsShapeChecksKeepsRunTimeChecks) {
     }
   };
   std::vector<float> k(size_t(hd * nkv * 2), 0.5f), v = k, q(size_t(hd * nh * 2), 0.25f), out(q.size());
-  auto kv_graph = [&](Graph& g, int32_t seq, int32_t p0, bool attention) {
+  test::PagedStep ps;  // the graphs below share its inputs (the slots and table data)
+  auto kv_graph = [&](Graph& g, bool attention) {
     const int tk = add(g, DType::F32, {hd, nkv, 2}, k), tv = add(g, DType::F32, {hd, nkv, 2}, v);
     const int tq = add(g, DType::F32, {hd, nh, 2}, q), to = add(g, DType::F32, {hd, nh, 2}, out);
-    Node n = attention ? node(Op::Attention, to, tq) : node(Op::KvWrite, -1, tk, tv);
-    n.i = {0, seq, p0};
-    n.f[0] = 0.5f;
-    n.kv = &f.kv;
-    g.add_node(n);
+    test::add_paged_inputs(g, f.kv, 0, s, 0, 2, ps);
+    g.add_node(test::kv_write_node(ps, false, tk));
+    g.add_node(test::kv_write_node(ps, true, tv));
+    if (attention) g.add_node(test::attention_node(ps, tq, to, 0.5f));
   };
   {  // Runs like execute(), which leaves the length alone.
     Graph g;
-    kv_graph(g, s, 0, false);
-    kv_graph(g, s, 0, true);
-    f.be->execute_validated(g, 0, 2);
+    kv_graph(g, true);
+    f.be->execute_validated(g, 0, 3);
     EXPECT_EQ(f.kv.length(s), 0);
     EXPECT_EQ(f.kv.k_row(0, s, 1)[3], quant::fp32_to_fp16(0.5f));
   }
-  {  // A sequence that does not exist.
+  {  // A slot outside the storage (16 pages of 4).
     Graph g;
-    kv_graph(g, s + 5, 0, false);
-    expect_error(g, "does not exist");
+    kv_graph(g, false);
+    ps.slots_data[1] = 64;
+    expect_error(g, "slot 64 (token 1) outside the storage's [0, 64)");
   }
-  {  // Positions outside the reserved range [0, 4).
+  {  // A negative first position (the signature leaves the table's data out): still checked.
     Graph g;
-    kv_graph(g, s, 3, false);
-    expect_error(g, "reserved range");
-    Graph h;
-    kv_graph(h, s, 3, true);
-    expect_error(h, "reserved range");
-  }
-  {  // A negative start position (the signature leaves positions out): still checked.
-    Graph g;
-    kv_graph(g, s, -1, true);
+    kv_graph(g, true);
+    ps.table_data[kSeqPos0] = -1;
     expect_error(g, "negative");
   }
   {  // Data pointers and ids inside tensors.

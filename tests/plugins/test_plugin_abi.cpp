@@ -22,6 +22,7 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/graph.h"
+#include "tessera/kv_cache.h"
 #include "tessera/plugin_abi.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/scheduler.h"
@@ -32,6 +33,7 @@ using namespace tessera;
 namespace {
 
 const std::string kAbiDir = TESSERA_ABI_PLUGIN_DIR;
+const std::string kAbi3Dir = TESSERA_ABI3_PLUGIN_DIR;
 
 struct TempDir {
   fs::path path;
@@ -67,7 +69,8 @@ class PluginAbi : public ::testing::Test {
 };
 
 const std::string kRebuild = "rebuild the plugin";
-const std::string kExpects = ", this tessera expects " + std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": ";
+const std::string kExpects = ", this tessera expects " + std::to_string(TESSERA_PLUGIN_ABI_MIN_VERSION) + " to " +
+                             std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": ";
 
 }  // namespace
 
@@ -269,6 +272,64 @@ TEST_F(PluginAbi, APluginWithTheOtherStdStringAbiLoadsAndRuns) {
     FAIL() << "expected the plugin to refuse an in-place MatMul";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "example_cpu: node 0 (mat_mul): MatMul: destination aliases the activation");
+  }
+}
+
+// The example built for ABI 3 (the previous generation) loads and computes; it is never
+// given a KvWrite or Attention node, whose operands changed in ABI 4, and an ABI-4
+// build of the same source is (the host asks it, and it declines by its own rule).
+TEST_F(PluginAbi, AnAbi3PluginLoadsAndRunsButIsNotGivenThePagedKvOps) {
+  for (const std::string& dir : {kAbi3Dir, kAbiDir}) {
+    PluginRegistry reg(
+        PluginConfig::from_string("[plugins]\npaths = [\"" + dir + "\"]\ndefault_paths = false\n", "/"));
+    const std::string file = dir == kAbi3Dir ? "test_example_abi3.so" : "test_oldstring.so";
+    const PluginRecord& r = by_file(reg, file);
+    ASSERT_TRUE(r.usable) << r.reason;
+    std::shared_ptr<Backend> be = reg.create_backend("example_cpu", nullptr);
+    Graph g;
+    const int32_t x = g.new_tensor(DType::F32, {8, 2}, "x");
+    const int32_t y = g.new_tensor(DType::F32, {8, 2}, "y");
+    Node add;
+    add.op = Op::Add;
+    add.dst = y;
+    add.src = {x, x, -1, -1};
+    g.add_node(add);
+    KvCacheConfig cfg;
+    cfg.n_layers = 1, cfg.n_kv_heads = 1, cfg.head_dim = 8, cfg.page_tokens = 4, cfg.n_pages = 2;
+    KvCache kv(cfg);
+    const KvCache::SeqId seq = kv.create_sequence();
+    ASSERT_TRUE(kv.reserve(seq, 1));
+    std::vector<int32_t> slots = {kv.slot(seq, 0)}, table = {0, 1, 0, kv.block_table(seq)[0]};
+    const int32_t ts = g.add_tensor(Tensor::contiguous(DType::I32, {1}, slots.data()));
+    const int32_t tt = g.add_tensor(Tensor::contiguous(DType::I32, {4, 1}, table.data()));
+    const int32_t kc = g.add_tensor(kv.k_storage(0)), vc = g.add_tensor(kv.v_storage(0));
+    const int32_t k = g.new_tensor(DType::F32, {8, 1, 1}, "k"), q = g.new_tensor(DType::F32, {8, 1, 1}, "q");
+    const int32_t o = g.new_tensor(DType::F32, {8, 1, 1}, "o");
+    Node w;
+    w.op = Op::KvWrite;
+    w.dst = kc;
+    w.src = {k, ts, -1, -1};
+    g.add_node(w);
+    Node a;
+    a.op = Op::Attention;
+    a.dst = o;
+    a.src = {q, kc, vc, tt};
+    a.f[0] = 0.5f;
+    g.add_node(a);
+    g.allocate();
+    for (int i = 0; i < 16; ++i) g.tensor(x).row<float>(0)[i] = float(i);
+    be->execute(g, 0, 1);
+    EXPECT_FLOAT_EQ(g.tensor(y).row<float>(0)[15], 30.0f);
+    for (size_t n : {size_t(1), size_t(2)}) {
+      const OpSupport s = be->supports(g, g.nodes()[n]);
+      EXPECT_FALSE(s.supported);
+      if (dir == kAbi3Dir)
+        EXPECT_NE(s.reason.find("built for ABI 3, whose KvWrite and Attention took one sequence per node"),
+                  std::string::npos)
+            << s.reason;
+      else
+        EXPECT_NE(s.reason.find("not implemented by example_cpu"), std::string::npos) << s.reason;
+    }
   }
 }
 

@@ -69,7 +69,8 @@ TEST(PluginRegistry, FindsAndClassifiesTestPlugins) {
   const auto& bad = by_file(reg, "test_badabi.so");
   EXPECT_FALSE(bad.usable);
   EXPECT_EQ(bad.name, "");  // a descriptor of another ABI is not read past its version
-  EXPECT_EQ(bad.reason, "ABI version 99, this tessera expects " + std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": rebuild the plugin");
+  EXPECT_EQ(bad.reason, "ABI version 99, this tessera expects " + std::to_string(TESSERA_PLUGIN_ABI_MIN_VERSION) + " to " +
+                            std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": rebuild the plugin");
 
   const auto& zero = record(reg, "test_zero");
   EXPECT_FALSE(zero.usable);

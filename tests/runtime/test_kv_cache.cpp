@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -128,10 +129,21 @@ TEST(KvCache, PlaneAlignment) {
       // Rows within a plane are packed.
       EXPECT_EQ(kv.k_row(l, s, p + 1) - kv.k_row(l, s, p), ptrdiff_t(kv.row_elems()));
     }
-  // Distinct planes never overlap: K and V of one layer, consecutive layers.
+  // Each layer's K and V are a buffer of their own, whose pages are consecutive planes
+  // of page_tokens rows rounded up to 64 bytes (the storage tensor's layout).
   const ptrdiff_t plane_elems = (ptrdiff_t(pt * kv.row_elems() * 2) + 63) / 64 * 64 / 2;
-  EXPECT_EQ(kv.v_row(0, s, 0) - kv.k_row(0, s, 0), plane_elems);
-  EXPECT_EQ(kv.k_row(1, s, 0) - kv.v_row(0, s, 0), plane_elems);
+  ASSERT_EQ(kv.block_table(s)[0] + 1, kv.block_table(s)[1]);
+  EXPECT_EQ(kv.k_row(0, s, pt) - kv.k_row(0, s, 0), plane_elems);
+  EXPECT_EQ(kv.k_storage(0).nb[2], size_t(plane_elems) * 2);
+  EXPECT_EQ(kv.k_storage(0).nb[1], kv.row_elems() * 2);
+  std::set<const tessera::Buffer*> buffers;
+  for (int l = 0; l < kv.config().n_layers; ++l) {
+    buffers.insert(kv.k_storage(l).buffer);
+    buffers.insert(kv.v_storage(l).buffer);
+    EXPECT_EQ(static_cast<const void*>(kv.k_row(l, s, 0)),
+              static_cast<const char*>(kv.k_storage(l).data) + size_t(kv.block_table(s)[0]) * kv.k_storage(l).nb[2]);
+  }
+  EXPECT_EQ(buffers.size(), size_t(2 * kv.config().n_layers));
 }
 
 TEST(KvCache, ForkSharesAndCopiesOnWrite) {

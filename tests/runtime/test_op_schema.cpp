@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu_scalar_backend.h"
+#include "support/paged_nodes.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/graph.h"
@@ -207,8 +208,9 @@ TEST(OpSchema, BackendThatDeclinesEverythingIsReported) {
   EXPECT_EQ(s.usage()[1].declined, 0u);
 }
 
-// Sequences, positions and data pointers are checked by the core before every run
-// (they are not in the plan); the KV lengths are the engine's, never a backend's.
+// Slots, sequence tables and data pointers are checked by the core before every run
+// (their contents are not in the plan); the KV lengths are the engine's, never a
+// backend's.
 TEST(OpSchema, RunStateIsCheckedBeforeEveryRun) {
   KvCacheConfig cfg;
   cfg.n_layers = 1, cfg.n_kv_heads = 1, cfg.head_dim = 8, cfg.page_tokens = 4, cfg.n_pages = 4;
@@ -216,29 +218,25 @@ TEST(OpSchema, RunStateIsCheckedBeforeEveryRun) {
   const KvCache::SeqId seq = kv.create_sequence();
   ASSERT_TRUE(kv.reserve(seq, 4));
   std::vector<float> k(16, 0.5f), q(16, 0.25f), o(16);
-  auto step = [&](Graph& g, int32_t s, int32_t p0) {
+  test::PagedStep ps;
+  auto step = [&](Graph& g, int32_t p0) {
     g.reset();
     const int tk = g.add_tensor(Tensor::contiguous(DType::F32, {8, 1, 2}, k.data()));
     const int tq = g.add_tensor(Tensor::contiguous(DType::F32, {8, 1, 2}, q.data()));
     const int to = g.add_tensor(Tensor::contiguous(DType::F32, {8, 1, 2}, o.data()));
-    Node w = node(Op::KvWrite, -1, tk, tk);
-    w.i = {0, s, p0};
-    w.kv = &kv;
-    g.add_node(w);
-    Node a = node(Op::Attention, to, tq);
-    a.i = {0, s, p0};
-    a.f[0] = 0.5f;
-    a.kv = &kv;
-    g.add_node(a);
+    test::add_paged_inputs(g, kv, 0, seq, p0, 2, ps);
+    g.add_node(test::kv_write_node(ps, false, tk));
+    g.add_node(test::kv_write_node(ps, true, tk));
+    g.add_node(test::attention_node(ps, tq, to, 0.5f));
   };
   Scheduler s({std::shared_ptr<Backend>(cpu_scalar::make_backend(nullptr))});
   Graph g;
-  step(g, seq, 0);
+  step(g, 0);
   s.run(g);
   EXPECT_EQ(kv.length(seq), 0);  // set by the engine after the step, not by a backend
-  step(g, seq, 2);
-  s.run(g);  // positions [2, 4): reserved
-  EXPECT_EQ(s.plan_misses(), 1u);  // sequence and position are not part of the plan
+  step(g, 2);
+  s.run(g);  // positions [2, 4)
+  EXPECT_EQ(s.plan_misses(), 1u);  // positions and pages are not part of the plan
   auto expect_error = [&](const char* what) {
     try {
       s.run(g);
@@ -247,12 +245,16 @@ TEST(OpSchema, RunStateIsCheckedBeforeEveryRun) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  step(g, seq, 3);  // [3, 5): 4 is not reserved
-  expect_error("node 0 (kv_write): positions [3, 5) of sequence 0: position 4 is outside the reserved range [0, 4)");
-  step(g, seq + 7, 0);
-  expect_error("node 0 (kv_write): sequence 7 does not exist in the KV cache");
-  step(g, seq, -2);
-  expect_error("start position (i[2]) -2 is negative");
+  ps.slots_data[1] = 16;  // 4 pages of 4
+  expect_error("node 0 (kv_write -> 'k_cache.0'): slot 16 (token 1) outside the storage's [0, 16)");
+  ps.slots_data[1] = 3;
+  ps.table_data[kSeqTableHeader] = 4;
+  expect_error("node 2 (attention): sequence table column 0: page 4 (entry 0) outside the storage's [0, 4)");
+  ps.table_data[kSeqTableHeader] = kv.block_table(seq)[0];
+  ps.table_data[kSeqPos0] = -2;
+  expect_error("negative first position -2");
+  ps.table_data[kSeqPos0] = 3;  // positions [0, 5) need 2 pages
+  expect_error("need 2 pages, the table has 1");
   EXPECT_EQ(s.plan_misses(), 1u);
-  EXPECT_EQ(s.nodes_validated(), 2u);
+  EXPECT_EQ(s.nodes_validated(), 3u);
 }

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "support/paged_nodes.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/graph.h"
@@ -125,10 +126,13 @@ TEST_F(VulkanRuns, SplitRunsMatchTheReference) {
   for (float v : got.s) ASSERT_TRUE(std::isfinite(v));
 }
 
-// The KV mirror: KvWrite on one backend, Attention on the other, in separate runs and
-// steps (prefill, then decodes), against cpu_scalar doing everything. The cache rows
-// must be identical and the attention outputs agree to float rounding.
-TEST_F(VulkanRuns, KvCacheSharedWithAnotherBackend) {
+// KV pages in vulkan's device memory (allocated through the backend, as the engine
+// does): KvWrite and Attention run there over several steps (prefill, decodes, a second
+// sequence sharing a prefix page), against cpu_scalar over host pages. The rows read
+// back are identical, the outputs agree to float rounding, and a step moves only its
+// inputs and outputs: never the cache. Over host pages vulkan declines both ops, and a
+// scheduler sends them to the CPU backend after it.
+TEST_F(VulkanRuns, KvPagesInDeviceMemory) {
   const int64_t hd = 64, n_kv = 2, n_head = 4;
   KvCacheConfig kc;
   kc.n_layers = 2;
@@ -136,75 +140,89 @@ TEST_F(VulkanRuns, KvCacheSharedWithAnotherBackend) {
   kc.head_dim = int(hd);
   kc.page_tokens = 4;
   kc.n_pages = 16;
-  KvCache ref_kv(kc), got_kv(kc);
+  KvCache ref_kv(kc), got_kv(kc, [&](size_t bytes) { return vk_->alloc_buffer(bytes, BufferUsage::Kv); });
+  ASSERT_EQ(got_kv.k_storage(1).data, nullptr);  // device memory: no host address
+  ASSERT_NE(got_kv.k_storage(1).buffer, nullptr);
   const KvCache::SeqId rs = ref_kv.create_sequence(), gs = got_kv.create_sequence();
-  ASSERT_EQ(rs, gs);
   int64_t pos = 0;
-  // Steps: (tokens, who writes K/V, who attends) -- 0 = vulkan, 1 = cpu_scalar.
-  const int steps[][3] = {{5, 1, 0}, {3, 0, 1}, {1, 0, 1}, {1, 0, 0}, {3, 1, 0}, {4, 0, 0}, {1, 1, 0}};
   uint32_t seed = 10;
-  int step = 0;
-  for (const auto& st : steps) {
-    // Odd steps through execute_validated() (Scheduler::run's call; supports() is
-    // asserted first), even ones through execute().
-    const bool validated = step++ % 2 == 1;
-    const int64_t T = st[0];
+  for (int64_t T : {int64_t(5), int64_t(3), int64_t(1), int64_t(1), int64_t(6)}) {
     ASSERT_TRUE(ref_kv.reserve(rs, pos + T));
     ASSERT_TRUE(got_kv.reserve(gs, pos + T));
     std::vector<float> k = randn(size_t(hd * n_kv * T), seed++), v = randn(size_t(hd * n_kv * T), seed++),
                        q = randn(size_t(hd * n_head * T), seed++);
-    std::vector<float> out_ref(size_t(hd * n_head * T)), out_got(size_t(hd * n_head * T));
-    auto run_step = [&](KvCache& kv, KvCache::SeqId seq, std::vector<float>& out, bool mixed) {
+    auto run_step = [&](KvCache& kv, KvCache::SeqId seq, Backend& be) {
+      std::vector<float> out(size_t(hd * n_head * T));
       Graph g;
       const int kt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, k.data()));
       const int vt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, T}, v.data()));
       const int qt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, T}, q.data()));
       const int ot = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, T}, out.data()));
-      Node w = node(Op::KvWrite, -1, kt, vt);
-      w.i[0] = 1;
-      w.i[1] = seq;
-      w.i[2] = int32_t(pos);
-      w.kv = &kv;
-      Node a = node(Op::Attention, ot, qt);
-      a.i = w.i;
-      a.f[0] = 0.125f;
-      a.kv = &kv;
-      g.add_node(w);
-      g.add_node(a);
-      if (!mixed) {
-        ref_->execute(g, 0, 2);
-        return;
-      }
-      for (int i = 0; i < 2; ++i) {
-        Backend& be = st[1 + i] == 0 ? *vk_ : *ref_;
-        ASSERT_TRUE(be.supports(g, g.nodes()[size_t(i)]).supported);
-        if (validated)
-          be.execute_validated(g, size_t(i), 1);
-        else
-          be.execute(g, size_t(i), 1);
-      }
+      test::PagedStep ps;
+      test::add_paged_inputs(g, kv, 1, seq, pos, T, ps);
+      g.add_node(test::kv_write_node(ps, false, kt));
+      g.add_node(test::kv_write_node(ps, true, vt));
+      g.add_node(test::attention_node(ps, qt, ot, 0.125f));
+      for (const Node& n : g.nodes()) EXPECT_TRUE(be.supports(g, n).supported) << be.supports(g, n).reason;
+      be.execute(g, 0, 3);
+      return out;
     };
-    run_step(ref_kv, rs, out_ref, false);
-    run_step(got_kv, gs, out_got, true);
-    // The kernels leave the length alone; the caller (the engine) sets it after the step.
-    EXPECT_EQ(got_kv.length(gs), pos);
-    EXPECT_EQ(ref_kv.length(rs), pos);
+    const TransferStats before = vk_->transfers();
+    const std::vector<float> want = run_step(ref_kv, rs, *ref_), got = run_step(got_kv, gs, *vk_);
+    const TransferStats after = vk_->transfers();
+    // Uploads: k, v, q, the slots and the sequence table; downloads: the output.
+    const uint64_t inputs = uint64_t(hd * (2 * n_kv + n_head) * T) * 4 + uint64_t(T) * 4 + 4 * 4 * 2;
+    EXPECT_LE(after.upload_bytes - before.upload_bytes, inputs + 256) << "step ending at " << pos + T;
+    EXPECT_EQ(after.download_bytes - before.download_bytes, uint64_t(hd * n_head * T) * 4);
     pos += T;
     ref_kv.set_length(rs, pos);
     got_kv.set_length(gs, pos);
-    EXPECT_LT(nmse(out_ref, out_got), 1e-7) << "step ending at position " << pos;
-    for (int64_t p = 0; p < pos; ++p) {
-      ASSERT_EQ(0, std::memcmp(ref_kv.k_row(1, rs, p), got_kv.k_row(1, gs, p), size_t(hd * n_kv) * 2)) << "K row " << p;
-      ASSERT_EQ(0, std::memcmp(ref_kv.v_row(1, rs, p), got_kv.v_row(1, gs, p), size_t(hd * n_kv) * 2)) << "V row " << p;
-    }
+    EXPECT_LT(nmse(want, got), 1e-7) << "step ending at position " << pos;
   }
+  std::vector<uint16_t> a(size_t(hd * n_kv)), b(a.size());
+  for (int64_t p = 0; p < pos; ++p)
+    for (int kvsel = 0; kvsel < 2; ++kvsel) {
+      ref_kv.read_row(1, rs, p, kvsel, a.data());
+      got_kv.read_row(1, gs, p, kvsel, b.data());
+      ASSERT_EQ(a, b) << (kvsel ? "V" : "K") << " row " << p;
+    }
+  // A fork shares the first pages; its own write copies the shared page on the device.
+  const KvCache::SeqId fork = got_kv.fork_sequence(gs, 6);
+  ASSERT_TRUE(got_kv.reserve(fork, 7));
+  EXPECT_NE(got_kv.block_table(fork)[1], got_kv.block_table(gs)[1]);  // copied on write
+  for (int64_t p = 0; p < 6; ++p) {
+    got_kv.read_row(1, gs, p, 0, a.data());
+    got_kv.read_row(1, fork, p, 0, b.data());
+    ASSERT_EQ(a, b) << "K row " << p << " of the fork";
+  }
+
+  // Host pages: declined with the reason; a scheduler places the KV nodes on cpu_scalar.
+  KvCache host_kv(kc);
+  const KvCache::SeqId hs = host_kv.create_sequence();
+  ASSERT_TRUE(host_kv.reserve(hs, 2));
+  std::vector<float> k = randn(size_t(hd * n_kv * 2), 40), q = randn(size_t(hd * n_head * 2), 41), out(q.size());
+  Graph g;
+  const int kt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_kv, 2}, k.data()));
+  const int qt = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, 2}, q.data()));
+  const int ot = g.add_tensor(Tensor::contiguous(DType::F32, {hd, n_head, 2}, out.data()));
+  test::PagedStep ps;
+  test::add_paged_inputs(g, host_kv, 0, hs, 0, 2, ps);
+  g.add_node(test::kv_write_node(ps, false, kt));
+  g.add_node(test::kv_write_node(ps, true, kt));
+  g.add_node(test::attention_node(ps, qt, ot, 0.125f));
+  for (const Node& n : g.nodes()) {
+    const OpSupport s = vk_->supports(g, n);
+    EXPECT_FALSE(s.supported);
+    EXPECT_NE(s.reason.find("not in this backend's device memory"), std::string::npos) << s.reason;
+  }
+  Scheduler sched({vk_, ref_});
+  sched.run(g);
+  EXPECT_EQ(sched.usage()[1].placed, 3u);
 }
 
 // execute_validated() skips what the scheduler validated but keeps the one check()
 // that reads data addresses (a Rope's positions must not be computed inside the graph,
-// which the scheduler's signature does not see). KV positions outside the sequence's
-// reserved range are the core's run-time check: execute() and Scheduler::run() refuse
-// them before the backend records anything.
+// which the scheduler's signature does not see).
 TEST_F(VulkanRuns, ValidatedRunsKeepRunTimeChecks) {
   const int64_t hd = 16, heads = 2, T = 3, K = 8;
   std::vector<float> a = randn(size_t(K * T), 30), x = randn(size_t(hd * heads * T), 31), y(x.size());
@@ -227,41 +245,6 @@ TEST_F(VulkanRuns, ValidatedRunsKeepRunTimeChecks) {
       ADD_FAILURE() << "expected tessera::Error";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("positions computed inside the graph"), std::string::npos) << e.what();
-    }
-  }
-
-  KvCacheConfig kc;
-  kc.n_layers = 1;
-  kc.n_kv_heads = 2;
-  kc.head_dim = int(hd);
-  kc.page_tokens = 4;
-  kc.n_pages = 4;
-  KvCache kv(kc);
-  const KvCache::SeqId seq = kv.create_sequence();
-  ASSERT_TRUE(kv.reserve(seq, 4));
-  std::vector<float> k = randn(size_t(hd * 2 * T), 32), q = randn(size_t(hd * 4 * T), 33), o(q.size());
-  for (bool attention : {false, true}) {
-    Graph h;
-    const int kt = h.add_tensor(Tensor::contiguous(DType::F32, {hd, 2, T}, k.data()));
-    const int qt = h.add_tensor(Tensor::contiguous(DType::F32, {hd, 4, T}, q.data()));
-    const int ot = h.add_tensor(Tensor::contiguous(DType::F32, {hd, 4, T}, o.data()));
-    Node n = attention ? node(Op::Attention, ot, qt) : node(Op::KvWrite, -1, kt, kt);
-    n.i = {0, seq, 2};  // positions [2, 5): 4 is not reserved
-    n.f[0] = 0.25f;
-    n.kv = &kv;
-    h.add_node(n);
-    ASSERT_TRUE(vk_->supports(h, n).supported);
-    Scheduler sched({vk_});
-    for (bool scheduled : {false, true}) {
-      try {
-        if (scheduled)
-          sched.run(h);
-        else
-          vk_->execute(h, 0, 1);
-        ADD_FAILURE() << "expected tessera::Error";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("reserved range"), std::string::npos) << e.what();
-      }
     }
   }
 }

@@ -1,10 +1,11 @@
 // Shared by every tessera compute shader.
 //
-// Binding 0 is the run's arena (activations, KV mirrors, scratch), binding 1 a
-// weight buffer (or the arena again). Both are plain uint arrays addressed by *byte*
-// offsets passed as push constants, so tensors and GGUF blocks (34-, 18-, 210-byte
-// blocks) need no particular alignment beyond what their element type implies.
-// The two bindings may alias the same buffer: neither is declared restrict.
+// Binding 0 is the run's arena (activations, scratch), binding 1 a weight buffer (or
+// the arena again); bindings 2 and 3 hold a layer's K and V storage for the KV shaders
+// (kv_write.comp, attention.comp declare them). All are plain uint arrays addressed by
+// *byte* offsets passed as push constants, so tensors and GGUF blocks (34-, 18-,
+// 210-byte blocks) need no particular alignment beyond what their element type
+// implies. Bindings may alias the same buffer: none is declared restrict.
 layout(std430, set = 0, binding = 0) buffer Arena { uint a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Weights { uint w[]; };
 layout(push_constant) uniform PC { uint u[32]; } pc;

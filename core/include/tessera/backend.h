@@ -15,27 +15,50 @@ namespace tessera {
 
 class FastPool;
 
-// Memory owned by a backend. Host buffers have a CPU-visible data() pointer.
+// What a buffer holds: a backend may place each kind differently (a GPU keeps KV pages
+// and scratch in device memory, weights where its kernels read them best).
+enum class BufferUsage { Weights, Kv, ExpertCache, Scratch };
+
+// Memory owned by a backend: a Tensor whose `buffer` is set lives in it. Host buffers
+// have a CPU-visible data() pointer; device buffers return null there and are reached
+// only through set/get/copy, and by their backend's kernels.
 class Buffer {
  public:
   virtual ~Buffer() = default;
   virtual void* data() = 0;  // null for device-only memory
   virtual size_t size() const = 0;
+  virtual BufferUsage usage() const = 0;
+  // Bytes [offset, offset + bytes) from / to host memory, and a copy inside the buffer
+  // (ranges may not overlap). Throw tessera::Error for a range outside the buffer.
+  virtual void set(size_t offset, const void* src, size_t bytes) = 0;
+  virtual void get(size_t offset, void* dst, size_t bytes) const = 0;
+  virtual void copy(size_t dst_offset, size_t src_offset, size_t bytes) = 0;
 };
 
 // 64-byte aligned host memory: the buffer type of every CPU backend.
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(size_t bytes);
+  explicit HostBuffer(size_t bytes, BufferUsage usage = BufferUsage::Scratch);
   ~HostBuffer() override;
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
   void* data() override { return ptr_; }
   size_t size() const override { return size_; }
+  BufferUsage usage() const override { return usage_; }
+  void set(size_t offset, const void* src, size_t bytes) override;
+  void get(size_t offset, void* dst, size_t bytes) const override;
+  void copy(size_t dst_offset, size_t src_offset, size_t bytes) override;
 
  private:
+  void check(size_t offset, size_t bytes, const char* what) const;
   void* ptr_ = nullptr;
   size_t size_ = 0;
+  BufferUsage usage_;
+};
+
+// Bytes a backend copied between host memory and its own since it was made.
+struct TransferStats {
+  uint64_t upload_bytes = 0, download_bytes = 0;
 };
 
 struct OpSupport {
@@ -53,7 +76,11 @@ class Backend {
   // True when the backend computes on host memory (graph scratch and mapped weights
   // can be used directly); false for device backends, which need copies.
   virtual bool uses_host_memory() const { return true; }
-  virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+  // A buffer of this backend's memory for `usage` (host memory unless the backend says
+  // otherwise): the KV pages are allocated here by the backend that runs attention.
+  virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes, BufferUsage usage = BufferUsage::Scratch) {
+    return std::make_unique<HostBuffer>(bytes, usage);
+  }
 
   // Does this backend run `node` of `graph` natively? The scheduler asks only about
   // nodes that op_schema::check() accepted, so an answer may take the op's contract for
@@ -85,6 +112,9 @@ class Backend {
   // A node that violates the contract may be run unchecked (undefined behaviour), so
   // outside callers use execute(). The default validates anyway.
   virtual void execute_validated(Graph& graph, size_t first, size_t count) { execute(graph, first, count); }
+
+  // Host <-> device traffic so far (none for a backend that computes on host memory).
+  virtual TransferStats transfers() const { return {}; }
 
   // The host bytes this backend streams when a product reads `weight`: its own
   // repacked copy where prepare_weight made one, else the tensor's bytes (empty for

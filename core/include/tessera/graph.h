@@ -26,10 +26,16 @@ enum class Op : uint16_t {
   Rope,       // src0 x F32 [hd, heads, n], src1 pos I32 [n], optional src2 frequency factors
               // F32 [n_dims/2] (Llama 3.1: pair i's angle is divided by factor i); i[0] = n_dims,
               // i[1] = mode (RopeMode), f[0] = freq_base, f[1] = freq_scale -> F32 same shape
-  KvWrite,    // src0 k F32 [hd, n_kv, n], src1 v F32 [hd, n_kv, n] -> stored in kv at
-              // positions i[2] .. i[2]+n-1 of sequence i[1], layer i[0]; no dst
-  Attention,  // src0 q F32 [hd, n_head, n] at positions i[2] .. i[2]+n-1, causal over
-              // the cache of layer i[0], sequence i[1]; f[0] = scale -> F32 [hd, n_head, n]
+  KvWrite,    // src0 x F32 [hd, n_kv, n], src1 slots I32 [n] -> dst: one layer's K or V
+              // storage F16 [n_kv*hd, page_tokens, n_pages] (KvCache::k_storage), written in
+              // place: token t's row, rounded to F16, goes to slot slots[t] (= page *
+              // page_tokens + offset in the page)
+  Attention,  // src0 q F32 [hd, n_head, n], src1 K storage and src2 V storage of one layer (as
+              // KvWrite's dst), src3 sequence table I32 [kSeqTableHeader + P, S]: column s is
+              // sequence s's first token row, token count and position of its first token,
+              // then its block table (page ids; unused columns have count 0). Token row
+              // first+j attends causally to positions [0, pos0 + j] through the block table;
+              // f[0] = scale -> F32 [hd, n_head, n]
   Softmax,    // src0 F32 rows -> F32 rows
   Silu,       // src0 F32 -> F32
   SwiGlu,     // src0 gate F32, src1 up F32 (same shape) -> silu(gate) * up
@@ -68,13 +74,16 @@ std::string_view op_name(Op op);
 // the t, h and w positions are the token position and e is 0. Pairs rotate NeoX-style.
 enum RopeMode : int32_t { kRopeNormal = 0, kRopeNeox = 2, kRopeImrope = 40 };
 
+// Attention's sequence table: the rows of each column before its block table.
+enum SeqTableRow : int32_t { kSeqFirst = 0, kSeqCount = 1, kSeqPos0 = 2, kSeqTableHeader = 3 };
+
 struct Node {
   Op op = Op::Count;
   int32_t dst = -1;                           // tensor index, -1 for none
   std::array<int32_t, 4> src{-1, -1, -1, -1};  // tensor indices, -1 for unused
   std::array<int32_t, 8> i{};                 // integer parameters (see Op)
   std::array<float, 4> f{};                   // float parameters (see Op)
-  KvAccess* kv = nullptr;                     // KvWrite, Attention, SsmConv, GatedDeltaNet (a KvCache)
+  KvAccess* kv = nullptr;                     // SsmConv, GatedDeltaNet (a KvCache)
 };
 
 class Graph {

@@ -1,8 +1,14 @@
 // Paged KV cache: a pool of fixed-size pages shared by all sequences. A page holds
-// `page_tokens` positions of K and V for every layer (F16, 64-byte aligned rows of
-// n_kv_heads * head_dim). Each sequence has a block table (page ids in position
-// order); pages are reference-counted so a forked sequence shares its parent's
-// prefix, and a shared page is copied before it is written (copy on write).
+// `page_tokens` positions of K and V for every layer (F16 rows of n_kv_heads *
+// head_dim). Each sequence has a block table (page ids in position order); pages are
+// reference-counted so a forked sequence shares its parent's prefix, and a shared page
+// is copied before it is written (copy on write).
+//
+// Bookkeeping and storage are apart: this class keeps page ids, refcounts, block
+// tables and the prefix cache on the host; the K/V planes live in Buffers allocated
+// by the backend that runs attention (one per layer and K/V), and reach the kernels as
+// one storage tensor per layer and K/V (k_storage / v_storage). A forward step hands kernels page ids (the
+// slots KvWrite fills, the block tables Attention reads), never rows.
 //
 // Prefix cache: a full page can be registered under a content key (the engine's hash
 // of the page's tokens chained with the previous page's key). A registered page whose
@@ -19,8 +25,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include <functional>
+
+#include "tessera/backend.h"
 #include "tessera/dtype.h"
 #include "tessera/kv_access.h"
+#include "tessera/tensor.h"
 #include "tessera/recurrent_state.h"
 
 namespace tessera {
@@ -40,7 +50,10 @@ class KvCache : public KvAccess {
  public:
   using SeqId = int32_t;
 
-  explicit KvCache(const KvCacheConfig& cfg);
+  // Allocates each layer's K or V storage (`bytes`, 64-byte aligned): by default host
+  // memory; the engine passes the attention backend's alloc_buffer.
+  using StorageAlloc = std::function<std::unique_ptr<Buffer>(size_t bytes)>;
+  explicit KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc = {});
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -82,7 +95,20 @@ class KvCache : public KvAccess {
   float* conv_state(int layer, SeqId seq) { return recurrent_.conv(layer, checked(seq)); }
   float* recurrent_state(int layer, SeqId seq) { return recurrent_.state(layer, checked(seq)); }
 
-  // F16 row (n_kv_heads * head_dim) of K or V for a reserved position.
+  // Layer `layer`'s K (V) planes as one tensor F16 [row_elems, page_tokens, n_pages]
+  // (page p's position o is row (o, p)), in the storage buffer: what KvWrite writes and
+  // Attention reads. data is null when the storage is device memory.
+  const Tensor& k_storage(int layer) const { return storage_tensors_.at(size_t(layer) * 2); }
+  const Tensor& v_storage(int layer) const { return storage_tensors_.at(size_t(layer) * 2 + 1); }
+  // The slot (page * page_tokens + offset) of a reserved position of seq.
+  int32_t slot(SeqId seq, int64_t pos) const;
+  // The K (kv = 0) or V (kv = 1) row of a reserved position copied out of / into the
+  // storage, whatever memory it is in (row_elems() F16 values).
+  void read_row(int layer, SeqId seq, int64_t pos, int kv, uint16_t* out) const;
+  void write_row(int layer, SeqId seq, int64_t pos, int kv, const uint16_t* in);
+
+  // F16 row (n_kv_heads * head_dim) of K or V for a reserved position (host storage
+  // only: throws when the storage is device memory).
   uint16_t* k_row(int layer, SeqId seq, int64_t pos);
   uint16_t* v_row(int layer, SeqId seq, int64_t pos);
   const uint16_t* k_row(int layer, SeqId seq, int64_t pos) const;
@@ -127,7 +153,7 @@ class KvCache : public KvAccess {
 
  private:
   struct Sequence;
-  uint16_t* plane(int32_t page, int layer, int kv) const;  // kv: 0 = K, 1 = V
+  uint16_t* plane(int32_t page, int layer, int kv) const;  // kv: 0 = K, 1 = V (host storage)
   int32_t take_page();
   void release_page(int32_t page);
   void unregister(int32_t page);
@@ -139,9 +165,10 @@ class KvCache : public KvAccess {
   SeqId checked(SeqId seq) const { return (void)seq_ref(seq), seq; }
 
   KvCacheConfig cfg_;
-  size_t page_bytes_ = 0;   // one page: all layers, K and V
-  size_t plane_bytes_ = 0;  // one layer's K (or V) plane in a page
-  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> storage_;
+  size_t plane_bytes_ = 0;  // one layer's K (or V) rows of a page
+  std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K, V
+  std::vector<uint8_t*> host_;                    // their data(), null for device memory
+  std::vector<Tensor> storage_tensors_;           // per layer: K, V
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_list_;
   // Prefix cache: per page its key (0: none) and the page_tokens token ids it was

@@ -35,9 +35,10 @@ namespace op_schema {
 std::string check(const Graph& graph, const Node& node);
 
 // "" when the run-time state lets node execute now, else the reason: every src/dst
-// tensor has data; for KvWrite and Attention the start position i[2] is >= 0, sequence
-// i[1] exists and the positions the node touches are reserved (KvWrite [i[2], i[2]+n),
-// Attention [0, i[2]+n)); for SsmConv and GatedDeltaNet sequence i[1] exists. Assumes
+// tensor has data (or lives in a backend's buffer); a KvWrite's slots lie in its
+// storage; an Attention's sequence table covers q's token rows once each and names
+// pages of the storage for every position it reads; for SsmConv and GatedDeltaNet
+// sequence i[1] exists. Assumes
 // check() accepted the node (for this graph or one with the same signature).
 std::string check_run_state(const Graph& graph, const Node& node);
 

@@ -7,9 +7,13 @@
  *
  * A plugin exports one function, `tessera_plugin_entry`, returning a static
  * descriptor. Compatibility rule (docs/plugins.md):
- *   - abi_version names the generation of this C ABI. This host accepts exactly
- *     TESSERA_PLUGIN_ABI_VERSION; an older generation (1 and 2 passed C++ objects) or
- *     a newer one is refused with a reason before anything else of the plugin is read.
+ *   - abi_version names the generation of this C ABI. This host accepts
+ *     TESSERA_PLUGIN_ABI_MIN_VERSION .. TESSERA_PLUGIN_ABI_VERSION; an older generation
+ *     (1 and 2 passed C++ objects) or a newer one is refused with a reason before
+ *     anything else of the plugin is read. A generation changes the meaning of
+ *     something a plugin already reads; the host then keeps the older meaning for
+ *     plugins built for it, or does not use that part of them (since ABI 4, a plugin
+ *     of ABI 3 is never given KvWrite or Attention nodes, whose operands changed).
  *   - Within a generation every function table and every struct passed by pointer
  *     alone (descriptor, create arguments, graph, host table) only grows, by appending
  *     fields. Each starts with its own struct_size (the size the other side was built
@@ -30,7 +34,13 @@
 extern "C" {
 #endif
 
-#define TESSERA_PLUGIN_ABI_VERSION 3u /* 3: the C ABI (1 and 2 passed C++ objects) */
+/* 4: KvWrite and Attention over the KV storage tensors of a layer, with slots and a
+ *    sequence table as I32 inputs (one node per layer for every sequence of a step);
+ * 3: the C ABI (1 and 2 passed C++ objects). */
+#ifndef TESSERA_PLUGIN_ABI_VERSION /* a plugin may declare an older generation the host still accepts */
+#define TESSERA_PLUGIN_ABI_VERSION 4u
+#endif
+#define TESSERA_PLUGIN_ABI_MIN_VERSION 3u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
 
 /* True when a table or struct whose writer declared `size` bytes holds `field`. */
@@ -64,7 +74,9 @@ typedef enum TesseraOp {
 /* The paged KV cache and recurrent state a node works on (TesseraNode::kv). The host
  * owns it; a plugin reads `info` and calls `api`. Rows are F16, info.n_kv_heads *
  * info.head_dim elements. Functions return NULL / -1 for a sequence or position the
- * cache does not have. */
+ * cache does not have. Since ABI 4 KvWrite and Attention reach the K/V planes as
+ * storage tensors in the graph (graph.h) and no longer call row / rows, which stay
+ * for ABI 3; the recurrent state is still reached here. */
 typedef struct TesseraKv TesseraKv;
 typedef struct TesseraKvApi {
   uint32_t struct_size;
@@ -158,7 +170,7 @@ typedef struct TesseraNode {
   int32_t src[4];
   int32_t i[8];
   float f[4];
-  TesseraKv* kv; /* KvWrite, Attention, SsmConv, GatedDeltaNet */
+  TesseraKv* kv; /* SsmConv, GatedDeltaNet (ABI 3: also KvWrite, Attention) */
 } TesseraNode;
 
 /* A graph for the duration of one call. `generation` changes whenever tensors or nodes
@@ -199,7 +211,30 @@ typedef struct TesseraBackendApi {
   /* optional: the host bytes a product reading `weight` streams (its repacked copy, or
    * the tensor's own bytes); 0 and *bytes = 0 for device memory. */
   int32_t (*weight_bytes)(void* self, const TesseraTensor* weight, const void** data, size_t* bytes);
+  /* since ABI 4, optional: bytes copied between host memory and the backend's own since
+   * it was created (what `tessera bench` reports per token); 0, or -1. */
+  int32_t (*transfers)(void* self, uint64_t* upload_bytes, uint64_t* download_bytes);
+  /* since ABI 4, optional (all five or none): memory the backend owns, such as the KV
+   * pages of the backend that runs attention. buffer_alloc returns the backend's handle
+   * for `bytes` of `usage` (TesseraBufferUsage), with its host address in *host_ptr, or
+   * NULL there for device memory; NULL with the error. A tensor in such a buffer carries
+   * the handle in TesseraTensor::buffer (and data NULL for device memory). set / get copy
+   * bytes [offset, offset + bytes) from / to host memory, copy moves bytes inside the
+   * buffer (ranges do not overlap); 0, or -1 with the error. */
+  void* (*buffer_alloc)(void* self, uint32_t usage, size_t bytes, void** host_ptr, char* error, size_t error_size);
+  void (*buffer_free)(void* self, void* buffer);
+  int32_t (*buffer_set)(void* self, void* buffer, size_t offset, const void* src, size_t bytes, char* error,
+                        size_t error_size);
+  int32_t (*buffer_get)(void* self, void* buffer, size_t offset, void* dst, size_t bytes, char* error,
+                        size_t error_size);
+  int32_t (*buffer_copy)(void* self, void* buffer, size_t dst_offset, size_t src_offset, size_t bytes, char* error,
+                         size_t error_size);
 } TesseraBackendApi;
+
+/* What a buffer holds (tessera::BufferUsage). */
+typedef enum TesseraBufferUsage {
+  TESSERA_BUFFER_WEIGHTS = 0, TESSERA_BUFFER_KV = 1, TESSERA_BUFFER_EXPERT_CACHE = 2, TESSERA_BUFFER_SCRATCH = 3
+} TesseraBufferUsage;
 
 /* ---- Model loaders ---- */
 

@@ -57,11 +57,12 @@ class Scheduler {
   // signature covers the node count and, per node, the op, the src/dst tensor
   // indices, i[] and f[], the kv pointer and the shape of that cache's configuration
   // (layers, KV heads, head size, recurrent layers and state sizes), and for every
-  // tensor a node names its dtype, ne[], nb[] and whether its data is null. It leaves
-  // out what changes every step without changing the topology: i[1] (sequence) and
-  // i[2] (first position) of KvWrite and Attention, i[1] (sequence) of SsmConv and
-  // GatedDeltaNet. It does not cover tensor names, data addresses or the KV cache's
-  // contents: those are op_schema::check_run_state()'s, before every run.
+  // tensor a node names its dtype, ne[], nb[], its buffer and whether its data is
+  // null. It leaves out what changes every step without changing the topology: i[1]
+  // (sequence) of SsmConv and GatedDeltaNet. KvWrite and Attention take their slots and
+  // block tables as I32 tensors, so a step's mix of sequences changes only their data.
+  // It does not cover tensor names, data addresses or any tensor's contents: those are
+  // op_schema::check_run_state()'s, before every run.
   // Assumption: a backend's supports() depends only on what the signature covers
   // (a backend whose answer depends on anything else, say the context length an
   // Attention node reaches, must not be used with this cache). Errors are never

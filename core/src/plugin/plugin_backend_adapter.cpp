@@ -7,6 +7,7 @@
 #include "plugin/plugin_backend_adapter.h"
 
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "tessera/error.h"
@@ -71,13 +72,46 @@ std::string message(const char* buf, const char* fallback) {
   return s.empty() ? std::string(fallback) : s;
 }
 
-class PluginBackend final : public Backend {
+class PluginBackend;
+
+// Memory a plugin allocated (its buffer_* functions): the host holds the plugin's
+// handle, and the backend stays alive while the buffer does.
+class PluginBuffer final : public Buffer {
+ public:
+  PluginBuffer(std::shared_ptr<PluginBackend> owner, void* handle, void* host, size_t size, BufferUsage usage)
+      : owner_(std::move(owner)), handle_(handle), host_(host), size_(size), usage_(usage) {}
+  ~PluginBuffer() override;
+  void* data() override { return host_; }
+  size_t size() const override { return size_; }
+  BufferUsage usage() const override { return usage_; }
+  void set(size_t offset, const void* src, size_t bytes) override;
+  void get(size_t offset, void* dst, size_t bytes) const override;
+  void copy(size_t dst_offset, size_t src_offset, size_t bytes) override;
+  void* handle() const { return handle_; }
+
+ private:
+  void check(size_t offset, size_t bytes, const char* what) const {
+    if (offset > size_ || bytes > size_ - offset)
+      throw Error(std::string("buffer ") + what + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                  ") outside the buffer's " + std::to_string(size_));
+  }
+  std::shared_ptr<PluginBackend> owner_;
+  void* handle_;
+  void* host_;
+  size_t size_;
+  BufferUsage usage_;
+};
+
+class PluginBackend final : public Backend, public std::enable_shared_from_this<PluginBackend> {
  public:
   PluginBackend(std::string name, const TesseraPluginDescriptor* desc, void* self, std::shared_ptr<void> keep)
       : name_(std::move(name)), desc_(desc), api_(desc->backend), self_(self), keep_(std::move(keep)) {
     host_memory_ = guarded(name_, "uses_host_memory", [&] { return api_->uses_host_memory(self_); }) != 0;
     has_prepare_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, prepare_weight) && api_->prepare_weight;
     has_weight_bytes_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, weight_bytes) && api_->weight_bytes;
+    has_transfers_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, transfers) && api_->transfers;
+    has_buffers_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, buffer_copy) && api_->buffer_alloc && api_->buffer_free &&
+                   api_->buffer_set && api_->buffer_get && api_->buffer_copy;
   }
   ~PluginBackend() override {
     try {
@@ -90,6 +124,11 @@ class PluginBackend final : public Backend {
   bool uses_host_memory() const override { return host_memory_; }
 
   OpSupport supports(const Graph& graph, const Node& node) const override {
+    // ABI 3's KvWrite and Attention named one sequence per node: a plugin built for it
+    // would misread today's batched nodes, so it is never given them.
+    if (desc_->abi_version < 4 && (node.op == Op::KvWrite || node.op == Op::Attention))
+      return OpSupport::no(std::string(op_name(node.op)) +
+                           ": the plugin is built for ABI 3, whose KvWrite and Attention took one sequence per node");
     const TesseraGraph& g = view(graph, false);
     const auto& nodes = graph.nodes();
     const bool inside = !nodes.empty() && &node >= nodes.data() && &node < nodes.data() + nodes.size();
@@ -143,6 +182,51 @@ class PluginBackend final : public Backend {
     }
   }
 
+  std::unique_ptr<Buffer> alloc_buffer(size_t bytes, BufferUsage usage) override {
+    if (!has_buffers_) return Backend::alloc_buffer(bytes, usage);
+    char error[kMessageSize] = {};
+    void* host = nullptr;
+    void* h = guarded(name_, "buffer_alloc",
+                      [&] { return api_->buffer_alloc(self_, uint32_t(usage), bytes, &host, error, sizeof error); });
+    if (!h) {
+      error[kMessageSize - 1] = '\0';
+      throw Error(message(error, (name_ + ": buffer_alloc of " + std::to_string(bytes) + " bytes failed").c_str()));
+    }
+    auto b = std::make_unique<PluginBuffer>(shared_from_this(), h, host, bytes, usage);
+    handles_[b.get()] = h;
+    return b;
+  }
+  void free_buffer(const PluginBuffer& b) {
+    handles_.erase(&b);
+    try {
+      api_->buffer_free(self_, b.handle());
+    } catch (...) {  // never out of a destructor
+    }
+  }
+  // set (dir 0), get (1) or copy (2) of a buffer's bytes.
+  void buffer_io(const PluginBuffer& b, int dir, size_t offset, const void* src, void* dst, size_t src_offset,
+                 size_t bytes) const {
+    char error[kMessageSize] = {};
+    const char* what = dir == 0 ? "buffer_set" : dir == 1 ? "buffer_get" : "buffer_copy";
+    const int32_t rc = guarded(name_, what, [&] {
+      return dir == 0   ? api_->buffer_set(self_, b.handle(), offset, src, bytes, error, sizeof error)
+             : dir == 1 ? api_->buffer_get(self_, b.handle(), offset, dst, bytes, error, sizeof error)
+                        : api_->buffer_copy(self_, b.handle(), offset, src_offset, bytes, error, sizeof error);
+    });
+    if (rc != 0) {
+      error[kMessageSize - 1] = '\0';
+      throw Error(message(error, (name_ + ": " + what + " failed").c_str()));
+    }
+  }
+
+  TransferStats transfers() const override {
+    TransferStats t;
+    if (has_transfers_ &&
+        guarded(name_, "transfers", [&] { return api_->transfers(self_, &t.upload_bytes, &t.download_bytes); }) != 0)
+      return {};
+    return t;
+  }
+
   std::span<const std::byte> weight_bytes(const Tensor& weight) override {
     if (!has_weight_bytes_) return Backend::weight_bytes(weight);
     TesseraTensor c = to_c(weight);
@@ -160,7 +244,10 @@ class PluginBackend final : public Backend {
                       tensors_.size() == graph.tensor_count() && nodes_.size() == graph.nodes().size();
     if (!same || refresh) {
       tensors_.resize(graph.tensor_count());
-      for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i] = to_c(graph.tensor(int32_t(i)));
+      for (size_t i = 0; i < tensors_.size(); ++i) {
+        tensors_[i] = to_c(graph.tensor(int32_t(i)));
+        if (auto h = handles_.find(graph.tensor(int32_t(i)).buffer); h != handles_.end()) tensors_[i].buffer = h->second;
+      }
     }
     if (!same) {
       nodes_.resize(graph.nodes().size());
@@ -181,11 +268,30 @@ class PluginBackend final : public Backend {
   const TesseraBackendApi* api_;
   void* self_;
   std::shared_ptr<void> keep_;
-  bool host_memory_ = true, has_prepare_ = false, has_weight_bytes_ = false;
+  bool host_memory_ = true, has_prepare_ = false, has_weight_bytes_ = false, has_transfers_ = false;
+  bool has_buffers_ = false;
+  // The plugin's handle of each buffer it allocated for the host (what crosses as
+  // TesseraTensor::buffer for a tensor in it).
+  mutable std::unordered_map<const Buffer*, void*> handles_;
   mutable TesseraGraph view_{};
   mutable std::vector<TesseraTensor> tensors_;
   mutable std::vector<TesseraNode> nodes_;
 };
+
+PluginBuffer::~PluginBuffer() { owner_->free_buffer(*this); }
+void PluginBuffer::set(size_t offset, const void* src, size_t bytes) {
+  check(offset, bytes, "set");
+  owner_->buffer_io(*this, 0, offset, src, nullptr, 0, bytes);
+}
+void PluginBuffer::get(size_t offset, void* dst, size_t bytes) const {
+  check(offset, bytes, "get");
+  owner_->buffer_io(*this, 1, offset, nullptr, dst, 0, bytes);
+}
+void PluginBuffer::copy(size_t dst_offset, size_t src_offset, size_t bytes) {
+  check(dst_offset, bytes, "copy");
+  check(src_offset, bytes, "copy");
+  owner_->buffer_io(*this, 2, dst_offset, nullptr, nullptr, src_offset, bytes);
+}
 
 }  // namespace
 

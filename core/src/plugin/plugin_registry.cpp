@@ -202,9 +202,10 @@ void PluginRegistry::scan() {
       unusable.push_back(std::move(rec));
     };
     if (!d) { refuse(TESSERA_PLUGIN_ENTRY_SYMBOL " returned no descriptor"); continue; }
-    if (d->abi_version != TESSERA_PLUGIN_ABI_VERSION) {
+    if (d->abi_version < TESSERA_PLUGIN_ABI_MIN_VERSION || d->abi_version > TESSERA_PLUGIN_ABI_VERSION) {
       refuse("ABI version " + std::to_string(d->abi_version) + ", this tessera expects " +
-             std::to_string(TESSERA_PLUGIN_ABI_VERSION) + ": rebuild the plugin" +
+             std::to_string(TESSERA_PLUGIN_ABI_MIN_VERSION) + " to " + std::to_string(TESSERA_PLUGIN_ABI_VERSION) +
+             ": rebuild the plugin" +
              (d->abi_version == 1 || d->abi_version == 2
                   ? " against the current SDK (ABI 1 and 2 passed C++ objects)"
                   : ""));

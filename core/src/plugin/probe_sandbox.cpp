@@ -49,7 +49,8 @@ void put(int fd, const char* s, size_t n) {
   // Only a descriptor the host would probe is probed here (the host's checks give the
   // reasons for the others).
   constexpr size_t kProbeEnd = offsetof(TesseraPluginDescriptor, probe) + sizeof(TesseraPluginDescriptor::probe);
-  if (d && d->abi_version == TESSERA_PLUGIN_ABI_VERSION && d->struct_size >= kProbeEnd && d->probe) {
+  if (d && d->abi_version >= TESSERA_PLUGIN_ABI_MIN_VERSION && d->abi_version <= TESSERA_PLUGIN_ABI_VERSION &&
+      d->struct_size >= kProbeEnd && d->probe) {
     put(fd, "P", 1);
     try {
       char reason[512] = {};

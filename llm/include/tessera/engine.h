@@ -125,6 +125,14 @@ class Engine {
   void set_profile(OpProfile* profile);
   // Scratch bytes the last forward step's memory plan needed.
   size_t scratch_bytes() const { return graph_.scratch_bytes(); }
+  // Forward steps whose graph shape had a plan already (validation, placement and the
+  // backends' fusion decisions reused), and those that made one.
+  struct PlanCacheStats {
+    uint64_t hits = 0, misses = 0;
+  };
+  PlanCacheStats plan_cache() const;
+  // Bytes the backends copied between host and device memory so far (0 on host backends).
+  TransferStats transfers() const;
 
  private:
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
@@ -145,7 +153,7 @@ class Engine {
   KvCache::SeqId seq_ = 0;
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   Graph graph_;
-  std::vector<int32_t> tokens_, positions_, out_rows_;
+  std::vector<int32_t> tokens_, positions_, out_rows_, slots_, seq_table_;
   std::vector<SeqSlice> slices_;
   std::vector<float> logits_, eval_logits_;
 };

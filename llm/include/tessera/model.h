@@ -37,17 +37,34 @@ struct SeqSlice {
   int64_t pos0 = 0;
 };
 
+// What one KvWrite and one Attention per layer read about a step's sequences (I32,
+// made by make_paged_inputs from the KV cache's block tables): per token the slot its
+// position is written to, and the sequence table (graph.h, Op::Attention), padded to
+// a power of two of sequences and of pages so that a graph's shape does not change
+// with every mix of sequences.
+struct PagedInputs {
+  std::span<const int32_t> slots;      // one per token
+  std::span<const int32_t> seq_table;  // [kSeqTableHeader + pages, seqs]
+  int64_t pages = 0, seqs = 0;
+};
+
 // One forward step's inputs: tokens of any number of sequences, slice after slice.
-// Matrix products see every token at once; attention, KV writes and recurrent layers
-// run per slice (each sequence reads its own pages through its block table, with its
-// own causal limit; recurrent state is per sequence).
+// Matrix products see every token at once, and so do attention and KV writes (each
+// token reads its own sequence's pages through its block table, with its own causal
+// limit); recurrent layers run per slice (their state is per sequence).
 struct ForwardBatch {
   std::span<const int32_t> tokens;
   std::span<const int32_t> positions;  // same length as tokens
   std::span<const SeqSlice> slices;    // non-empty, consecutive, covering every token
   // Rows whose logits are wanted, ascending; empty means the last row only.
   std::span<const int32_t> output_rows;
+  PagedInputs paged;
 };
+
+// Fills `slots` and `table` for the slices of a step whose positions kv has reserved,
+// and returns the spans over them.
+PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, std::vector<int32_t>& slots,
+                              std::vector<int32_t>& table);
 
 class Model {
  public:

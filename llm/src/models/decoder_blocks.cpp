@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tessera/error.h"
+
 namespace tessera::models {
 
 EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info) {
@@ -74,19 +76,19 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
 
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
                         int32_t v, float scale) {
-  if (b.slices.size() == 1) {
-    const SeqSlice& s = b.slices.front();
-    g.kv_write(kv, layer, s.seq, s.pos0, k, v);
-    return g.attention(kv, layer, s.seq, s.pos0, q, scale);
-  }
-  // Each sequence's rows write its own pages and attend to them; the results land in
-  // their rows of one output, so nothing is gathered or concatenated.
-  const int32_t out = g.same_shape_f32(q);
-  for (const SeqSlice& s : b.slices) {
-    g.kv_write(kv, layer, s.seq, s.pos0, g.token_rows(k, s.first, s.count), g.token_rows(v, s.first, s.count));
-    g.attention(kv, layer, s.seq, s.pos0, g.token_rows(q, s.first, s.count), scale, g.token_rows(out, s.first, s.count));
-  }
-  return out;
+  const PagedInputs& p = b.paged;
+  if (int64_t(p.slots.size()) != int64_t(b.tokens.size()) || p.seqs <= 0 ||
+      int64_t(p.seq_table.size()) != (kSeqTableHeader + p.pages) * p.seqs)
+    throw Error("internal: the forward batch has no paged-attention inputs (make_paged_inputs)");
+  // Every sequence of the step in one KvWrite per K and V and one Attention: the
+  // tokens' slots and the sequences' block tables are inputs, not node parameters.
+  const int32_t slots = g.input(Tensor::contiguous(DType::I32, {int64_t(p.slots.size())}, const_cast<int32_t*>(p.slots.data())));
+  const int32_t table =
+      g.input(Tensor::contiguous(DType::I32, {kSeqTableHeader + p.pages, p.seqs}, const_cast<int32_t*>(p.seq_table.data())));
+  const int32_t ks = g.input(kv.k_storage(layer)), vs = g.input(kv.v_storage(layer));
+  g.kv_write(ks, k, slots);
+  g.kv_write(vs, v, slots);
+  return g.attention(q, ks, vs, table, scale);
 }
 
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,

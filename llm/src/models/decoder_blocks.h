@@ -55,8 +55,9 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
 // chosen ones, with k exponentials instead of n_expert), SwiGLU experts, weighted sum.
 int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo& info, int32_t h);
 
-// KV writes and attention of q, k, v [hd, heads, n] per slice of the batch (one pair
-// of nodes per sequence); returns the attention output [hd, n_head, n].
+// KV writes of k, v [hd, n_kv, n] and attention of q [hd, n_head, n] for every sequence
+// of the batch at once (two KvWrite nodes and one Attention, over b.paged); returns the
+// attention output [hd, n_head, n].
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
                         int32_t v, float scale);
 

@@ -52,28 +52,14 @@ int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float b
   return n.dst;
 }
 
-void GraphBuilder::kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t k, int32_t v) {
-  Node n;
-  n.op = Op::KvWrite;
-  n.src = {k, v, -1, -1};
-  n.i[0] = layer;
-  n.i[1] = seq;
-  n.i[2] = int32_t(pos0);
-  n.kv = &kv;
-  g_.add_node(n);
-}
+void GraphBuilder::kv_write(int32_t storage, int32_t x, int32_t slots) { node(Op::KvWrite, storage, {x, slots}); }
 
-int32_t GraphBuilder::attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale,
-                                int32_t dst) {
+int32_t GraphBuilder::attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale) {
   Node n;
   n.op = Op::Attention;
-  n.dst = dst >= 0 ? dst : same_shape_f32(q);
-  n.src = {q, -1, -1, -1};
-  n.i[0] = layer;
-  n.i[1] = seq;
-  n.i[2] = int32_t(pos0);
+  n.dst = same_shape_f32(q);
+  n.src = {q, k_storage, v_storage, seq_table};
   n.f[0] = scale;
-  n.kv = &kv;
   g_.add_node(n);
   return n.dst;
 }

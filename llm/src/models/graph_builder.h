@@ -19,9 +19,10 @@ class GraphBuilder {
   int32_t matmul(int32_t weight, int32_t x);
   // factors: -1, or F32 [n_dims / 2] frequency factors (each pair's angle divided by its factor).
   int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors = -1);
-  void kv_write(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t k, int32_t v);
-  // dst: where to write (e.g. a slice of a batch's output); -1 = a new tensor.
-  int32_t attention(KvCache& kv, int layer, int32_t seq, int64_t pos0, int32_t q, float scale, int32_t dst = -1);
+  // x [hd, n_kv, n] into rows `slots` (I32 [n]) of a KV storage tensor.
+  void kv_write(int32_t storage, int32_t x, int32_t slots);
+  // Causal attention of q [hd, n_head, n] over the K/V storage through the sequence table.
+  int32_t attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale);
   int32_t swiglu(int32_t gate, int32_t up);
   int32_t add(int32_t a, int32_t b);
   int32_t softmax(int32_t x);
