@@ -1,12 +1,14 @@
 // Load on a running `tessera serve`: C concurrent streaming clients, each sending R
 // completions of a ~50-word prompt with a fixed answer length; reports the aggregate
 // generated tokens/s and the time to first token (p50, p99).
-//   node bench/server_load.cjs URL [clients=8] [requests_per_client=2] [max_tokens=64] [salt=0]
-// (a different salt gives different prompts: no prefix-cache hits across runs)
+//   node bench/server_load.cjs URL [clients=8] [requests_per_client=2] [max_tokens=64] [salt=0] [stagger_ms=0]
+// (a different salt gives different prompts: no prefix-cache hits across runs; with
+// stagger_ms client c starts c * stagger_ms after the first, so the batch's mix of
+// prefill and decode changes from step to step instead of moving in lockstep)
 'use strict';
-const [url, clients = '8', perClient = '2', maxTokens = '64', salt = '0'] = process.argv.slice(2);
+const [url, clients = '8', perClient = '2', maxTokens = '64', salt = '0', staggerMs = '0'] = process.argv.slice(2);
 if (!url) {
-  console.error('usage: node bench/server_load.cjs URL [clients] [requests_per_client] [max_tokens]');
+  console.error('usage: node bench/server_load.cjs URL [clients] [requests_per_client] [max_tokens] [salt] [stagger_ms]');
   process.exit(2);
 }
 const words = 'the of and to in a is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their has been would when who will more if no out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man'.split(' ');
@@ -50,6 +52,7 @@ async function one(seed) {
   const C = Number(clients), R = Number(perClient);
   const t0 = performance.now();
   const results = await Promise.all(Array.from({ length: C }, async (_, c) => {
+    if (Number(staggerMs) > 0) await new Promise((r) => setTimeout(r, c * Number(staggerMs)));
     const out = [];
     for (let k = 0; k < R; ++k) out.push(await one(c * 1000 + k));
     return out;

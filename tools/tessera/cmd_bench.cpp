@@ -324,6 +324,8 @@ int cmd_bench(int argc, char** argv) {
   // Streamed experts: what the timed decode runs read (deltas of the stream's counters).
   ExpertStreamStats xs_decode{};
   int64_t xs_tokens = 0;
+  TransferStats decode_transfers;  // host <-> device bytes over the timed decode steps
+  int64_t decode_tokens = 0;
   auto xs_now = [&] { return engine->expert_stream() ? engine->expert_stream()->stats() : ExpertStreamStats{}; };
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
@@ -338,6 +340,7 @@ int cmd_bench(int argc, char** argv) {
       peaks.push_back(measure_compute_peak(*probe_pool, peak_kernel, peak_runs));
     }
     const ExpertStreamStats xs0 = xs_now();
+    const TransferStats tr0 = engine->transfers();
     auto t1 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_gen; ++i) {
       if (n_par > 1) {
@@ -349,6 +352,10 @@ int cmd_bench(int argc, char** argv) {
     }
     double dt_g = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     if (r == 0) continue;
+    const TransferStats tr1 = engine->transfers();
+    decode_transfers.upload_bytes += tr1.upload_bytes - tr0.upload_bytes;
+    decode_transfers.download_bytes += tr1.download_bytes - tr0.download_bytes;
+    decode_tokens += int64_t(n_gen) * n_par;
     if (const ExpertStreamStats xs1 = xs_now(); engine->expert_stream()) {
       xs_decode.lookups += xs1.lookups - xs0.lookups;
       xs_decode.hits += xs1.hits - xs0.hits;
@@ -551,6 +558,18 @@ int cmd_bench(int argc, char** argv) {
                   100.0 * ratio(xs_decode.prefetch_hits, xs_decode.prefetched), double(xs_decode.bytes_read) / tok / 1e6,
                   xs_decode.read_seconds > 0 ? double(xs_decode.bytes_read) / xs_decode.read_seconds / 1e9 : 0.0,
                   1e3 * xs_decode.stall_seconds / tok);
+  }
+  {
+    const double tok = double(std::max<int64_t>(decode_tokens, 1));
+    j["transfers"] = {{"upload_bytes_per_token", double(decode_transfers.upload_bytes) / tok},
+                      {"download_bytes_per_token", double(decode_transfers.download_bytes) / tok}};
+    const Engine::PlanCacheStats pc = engine->plan_cache();
+    j["plan_cache"] = {{"hits", pc.hits}, {"misses", pc.misses}};
+    if (!json)
+      std::printf("plans       %llu forward steps reused a plan, %llu made one; host<->device %.1f KB up, %.1f KB down "
+                  "per decode token\n",
+                  (unsigned long long)pc.hits, (unsigned long long)pc.misses, double(decode_transfers.upload_bytes) / tok / 1e3,
+                  double(decode_transfers.download_bytes) / tok / 1e3);
   }
   if (json) std::printf("%s\n", j.dump(2).c_str());
   return 0;

@@ -120,6 +120,9 @@ void EngineWorker::run() {
     metrics_.requests_waiting = int64_t(pending_.load());
     metrics_.kv_pages_used = engine_.kv().total_pages() - engine_.kv().free_pages();
     metrics_.prefix_cache_hit_tokens_total = gen_.stats().prefix_tokens_reused;
+    const Engine::PlanCacheStats plans = engine_.plan_cache();
+    metrics_.plan_cache_hits_total = int64_t(plans.hits);
+    metrics_.plan_cache_misses_total = int64_t(plans.misses);
   }
   for (auto& job : active_) {
     gen_.cancel(job->id_);

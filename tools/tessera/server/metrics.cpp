@@ -52,6 +52,11 @@ std::string Metrics::render() const {
                "Prompt tokens whose KV came from the prefix cache.", prefix_cache_hit_tokens_total);
   out += gauge("tessera_requests_total", "counter", "Generation requests accepted.", requests_total);
   out += gauge("tessera_request_errors_total", "counter", "Requests answered with an error.", request_errors_total);
+  out += gauge("tessera_plan_cache_hits_total", "counter",
+               "Forward steps whose graph shape had a plan (validation, placement, fusion) already.",
+               plan_cache_hits_total);
+  out += gauge("tessera_plan_cache_misses_total", "counter", "Forward steps that made a plan for a new graph shape.",
+               plan_cache_misses_total);
   out += time_to_first_token.render("tessera_time_to_first_token_seconds",
                                     "From a request's arrival to its first generated token.");
   out += inter_token_latency.render("tessera_inter_token_latency_seconds", "Between consecutive generated tokens.");

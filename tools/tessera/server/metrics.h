@@ -29,6 +29,7 @@ struct Metrics {
   std::atomic<int64_t> kv_pages_used{0}, kv_pages_total{0};
   std::atomic<int64_t> prompt_tokens_total{0}, generated_tokens_total{0}, prefix_cache_hit_tokens_total{0};
   std::atomic<int64_t> requests_total{0}, request_errors_total{0};
+  std::atomic<int64_t> plan_cache_hits_total{0}, plan_cache_misses_total{0};
   Histogram time_to_first_token, inter_token_latency;
   std::string render() const;
 };
