@@ -41,10 +41,18 @@ void EngineWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void EngineWorker::end_all() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_all_ = true;
+  }
+  cv_.notify_all();
+}
+
 bool EngineWorker::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || pending_.load() >= max_waiting_) return false;
+    if (stop_ || end_all_ || pending_.load() >= max_waiting_) return false;
     incoming_.push_back(job);
     ++pending_;
   }
@@ -56,11 +64,22 @@ void EngineWorker::run() {
   using clock = std::chrono::steady_clock;
   for (;;) {
     std::vector<std::shared_ptr<Job>> fresh;
+    bool end_all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !active_.empty(); });
       if (stop_) break;
       fresh.swap(incoming_);
+      end_all = end_all_;
+    }
+    if (end_all) {
+      for (auto& job : fresh) job->push({-1, FinishReason::Length, {}, {}});
+      fresh.clear();
+      for (auto& job : active_) {
+        gen_.cancel(job->id_);
+        job->push({-1, FinishReason::Length, {}, {}});
+      }
+      active_.clear();
     }
     for (auto& job : fresh) {
       if (job->cancelled()) continue;
