@@ -89,14 +89,14 @@ void EngineWorker::run() {
         ++metrics_.requests_total;
         active_.push_back(job);
       } catch (const Error& e) {
-        job->push({-1, FinishReason::None, e.what()});
+        job->push({-1, FinishReason::None, e.what(), {}});
       }
     }
     // Clients that went away: their sequences and pages are released now.
     for (auto it = active_.begin(); it != active_.end();) {
       if ((*it)->cancelled()) {
         gen_.cancel((*it)->id_);
-        (*it)->push({-1, FinishReason::Cancelled, {}});
+        (*it)->push({-1, FinishReason::Cancelled, {}, {}});
         it = active_.erase(it);
       } else {
         ++it;
@@ -110,7 +110,7 @@ void EngineWorker::run() {
         // The engine failed: every request in flight gets the error.
         for (auto& job : active_) {
           gen_.cancel(job->id_);
-          job->push({-1, FinishReason::None, e.what()});
+          job->push({-1, FinishReason::None, e.what(), {}});
         }
         active_.clear();
       }
@@ -142,7 +142,7 @@ void EngineWorker::run() {
   }
   for (auto& job : active_) {
     gen_.cancel(job->id_);
-    job->push({-1, FinishReason::None, "the server is shutting down"});
+    job->push({-1, FinishReason::None, "the server is shutting down", {}});
   }
   active_.clear();
 }

@@ -239,7 +239,7 @@ void HttpApi::install(httplib::Server& svr) {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [ex, chat, prompt_tokens, in_flight, metrics = r->metrics](size_t, httplib::DataSink& sink) {
+          [ex, chat, prompt_tokens, in_flight](size_t, httplib::DataSink& sink) {
             auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
             if (chat && !ex->role_sent) {
               ex->role_sent = true;
@@ -248,7 +248,6 @@ void HttpApi::install(httplib::Server& svr) {
             while (!ex->finished) {
               if (!sink.is_writable()) {
                 ex->job->cancel();  // the client went away
-                ++metrics->requests_cancelled_total;
                 return false;
               }
               const char* finish = nullptr;
@@ -275,8 +274,11 @@ void HttpApi::install(httplib::Server& svr) {
             sink.done();
             return true;
           },
-          [ex](bool success) {
-            if (!success || !ex->finished) ex->job->cancel();
+          [ex, metrics = r->metrics](bool success) {
+            if (!success || !ex->finished) {  // the stream was cut: the client went away or stopped reading
+              ex->job->cancel();
+              ++metrics->requests_cancelled_total;
+            }
           });
     };
   };
