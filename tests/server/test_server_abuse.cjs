@@ -124,7 +124,7 @@ test('--max-tokens-limit lowers max_tokens -1 and larger values', async () => {
 });
 
 test('a non-streaming request whose client disconnects is cancelled, its slot and pages freed', async () => {
-  const s = await h.startServer(['-m', MODEL, '--threads', '1', '--parallel', '2', '--ctx', '1024']);
+  const s = await h.startServer(['-m', MODEL, '--threads', '1', '--parallel', '2', '--ctx', '4096']);
   try {
     // Two requests that would run for the whole context; their clients leave.
     const body = JSON.stringify({ prompt: 'x', max_tokens: -1, ignore_eos: true });
@@ -185,6 +185,7 @@ test('SIGTERM during 8 streams: each ends with a final chunk and [DONE], exit 0 
   const took = Date.now() - t0;
   assert.equal(code, 0, 'exit: ' + code + '\n' + s.stderr());
   assert.ok(took <= 3500, `exited ${took} ms after SIGTERM (--shutdown-timeout 3)`);
+  assert.match(s.stderr(), /ending 8 running requests/);  // they were cut, not finished
   for (const ev of await Promise.all(events)) {
     assert.equal(ev[ev.length - 1], '[DONE]', 'a stream did not end with [DONE]: ' + ev.slice(-2));
     const last = JSON.parse(ev[ev.length - 2]);
