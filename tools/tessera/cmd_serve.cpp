@@ -84,7 +84,8 @@ int cmd_serve(int argc, char** argv) {
   std::string host = "127.0.0.1", api_key, template_file, max_body = "8M";
   int port = 8080, queue = 64;
   int64_t max_connections = 1024, max_header_bytes = 16384, max_headers = 100, max_tokens_limit = 0;
-  double read_timeout = 10, idle_timeout = 5, write_timeout = 10, shutdown_timeout = 30;
+  int64_t read_timeout = 10, idle_timeout = 5, write_timeout = 10;
+  double shutdown_timeout = 30;
   po::options_description desc("options");
   desc.add_options()
     ("host", po::value(&host)->default_value("127.0.0.1"), "address to listen on")
@@ -128,14 +129,14 @@ int cmd_serve(int argc, char** argv) {
   if (max_connections < 1) throw Error("--max-connections must be >= 1");
   if (max_header_bytes < 256) throw Error("--max-header-bytes must be >= 256");
   if (max_headers < 1) throw Error("--max-headers must be >= 1");
-  auto seconds = [](double v, const char* flag, double min) {
-    if (!(v >= min && v <= 86400)) throw Error(std::string("--") + flag + " must be in [" + std::to_string(int(min)) + ", 86400] seconds");
-    return std::chrono::seconds(int64_t(v));
+  auto seconds = [](int64_t v, const char* flag) {
+    if (v < 1 || v > 86400) throw Error(std::string("--") + flag + " must be in [1, 86400] seconds");
+    return std::chrono::seconds(v);
   };
   server::HttpLimits limits;
-  limits.read_timeout = seconds(read_timeout, "read-timeout", 1);
-  limits.idle_timeout = seconds(idle_timeout, "idle-timeout", 1);
-  limits.write_timeout = seconds(write_timeout, "write-timeout", 1);
+  limits.read_timeout = seconds(read_timeout, "read-timeout");
+  limits.idle_timeout = seconds(idle_timeout, "idle-timeout");
+  limits.write_timeout = seconds(write_timeout, "write-timeout");
   if (!(shutdown_timeout >= 0 && shutdown_timeout <= 86400)) throw Error("--shutdown-timeout must be in [0, 86400] seconds");
   limits.max_body_bytes = size_t(parse_byte_size(max_body));
   if (limits.max_body_bytes < 1024) throw Error("--max-body must be at least 1K");

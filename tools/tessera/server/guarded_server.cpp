@@ -273,8 +273,8 @@ class GuardedServer::ConnectionPool final : public httplib::TaskQueue {
 // Closes connections without losing what was written to them: a socket closed with
 // unread input sends a reset, and the client may never see the 503 or 413 it was
 // sent. One thread answers connections beyond the bound with 503, then for these and
-// for refused requests shuts the write side and reads what the client still sends,
-// for at most a second, before closing.
+// for refused requests shuts the write side and reads what the client still sends
+// until it closes, a second passes without input, or 5 s in all.
 class GuardedServer::Rejecter {
  public:
   explicit Rejecter(size_t max_connections)
@@ -324,7 +324,7 @@ class GuardedServer::Rejecter {
   void run() {
     struct Lingering {
       int fd;
-      Clock::time_point until;
+      Clock::time_point until, last;  // a second after the last input; 5 s after the start
     };
     std::vector<Lingering> lingering;
     for (;;) {
@@ -345,7 +345,7 @@ class GuardedServer::Rejecter {
           ::close(lingering.front().fd);
           lingering.erase(lingering.begin());
         }
-        lingering.push_back({fd, now + std::chrono::seconds(1)});
+        lingering.push_back({fd, now + std::chrono::seconds(1), now + std::chrono::seconds(5)});
       }
       std::vector<pollfd> p{{notify_[0], POLLIN, 0}};
       for (const auto& l : lingering) p.push_back({l.fd, POLLIN, 0});
@@ -360,7 +360,10 @@ class GuardedServer::Rejecter {
       std::vector<Lingering> kept;
       for (size_t i = 0; i < lingering.size(); ++i) {
         bool done = later >= lingering[i].until;
-        if (!done && p[i + 1].revents) done = !drain(lingering[i].fd);
+        if (!done && p[i + 1].revents) {
+          done = !drain(lingering[i].fd);
+          lingering[i].until = std::min(later + std::chrono::seconds(1), lingering[i].last);
+        }
         if (done) ::close(lingering[i].fd);
         else kept.push_back(lingering[i]);
       }
