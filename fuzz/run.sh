@@ -5,7 +5,7 @@
 #   fuzz/run.sh BUILD_DIR [SECONDS_PER_TARGET] [TARGET ...]
 #
 # BUILD_DIR is a build configured with -DTESSERA_FUZZ=ON (see docs/hardening.md);
-# TARGET is gguf, tokenizer, chat_template or safetensors (default: all four). Inputs that reach
+# TARGET is gguf, tokenizer, chat_template, safetensors or request (default: all five). Inputs that reach
 # new code are kept in BUILD_DIR/fuzz-corpus/TARGET between runs; a crash, sanitizer
 # report, leak, timeout (10 s) or out-of-memory (2 GiB) stops the target with its input
 # saved as BUILD_DIR/fuzz-artifacts/TARGET/crash-* (reproduce: bin/fuzz_TARGET FILE),
@@ -16,7 +16,7 @@ build=$(cd "${1:?usage: fuzz/run.sh BUILD_DIR [SECONDS] [TARGET ...]}" && pwd)
 secs=${2:-60}
 shift $(($# >= 2 ? 2 : $#))
 targets=("$@")
-((${#targets[@]})) || targets=(gguf tokenizer chat_template safetensors)
+((${#targets[@]})) || targets=(gguf tokenizer chat_template safetensors request)
 fixtures=${TESSERA_FIXTURES_DIR:-$root/../shared/fixtures}
 if [ ! -d "$fixtures" ]; then
   echo "fuzz: $fixtures is missing: no seed corpora" >&2
@@ -25,7 +25,7 @@ fi
 
 seeds=$build/fuzz-seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{gguf,tokenizer,chat_template,safetensors}
+mkdir -p "$seeds"/{gguf,tokenizer,chat_template,safetensors,request}
 # GGUF: the small model fixtures (real tensor tables, tokenizer metadata, every
 # architecture) and the smallest vocabulary file.
 find "$fixtures/models" -name '*.gguf' -size -1100k -exec ln -s {} "$seeds/gguf/" \;
@@ -68,7 +68,17 @@ st_seed "$seeds/safetensors/two.safetensors" \
 st_seed "$seeds/safetensors/dtypes.safetensors" \
   '{"i":{"dtype":"I64","shape":[2],"data_offsets":[4,20]},"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"z":{"dtype":"F16","shape":[0,5],"data_offsets":[8,8]},"u":{"dtype":"U8","shape":[1,1,2],"data_offsets":[20,22]},"f8":{"dtype":"F8_E5M2","shape":[3],"data_offsets":[22,25]}}' 25
 
-declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536 [safetensors]=65536)
+# Request bodies: a few valid ones of each endpoint (written here; not fixtures).
+printf '%s' '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 42, "stop": ["\n", "The end"]}' \
+  >"$seeds/request/completion.json"
+printf '%s' '{"prompt": [1, 2, 3], "max_tokens": -1, "logprobs": 3, "logit_bias": {"5": -100}, "stream": true, "stream_options": {"include_usage": true}}' \
+  >"$seeds/request/completion-tokens.json"
+printf '%s' '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_completion_tokens": 8, "logprobs": true, "top_logprobs": 2, "presence_penalty": 0.5}' \
+  >"$seeds/request/chat.json"
+printf '%s' '{"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "21"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}], "tool_choice": "auto", "parallel_tool_calls": false}' \
+  >"$seeds/request/chat-tools.json"
+
+declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536 [safetensors]=65536 [request]=65536)
 status=0
 for t in "${targets[@]}"; do
   exe=$build/bin/fuzz_$t

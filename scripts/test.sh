@@ -32,7 +32,7 @@ fuzz_secs=${TESSERA_FUZZ_SECONDS:-30}
 if ((fuzz_secs > 0)) && [ -d ../shared/fixtures ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
     -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-fuzz --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_safetensors -j"$(nproc)"
+  cmake --build build-fuzz --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_safetensors fuzz_request -j"$(nproc)"
   echo "== fuzz targets, ${fuzz_secs} s each"
   fuzz/run.sh build-fuzz "$fuzz_secs"
 fi

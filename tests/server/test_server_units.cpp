@@ -523,5 +523,25 @@ TEST(Requests, EarlierToolCallArgumentsReachTheTemplateAsObjects) {
   EXPECT_EQ(seen[1]["tool_calls"][1]["function"]["arguments"], "not json");  // left as it was
 }
 
+TEST(Requests, MaxTokensLimitCapsMinusOneAndLargerValues) {
+  FakeTokenizer tok({"<ctl>", "a", "b"});
+  ModelContext m = model_context(tok);  // n_ctx 64
+  // Without a limit: -1 is the rest of the context.
+  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": -1})"), m).gen.max_tokens, 62);
+  EXPECT_EQ(chat(m, R"({"messages": [{"role": "user", "content": "x"}]})").gen.max_tokens, 63);  // chat's default
+  m.max_tokens_limit = 10;
+  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": -1})"), m).gen.max_tokens, 10);
+  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": 50})"), m).gen.max_tokens, 10);
+  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": 7})"), m).gen.max_tokens, 7);
+  EXPECT_EQ(chat(m, R"({"messages": [{"role": "user", "content": "x"}]})").gen.max_tokens, 10);
+  EXPECT_EQ(chat(m, R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 30})").gen.max_tokens, 10);
+  // The limit is not a way around the context: a prompt that leaves no room still fails.
+  m.max_tokens_limit = 100;
+  std::string param;
+  EXPECT_EQ(status_of([&] { parse_completion_request(json::parse(R"({"prompt": [1], "max_tokens": 80})"), m); }, &param),
+            400);
+  EXPECT_EQ(param, "max_tokens");
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -41,10 +41,18 @@ void EngineWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void EngineWorker::end_all() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_all_ = true;
+  }
+  cv_.notify_all();
+}
+
 bool EngineWorker::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || pending_.load() >= max_waiting_) return false;
+    if (stop_ || end_all_ || pending_.load() >= max_waiting_) return false;
     incoming_.push_back(job);
     ++pending_;
   }
@@ -56,11 +64,22 @@ void EngineWorker::run() {
   using clock = std::chrono::steady_clock;
   for (;;) {
     std::vector<std::shared_ptr<Job>> fresh;
+    bool end_all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !active_.empty(); });
       if (stop_) break;
       fresh.swap(incoming_);
+      end_all = end_all_;
+    }
+    if (end_all) {
+      for (auto& job : fresh) job->push({-1, FinishReason::Length, {}, {}});
+      fresh.clear();
+      for (auto& job : active_) {
+        gen_.cancel(job->id_);
+        job->push({-1, FinishReason::Length, {}, {}});
+      }
+      active_.clear();
     }
     for (auto& job : fresh) {
       if (job->cancelled()) continue;
@@ -70,14 +89,14 @@ void EngineWorker::run() {
         ++metrics_.requests_total;
         active_.push_back(job);
       } catch (const Error& e) {
-        job->push({-1, FinishReason::None, e.what()});
+        job->push({-1, FinishReason::None, e.what(), {}});
       }
     }
     // Clients that went away: their sequences and pages are released now.
     for (auto it = active_.begin(); it != active_.end();) {
       if ((*it)->cancelled()) {
         gen_.cancel((*it)->id_);
-        (*it)->push({-1, FinishReason::Cancelled, {}});
+        (*it)->push({-1, FinishReason::Cancelled, {}, {}});
         it = active_.erase(it);
       } else {
         ++it;
@@ -91,7 +110,7 @@ void EngineWorker::run() {
         // The engine failed: every request in flight gets the error.
         for (auto& job : active_) {
           gen_.cancel(job->id_);
-          job->push({-1, FinishReason::None, e.what()});
+          job->push({-1, FinishReason::None, e.what(), {}});
         }
         active_.clear();
       }
@@ -126,7 +145,7 @@ void EngineWorker::run() {
   }
   for (auto& job : active_) {
     gen_.cancel(job->id_);
-    job->push({-1, FinishReason::None, "the server is shutting down"});
+    job->push({-1, FinishReason::None, "the server is shutting down", {}});
   }
   active_.clear();
 }

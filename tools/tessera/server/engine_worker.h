@@ -63,6 +63,9 @@ class EngineWorker {
 
   // Queue a job; false when the queue is full (the caller answers 503).
   bool submit(const std::shared_ptr<Job>& job);
+  // The shutdown timeout: every job, running or waiting, ends now with a Length
+  // event (what was generated is the answer); later submits are refused.
+  void end_all();
   void stop();
 
  private:
@@ -76,7 +79,7 @@ class EngineWorker {
   std::vector<std::shared_ptr<Job>> incoming_;
   std::vector<std::shared_ptr<Job>> active_;  // admitted to the Generator
   std::atomic<size_t> pending_{0};            // incoming + waiting in the Generator, as of the last step
-  bool stop_ = false;
+  bool stop_ = false, end_all_ = false;
   std::thread thread_;
 };
 

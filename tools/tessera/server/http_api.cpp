@@ -7,6 +7,7 @@
 #include <random>
 
 #include "server/answer_stream.h"
+#include "server/guarded_server.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::server {
@@ -32,6 +33,16 @@ std::string new_id(const char* prefix) {
 }
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// Counts one generation response from its handler until its last byte is written
+// (a streamed one's provider holds it).
+struct InFlight {
+  std::shared_ptr<std::atomic<int64_t>> count;
+  explicit InFlight(std::shared_ptr<std::atomic<int64_t>> c) : count(std::move(c)) { ++*count; }
+  ~InFlight() { --*count; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+};
 
 // Everything one generation request needs while its answer is produced.
 struct Exchange {
@@ -95,6 +106,11 @@ void HttpApi::attach(EngineWorker* worker, Metrics* metrics, ModelContext model)
 
 void HttpApi::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // A request over a limit of the GuardedServer (its body is not read).
+    if (const auto r = GuardedServer::refusal(); r.status != 0) {
+      send_error(res, r.status, error_body(r.message, "invalid_request_error", "", r.code));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (api_key_.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     if (auth != "Bearer " + api_key_) {
@@ -106,6 +122,11 @@ void HttpApi::install(httplib::Server& svr) {
     return httplib::Server::HandlerResponse::Unhandled;
   });
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    // cpp-httplib answers 400 when a read fails; say which limit made it fail.
+    if (const auto r = GuardedServer::refusal(); r.status != 0) {
+      send_error(res, r.status, error_body(r.message, "invalid_request_error", "", r.code));
+      return;
+    }
     if (!res.body.empty()) return;
     if (res.status == 404)
       send_error(res, 404, error_body("unknown path " + req.path, "invalid_request_error", "", "not_found"));
@@ -124,6 +145,11 @@ void HttpApi::install(httplib::Server& svr) {
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_) {
+      res.status = 503;
+      res.set_content(R"({"status":"draining"})", "application/json");
+      return;
+    }
     if (!std::atomic_load(&ready_)) {
       send_error(res, 503, error_body("the model is loading", "unavailable", "", "loading"));
       return;
@@ -148,10 +174,15 @@ void HttpApi::install(httplib::Server& svr) {
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
   });
 
-  auto generate = [ready_or_503](bool chat) {
-    return [ready_or_503, chat](const httplib::Request& req, httplib::Response& res) {
+  auto generate = [this, ready_or_503](bool chat) {
+    return [this, ready_or_503, chat](const httplib::Request& req, httplib::Response& res) {
       auto r = ready_or_503(res);
       if (!r) return;
+      if (draining_) {
+        send_error(res, 503, error_body("the server is shutting down", "server_error", "", "shutting_down"));
+        return;
+      }
+      auto in_flight = std::make_shared<InFlight>(in_flight_);
       ParsedRequest parsed;
       try {
         json body = json::parse(req.body);
@@ -185,7 +216,12 @@ void HttpApi::install(httplib::Server& svr) {
         std::string error;
         AnswerDelta all;
         while (!ex->finished) {
-          AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(200)), finish, error);
+          if (GuardedServer::client_gone()) {  // nobody will read the answer
+            ex->job->cancel();
+            ++r->metrics->requests_cancelled_total;
+            return;
+          }
+          AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
           all.content += d.content;
           for (auto& t : d.tokens) all.tokens.push_back(std::move(t));
           for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
@@ -203,7 +239,7 @@ void HttpApi::install(httplib::Server& svr) {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [ex, chat, prompt_tokens](size_t, httplib::DataSink& sink) {
+          [ex, chat, prompt_tokens, in_flight](size_t, httplib::DataSink& sink) {
             auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
             if (chat && !ex->role_sent) {
               ex->role_sent = true;
@@ -238,8 +274,11 @@ void HttpApi::install(httplib::Server& svr) {
             sink.done();
             return true;
           },
-          [ex](bool success) {
-            if (!success || !ex->finished) ex->job->cancel();
+          [ex, metrics = r->metrics](bool success) {
+            if (!success || !ex->finished) {  // the stream was cut: the client went away or stopped reading
+              ex->job->cancel();
+              ++metrics->requests_cancelled_total;
+            }
           });
     };
   };

@@ -57,6 +57,14 @@ std::string Metrics::render() const {
                plan_cache_hits_total);
   out += gauge("tessera_plan_cache_misses_total", "counter", "Forward steps that made a plan for a new graph shape.",
                plan_cache_misses_total);
+  out += gauge("tessera_requests_cancelled_total", "counter", "Requests cancelled because their client went away.",
+               requests_cancelled_total);
+  out += gauge("tessera_http_connections_open", "gauge", "HTTP connections being served.", http_connections_open);
+  out += gauge("tessera_http_connections_refused_total", "counter",
+               "Connections answered 503 beyond --max-connections.", http_connections_refused_total);
+  out += gauge("tessera_http_requests_refused_total", "counter",
+               "Requests refused by a limit: body or headers too large (413, 431), too slow (408).",
+               http_requests_refused_total);
   out += time_to_first_token.render("tessera_time_to_first_token_seconds",
                                     "From a request's arrival to its first generated token.");
   out += inter_token_latency.render("tessera_inter_token_latency_seconds", "Between consecutive generated tokens.");

@@ -30,6 +30,11 @@ struct Metrics {
   std::atomic<int64_t> prompt_tokens_total{0}, generated_tokens_total{0}, prefix_cache_hit_tokens_total{0};
   std::atomic<int64_t> requests_total{0}, request_errors_total{0};
   std::atomic<int64_t> plan_cache_hits_total{0}, plan_cache_misses_total{0};
+  // HTTP limits (GuardedServer): connections served now, connections answered 503
+  // beyond --max-connections, requests refused for their size or for arriving too slowly.
+  std::atomic<int64_t> http_connections_open{0}, http_connections_refused_total{0}, http_requests_refused_total{0};
+  // Requests cancelled because their client went away.
+  std::atomic<int64_t> requests_cancelled_total{0};
   Histogram time_to_first_token, inter_token_latency;
   std::string render() const;
 };

@@ -157,6 +157,7 @@ void parse_sampling(const json& body, const ModelContext& m, ParsedRequest& r, b
   if (max_tokens != -1 && max_tokens < 1) bad(which, std::string("'") + which + "' must be at least 1");
   const int64_t prompt = int64_t(r.gen.prompt.size());
   if (max_tokens == -1) max_tokens = std::max<int64_t>(1, m.n_ctx - prompt);
+  if (m.max_tokens_limit > 0) max_tokens = std::min(max_tokens, m.max_tokens_limit);
   if (prompt + max_tokens > m.n_ctx)
     throw ApiError(400,
                    "This model's maximum context length is " + std::to_string(m.n_ctx) + " tokens. However, you "

@@ -37,6 +37,9 @@ struct ModelContext {
   const Tokenizer* tokenizer = nullptr;
   int64_t n_vocab = 0;
   int64_t n_ctx = 0;
+  // The most tokens one answer may have (--max-tokens-limit): max_tokens -1 (the rest
+  // of the context) and any larger max_tokens are lowered to it; 0 = n_ctx.
+  int64_t max_tokens_limit = 0;
   std::string model_id;
   // Renders messages (and tools) with the chat template into prompt text; empty
   // function = the model has no template. Throws ApiError for a template error.
