@@ -14,6 +14,7 @@
 
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
+#include "tessera/memory_plan.h"
 #include "tessera/model.h"
 
 namespace tessera {
@@ -125,6 +126,8 @@ class Engine {
   void set_profile(OpProfile* profile);
   // Scratch bytes the last forward step's memory plan needed.
   size_t scratch_bytes() const { return graph_.scratch_bytes(); }
+  // The memory budget read at load and how the automatic sizes split it.
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
 
  private:
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
@@ -142,6 +145,7 @@ class Engine {
   std::unique_ptr<ExpertStream> experts_;  // before scheduler_: the backends never own it
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<KvCache> kv_;
+  MemoryPlan memory_plan_;
   KvCache::SeqId seq_ = 0;
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   Graph graph_;
