@@ -14,6 +14,8 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/host_memory.h"
+#include "tessera/memory_budget.h"
+#include "tessera/memory_plan.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
 #include "tessera/open_model.h"
@@ -34,6 +36,8 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   loader_ = opened.loader;
   file_ = std::move(opened.file);
   model_ = Model::load(*file_);
+  // Read before anything large is allocated (--quantize's copies are planned as weights).
+  const MemoryBudget budget = read_memory_budget();
   // --quantize: the copies replace the weights before experts are streamed and the
   // backends repack (decision 66).
   const std::vector<detail::WeightGroup> uses = detail::weight_uses(*model_);
@@ -47,6 +51,20 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   } catch (const Error& e) {
     tokenizer_error_ = e.what();
   }
+
+  // Every automatic size (expert cache, KV pool) comes from the memory budget: the
+  // lowest of the cgroup's limit, RLIMIT_AS and MemAvailable (memory_plan.h).
+  const ModelInfo& info = model_->info();
+  n_ctx_ = opt.n_ctx > 0 ? opt.n_ctx : std::min<int64_t>(info.context_length > 0 ? info.context_length : 4096, 4096);
+  if (opt.page_tokens <= 0) throw Error("KV page size must be positive");
+  if (opt.max_sequences <= 0) throw Error("the number of parallel sequences must be positive");
+  if (opt.batch_tokens <= 0) throw Error("the batch size (tokens per forward step) must be positive");
+  batch_tokens_ = opt.batch_tokens;
+  const int64_t pages_per_seq = (n_ctx_ + opt.page_tokens - 1) / opt.page_tokens;
+  if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
+  memory_plan_ = plan_memory(memory_needs(*model_, opt, n_ctx_, experts_quantized), budget);
+  spdlog::info("{}; {}", memory_plan_.budget.describe(), memory_plan_.describe());
+  for (const std::string& w : memory_plan_.warnings) spdlog::warn("{}", w);
 
   std::vector<std::string> names = opt.backends.empty() ? registry.ranked_backends() : opt.backends;
   if (names.empty()) throw Error("no usable backend plugin found (see `tessera backends`)");
@@ -77,39 +95,26 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   }
   if (backends.empty()) throw Error("no backend could be created: " + failed);
   // Routed experts streamed from the file (issue 22) when asked, or by default when
-  // the model does not fit in memory; their bytes are never all resident, so no
-  // backend repacks them, and a device backend (which keeps a copy of every weight
-  // it reads) cannot run with them.
+  // the model does not fit in the memory budget; their bytes are never all resident,
+  // so no backend repacks them, and a device backend (which keeps a copy of every
+  // weight it reads) cannot run with them.
   std::unordered_set<const Tensor*> streamed;
-  if (model_->info().n_expert > 0 && opt.expert_cache_bytes != EngineOptions::kExpertCacheOff && !experts_quantized) {
-    std::optional<uint64_t> cache;
-    if (opt.expert_cache_bytes > 0) {
-      cache = uint64_t(opt.expert_cache_bytes);
-    } else {
-      const detail::ExpertBytes b = detail::expert_bytes(*model_);
-      cache = detail::auto_expert_cache(b.experts, b.all - b.experts);
+  if (memory_plan_.stream_experts) {
+    // A device backend keeps a copy of every weight it reads: the default list goes
+    // on without it (said on stderr); one the user named is an error.
+    for (size_t i = backends.size(); i-- > 0;) {
+      if (backends[i]->uses_host_memory()) continue;
+      if (!opt.backends.empty())
+        throw Error("streaming experts needs CPU backends (" + backends[i]->name() +
+                    " keeps weights on its device): choose --backend cpu_avx512,cpu_scalar, or --expert-cache off");
+      spdlog::info("streaming experts: backend {} (weights on its device) is not used", backends[i]->name());
+      backends.erase(backends.begin() + std::ptrdiff_t(i));
     }
-    if (cache) {
-      // A device backend keeps a copy of every weight it reads: the default list goes
-      // on without it (said on stderr); one the user named is an error.
-      for (size_t i = backends.size(); i-- > 0;) {
-        if (backends[i]->uses_host_memory()) continue;
-        if (!opt.backends.empty())
-          throw Error("streaming experts needs CPU backends (" + backends[i]->name() +
-                      " keeps weights on its device): choose --backend cpu_avx512,cpu_scalar, or --expert-cache off");
-        spdlog::info("streaming experts: backend {} (weights on its device) is not used", backends[i]->name());
-        backends.erase(backends.begin() + std::ptrdiff_t(i));
-      }
-      if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
-      experts_ = detail::stream_model_experts(*file_, *model_, *cache, streamed);
-      if (experts_ && opt.expert_cache_bytes <= 0) {  // automatic: at least the smallest that works
-        experts_->set_cache_bytes(std::max(*cache, experts_->min_cache_bytes()));
-        spdlog::warn("the model does not fit in the memory available: streaming its experts from {} through a {} MiB "
-                     "cache (--expert-cache SIZE to choose, off to keep them all resident)",
-                     printable(opt.model_path, 200), experts_->stats().cache_bytes >> 20);
-      }
-      if (experts_) experts_->finish_setup();
-    }
+    if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
+    experts_ = detail::stream_model_experts(*file_, *model_, memory_plan_.expert_cache, streamed);
+    if (experts_ && opt.expert_cache_bytes <= 0)  // automatic: at least the smallest that works
+      experts_->set_cache_bytes(std::max(memory_plan_.expert_cache, experts_->min_cache_bytes()));
+    if (experts_) experts_->finish_setup();
   }
   // The primary backend may repack or copy weights into its own memory once, at load:
   // those a matrix product reads (a GetRows table or a norm would only get a copy
@@ -151,19 +156,12 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
       spdlog::debug("--quantize: {:.1f} MiB of copies now held by the backend freed", double(freed) / (1 << 20));
   scheduler_ = std::make_unique<Scheduler>(std::move(backends));
 
-  const ModelInfo& mi = model_->info();
-  n_ctx_ = opt.n_ctx > 0 ? opt.n_ctx : std::min<int64_t>(mi.context_length > 0 ? mi.context_length : 4096, 4096);
-  if (opt.page_tokens <= 0) throw Error("KV page size must be positive");
-  if (opt.max_sequences <= 0) throw Error("the number of parallel sequences must be positive");
-  if (opt.batch_tokens <= 0) throw Error("the batch size (tokens per forward step) must be positive");
-  batch_tokens_ = opt.batch_tokens;
-  // The pool holds max_sequences full contexts (rounded up to whole pages each).
-  const int64_t pages_per_seq = (n_ctx_ + opt.page_tokens - 1) / opt.page_tokens;
-  if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
-  // The KV pages live in the memory of the backend that runs attention: the primary
-  // one (a backend that declines attention over its own pages sends it down the ranking).
+  // The pool holds max_sequences full contexts, or what the memory budget leaves
+  // (never less than one context; memory_plan.h). Its pages live in the memory of the
+  // backend that runs attention: the primary one (a backend that declines attention
+  // over its own pages sends it down the ranking).
   Backend& attention_backend = *scheduler_->backends().front();
-  kv_ = std::make_unique<KvCache>(model_->kv_config(pages_per_seq * opt.max_sequences * opt.page_tokens, opt.page_tokens),
+  kv_ = std::make_unique<KvCache>(model_->kv_config(memory_plan_.kv_pages * opt.page_tokens, opt.page_tokens),
                                   [&](size_t bytes) { return attention_backend.alloc_buffer(bytes, BufferUsage::Kv); });
   seq_ = kv_->create_sequence();
   // Host backends read scratch through plain pointers, so intermediates may share
@@ -172,8 +170,8 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   bool host_only = true;
   for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
   graph_.set_memory_reuse(host_only);
-  spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path, mi.architecture,
-                mi.n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
+  spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path, info.architecture,
+                info.n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
 }
 
 Engine::~Engine() = default;

@@ -45,7 +45,8 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
                                                            "NaN or infinity (reads the whole file)")
       ("expert-cache", po::value(&o.expert_cache)->default_value("auto"),
        "MoE models: stream the routed experts from the file through a cache of this size (e.g. 4G, 512M); "
-       "`off` keeps them all in memory; `auto` streams only when the model does not fit in the memory available")
+       "`off` keeps them all in memory; `auto` streams only when the model does not fit in the memory budget "
+       "(the lowest of the cgroup's limit, RLIMIT_AS and MemAvailable; `tessera info MODEL` shows it)")
       ("quantize", po::value(&o.quantize)->value_name("TYPE"),
        ("quantize the model's F32/F16/BF16 matrix weights (projections, experts, embedding, output) to TYPE at "
         "load, for speed: " + quantize_target_names() + ". Norms, biases and MoE routers stay as stored; weights "

@@ -1,11 +1,16 @@
-// tessera info: architecture, hyperparameters, tensor count by dtype and sizes.
+// tessera info: architecture, hyperparameters, the memory budget and its split, tensor
+// count by dtype and sizes.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <sstream>
 
 #include "cli_common.h"
+#include "tessera/engine.h"
 #include "tessera/error.h"
+#include "tessera/memory_budget.h"
+#include "tessera/memory_plan.h"
 #include "tessera/model.h"
 #include "tessera/open_model.h"
 
@@ -89,6 +94,19 @@ int cmd_info(int argc, char** argv) {
                 << kvc.n_layers << "); state " << human_bytes(double(kvc.recurrent.n_layers) *
                                                                 double(kvc.recurrent.conv_elems + kvc.recurrent.state_elems) * 4.0)
                 << " per sequence\n";
+    // What `tessera run` would choose here (one sequence, the default context and
+    // expert cache): the budget and its split, or why the model does not fit.
+    const MemoryBudget budget = read_memory_budget();
+    std::cout << "memory:        " << budget.describe() << "\n";
+    EngineOptions eo;
+    const int64_t n_ctx = std::min<int64_t>(i.context_length > 0 ? i.context_length : 4096, 4096);
+    try {
+      const MemoryPlan plan = plan_memory(memory_needs(*model, eo, n_ctx, false), budget);
+      std::cout << "               " << plan.describe() << "\n";
+      for (const std::string& w : plan.warnings) std::cout << "               note: " << printable(w, 600) << "\n";
+    } catch (const Error& e) {
+      std::cout << "               cannot run: " << printable(e.what(), 600) << "\n";
+    }
   } else {
     const MetaValue* arch = f.metadata().find("general.architecture");
     std::cout << "architecture:  " << (arch && arch->as_string() ? printable(*arch->as_string(), 80) : "?")

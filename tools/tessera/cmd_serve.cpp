@@ -180,6 +180,8 @@ int cmd_serve(int argc, char** argv) {
   try {
     auto reg = make_registry(o);
     engine = make_engine(*reg, o);
+    const MemoryPlan& plan = engine->memory_plan();
+    std::fprintf(stderr, "%s; %s\n", plan.budget.describe().c_str(), plan.describe().c_str());
     server::ModelContext mc;
     mc.tokenizer = &engine->tokenizer();
     mc.n_vocab = engine->n_vocab();

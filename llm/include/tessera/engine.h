@@ -14,6 +14,7 @@
 
 #include "tessera/graph.h"
 #include "tessera/kv_cache.h"
+#include "tessera/memory_plan.h"
 #include "tessera/model.h"
 
 namespace tessera {
@@ -133,6 +134,8 @@ class Engine {
   PlanCacheStats plan_cache() const;
   // Bytes the backends copied between host and device memory so far (0 on host backends).
   TransferStats transfers() const;
+  // The memory budget read at load and how the automatic sizes split it.
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
 
  private:
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
@@ -150,6 +153,7 @@ class Engine {
   std::unique_ptr<ExpertStream> experts_;  // before scheduler_: the backends never own it
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<KvCache> kv_;
+  MemoryPlan memory_plan_;
   KvCache::SeqId seq_ = 0;
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   Graph graph_;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -24,23 +23,17 @@ int expert_layer(const std::string& name) {
   return std::stoi(m[1].str());
 }
 
-uint64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 }  // namespace
 
 ExpertBytes expert_bytes(Model& model) {
   ExpertBytes b;
+  std::map<int, uint64_t> per_layer;
   for (const Tensor* w : model.weights()) {
     b.all += w->nbytes();
-    if (expert_layer(w->name) >= 0) b.experts += w->nbytes();
+    if (const int l = expert_layer(w->name); l >= 0) {
+      b.experts += w->nbytes();
+      b.largest_layer = std::max(b.largest_layer, per_layer[l] += w->nbytes());
+    }
   }
   return b;
 }
@@ -158,13 +151,6 @@ void add_expert_hooks(Graph& graph, ExpertStream& stream) {
       });
     });
   }
-}
-
-std::optional<uint64_t> auto_expert_cache(uint64_t expert_bytes, uint64_t other_bytes) {
-  const uint64_t avail = mem_available();
-  const uint64_t headroom = 2ull << 30;
-  if (avail == 0 || expert_bytes + other_bytes + headroom <= avail) return std::nullopt;
-  return avail > other_bytes + headroom ? avail - other_bytes - headroom : 0;
 }
 
 }  // namespace tessera::detail

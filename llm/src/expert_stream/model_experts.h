@@ -3,7 +3,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -15,10 +14,13 @@
 namespace tessera::detail {
 
 // Bytes of the routed-expert tensors (blk.N.ffn_{gate,up,down}_exps.weight) of a
-// model, and of all its weights.
+// model, of all its weights, and of the layer with the most expert bytes (about the
+// smallest cache that streams them, ExpertStream::min_cache_bytes, before 4 KiB
+// widening).
 struct ExpertBytes {
   uint64_t experts = 0;
   uint64_t all = 0;
+  uint64_t largest_layer = 0;
 };
 ExpertBytes expert_bytes(Model& model);
 
@@ -33,11 +35,5 @@ std::unique_ptr<ExpertStream> stream_model_experts(const ModelFile& file, Model&
 // Adds to `graph` (just built) a host hook before the first MatMulId of each layer
 // that reads streamed experts: it makes the experts of that MatMulId's ids resident.
 void add_expert_hooks(Graph& graph, ExpertStream& stream);
-
-// The cache size chosen when the user gave none: nothing (everything resident) when
-// the model fits in the memory available now with 2 GiB of headroom, else what is
-// left for experts after the other weights and the headroom (possibly 0: the caller
-// raises it to the stream's minimum).
-std::optional<uint64_t> auto_expert_cache(uint64_t expert_bytes, uint64_t other_bytes);
 
 }  // namespace tessera::detail
