@@ -7,11 +7,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.h"
@@ -121,6 +124,57 @@ TEST(ExpertStream, PrefetchedExpertsCountAsPrefetchHitsAndNeverEvictTheStep) {
   st.s.ensure(1, next);
   for (int e : {5, 6}) expect_expert(st, f, 1, e);
   EXPECT_EQ(st.s.stats().prefetch_hits, 2u);
+}
+
+// A prefetch on the stream's thread does not hold the stream's lock while its read is
+// in flight: stats() and run_async() return while the read is held up, and the next
+// ensure() waits for it and finds the experts resident with the file's bytes. A
+// failed prefetch read gives its room back and is rethrown by that ensure().
+TEST(ExpertStream, PrefetchReadsWithoutHoldingTheLock) {
+  TempFile f(tensor_offset(2, 0) + 4096);
+  Layers st(f.path.string(), 64 << 20);
+  st.s.finish_setup();
+  std::promise<void> entered, release;
+  std::shared_future<void> go = release.get_future().share();
+  bool first = true;
+  st.s.set_read_hook([&] {
+    if (!std::exchange(first, false)) return;
+    entered.set_value();
+    go.wait();
+  });
+  struct Release {  // whatever fails below, the held-up read goes on
+    std::promise<void>& p;
+    bool done = false;
+    void now() {
+      if (!std::exchange(done, true)) p.set_value();
+    }
+    ~Release() { now(); }
+  } rel{release};
+  const std::vector<int32_t> ahead{1, 2};
+  st.s.run_async([ahead](ExpertStream& s) { s.prefetch(0, ahead); });
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  auto stats = std::async(std::launch::async, [&] { return st.s.stats(); });
+  ASSERT_EQ(stats.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "stats() waited for the read";
+  const ExpertStreamStats during = stats.get();
+  EXPECT_EQ(during.prefetched, 0u);  // not resident yet, but its room is taken
+  EXPECT_GT(during.resident_bytes, 0u);
+  auto queued = std::async(std::launch::async, [&] { st.s.run_async([](ExpertStream&) {}); });
+  ASSERT_EQ(queued.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "run_async() waited for the read";
+  rel.now();
+  st.s.ensure(0, ahead);
+  for (int e : {1, 2}) expect_expert(st, f, 0, e);
+  EXPECT_EQ(st.s.stats().prefetched, 2u);
+  EXPECT_EQ(st.s.stats().prefetch_hits, 2u);
+  st.s.set_read_hook({});
+
+  // A prefetch whose read fails: its room is given back, ensure() rethrows the error.
+  const uint64_t before = st.s.stats().resident_bytes;
+  fs::resize_file(f.path, tensor_offset(1, 0));  // layer 1 is gone
+  const std::vector<int32_t> gone{3};
+  st.s.run_async([gone](ExpertStream& s) { s.prefetch(1, gone); });
+  EXPECT_THROW(st.s.ensure(0, ahead), Error);
+  EXPECT_EQ(st.s.stats().resident_bytes, before);
+  EXPECT_EQ(st.s.stats().prefetched, 2u);
 }
 
 TEST(ExpertStream, MisuseIsAClearError) {

@@ -59,7 +59,9 @@ class ExpertStream {
   // Throws on a read error or short read, naming the tensor and offset.
   void ensure(int layer, std::span<const int32_t> ids);
   // Reads experts `ids` of `layer` ahead of their use where they fit without evicting
-  // anything needed sooner (least-recently-used experts go first).
+  // anything needed sooner (least-recently-used experts go first). The stream's lock
+  // is not held while the read is in flight: run_async() and stats() do not wait for
+  // it (ensure() does).
   void prefetch(int layer, std::span<const int32_t> ids);
   // Runs `job` (e.g. predicting a later layer's experts and prefetching them) on the
   // stream's own I/O thread, overlapping the caller's compute; ensure() first waits
@@ -71,6 +73,10 @@ class ExpertStream {
   int layer_of(const void* data) const;
 
   ExpertStreamStats stats() const;
+
+  // For tests: `hook` runs on the reading thread before every read, with the stream's
+  // lock as the read has it (none for a prefetch). Empty: none.
+  void set_read_hook(std::function<void()> hook);
 
  private:
   struct Impl;

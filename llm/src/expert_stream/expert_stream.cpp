@@ -50,6 +50,7 @@ struct ExpertStream::Impl {
   };
   struct Entry {
     bool resident = false;
+    bool loading = false;  // a prefetch is reading it, outside `mu` (room already counted)
     bool unused_prefetch = false;  // read ahead and not used since
     uint64_t last_use = 0;
   };
@@ -58,9 +59,14 @@ struct ExpertStream::Impl {
 
   detail::DirectReader reader;
   uint64_t cap;
-  // The I/O thread: jobs run one at a time, under `mu` like every other use of the
-  // state below (ensure() waits for the queue to drain first).
+  // The I/O thread: jobs run one at a time. `mu` guards the state below; a prefetch
+  // releases it while its read is in flight (its experts marked `loading`), so
+  // run_async() and stats() never wait for the disk. ensure() waits for the queue to
+  // drain and for every loading expert first. `read_mu` serializes the reader.
   std::mutex mu;
+  std::mutex read_mu;
+  int loading = 0;  // experts being read by a prefetch
+  std::function<void()> read_hook;  // set_read_hook()
   std::condition_variable cv;
   std::deque<std::function<void(ExpertStream&)>> jobs;
   bool busy = false, stop = false;
@@ -98,14 +104,19 @@ struct ExpertStream::Impl {
     return {x.unused_prefetch ? 0 : 1, x.last_use, layer, e};
   }
 
+  // Hands back the pages of expert e of `layer` (only those wholly inside its
+  // slices: a page shared with a neighbour stays).
+  void release_pages(int layer, int e) {
+    for (const Slice& s : layers[size_t(layer)]) {
+      const uint64_t a = s.file_offset + uint64_t(e) * s.bytes, b = a + s.bytes;
+      if (up(a) < down(b)) ::madvise(s.at(up(a)), down(b) - up(a), MADV_DONTNEED);
+    }
+  }
+
   void evict(int layer, int e) {
     Entry& x = entries[size_t(layer)][size_t(e)];
     order.erase(key(layer, e));
-    for (const Slice& s : layers[size_t(layer)]) {
-      const uint64_t a = s.file_offset + uint64_t(e) * s.bytes, b = a + s.bytes;
-      // Only the pages wholly inside the slice: a page shared with a neighbour stays.
-      if (up(a) < down(b)) ::madvise(s.at(up(a)), down(b) - up(a), MADV_DONTNEED);
-    }
+    release_pages(layer, e);
     x.resident = false;
     x.unused_prefetch = false;
     st.resident_bytes -= cost(layer);
@@ -125,7 +136,8 @@ struct ExpertStream::Impl {
     return st.resident_bytes + need <= cap;
   }
 
-  void read(int layer, const std::vector<int>& missing) {
+  // The widened byte ranges of experts `missing` of `layer` (counted as read).
+  std::vector<detail::DirectReader::Request> requests(int layer, const std::vector<int>& missing) {
     std::vector<detail::DirectReader::Request> reqs;
     for (int e : missing)
       for (const Slice& s : layers[size_t(layer)]) {
@@ -134,9 +146,19 @@ struct ExpertStream::Impl {
         reqs.push_back({a0, a1 - a0, s.at(a0), s.name + " expert " + std::to_string(e)});
         st.bytes_read += a1 - a0;
       }
+    return reqs;
+  }
+  // Seconds the reads took (the caller adds them to st.read_seconds under `mu`).
+  double read_requests(std::span<const detail::DirectReader::Request> reqs) {
+    if (read_hook) read_hook();
+    std::lock_guard<std::mutex> lk(read_mu);
     const auto t0 = std::chrono::steady_clock::now();
     reader.read_all(reqs);
-    st.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void read(int layer, const std::vector<int>& missing) {  // under `mu`
+    const auto reqs = requests(layer, missing);
+    st.read_seconds += read_requests(reqs);
   }
 
   void touch(int layer, int e, bool prefetch) {
@@ -261,7 +283,8 @@ void ExpertStream::ensure(int layer, std::span<const int32_t> ids) {
     std::chrono::steady_clock::time_point t0;
     ~Stall() { m.st.stall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
   } stall{m, t0};
-  m.cv.wait(lk, [&] { return m.jobs.empty() && !m.busy; });  // jobs queued before this call
+  // Jobs queued before this call, and reads of prefetches called outside a job.
+  m.cv.wait(lk, [&] { return m.jobs.empty() && !m.busy && m.loading == 0; });
   if (m.job_error) std::rethrow_exception(std::exchange(m.job_error, nullptr));
   if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty())
     throw Error("expert stream: layer " + std::to_string(layer) + " has no streamed experts");
@@ -294,21 +317,53 @@ void ExpertStream::ensure(int layer, std::span<const int32_t> ids) {
 
 void ExpertStream::prefetch(int layer, std::span<const int32_t> ids) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lk(m.mu);
+  std::unique_lock<std::mutex> lk(m.mu);
   if (layer < 0 || size_t(layer) >= m.layers.size() || m.layers[size_t(layer)].empty()) return;
   const std::vector<char> want = m.wanted(layer, ids);
   std::vector<int> missing;
-  for (size_t e = 0; e < want.size(); ++e)
-    if (want[e] && !m.entries[size_t(layer)][e].resident) missing.push_back(int(e));
+  for (size_t e = 0; e < want.size(); ++e) {
+    const Impl::Entry& x = m.entries[size_t(layer)][e];
+    if (want[e] && !x.resident && !x.loading) missing.push_back(int(e));
+  }
   // Never evict what this step used: read only as many as fit without that.
   while (!missing.empty() && !m.make_room(m.cost(layer) * missing.size(), layer, want, true)) missing.pop_back();
   if (missing.empty()) return;
-  m.read(layer, missing);
+  // Room is taken now; the experts join the eviction order once read, so nothing
+  // evicts them while the read is in flight.
   for (int e : missing) {
-    m.touch(layer, e, true);
+    m.entries[size_t(layer)][size_t(e)].loading = true;
     m.st.resident_bytes += m.cost(layer);
-    ++m.st.prefetched;
   }
+  m.loading += int(missing.size());
+  const auto reqs = m.requests(layer, missing);
+  lk.unlock();
+  std::exception_ptr err;
+  double seconds = 0;
+  try {
+    seconds = m.read_requests(reqs);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  lk.lock();
+  m.st.read_seconds += seconds;
+  for (int e : missing) {
+    m.entries[size_t(layer)][size_t(e)].loading = false;
+    if (err) {
+      m.release_pages(layer, e);
+      m.st.resident_bytes -= m.cost(layer);
+    } else {
+      m.touch(layer, e, true);
+      ++m.st.prefetched;
+    }
+  }
+  m.loading -= int(missing.size());
+  m.cv.notify_all();
+  if (err) std::rethrow_exception(err);
+}
+
+void ExpertStream::set_read_hook(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->read_hook = std::move(hook);
 }
 
 int ExpertStream::layer_of(const void* data) const {
