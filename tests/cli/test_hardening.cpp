@@ -524,7 +524,7 @@ TEST_F(Hardening, InterruptedLogitsLeaveNoFile) {
   REQUIRE_FIXTURE("qwen35moe-f16.gguf");
   const std::string dir = test_dir();
   std::string tokens;
-  for (int i = 0; i < 4000; ++i) tokens += (i ? "," : "") + std::to_string(3 + i % 500);
+  for (int i = 0; i < 4000; ++i) tokens.append(i ? "," : "").append(std::to_string(3 + i % 500));
   std::vector<std::string> argv_s{std::string(TESSERA_BIN_DIR) + "/tessera", "logits", "-m", fixture("qwen35moe-f16.gguf"),
                                   "--tokens", tokens, "--ctx", "4096", "--out", dir + "/big.bin",
                                   "--backend", "cpu_scalar", "--threads", "1"};

@@ -491,7 +491,9 @@ TEST(ConformanceCases, AttentionCoversGqaPagesAndOffsets) {
     pages.insert(c.page);
     offsets.insert(c.pos0);
     hds.insert(c.k);
-    if (!c.flag) EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
+    if (!c.flag) {
+      EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
+    }
   }
   EXPECT_TRUE(heads.count({4, 2}) && heads.count({8, 8}));
   EXPECT_TRUE(pages.count(4) && pages.count(16));

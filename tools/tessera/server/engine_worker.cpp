@@ -70,14 +70,14 @@ void EngineWorker::run() {
         ++metrics_.requests_total;
         active_.push_back(job);
       } catch (const Error& e) {
-        job->push({-1, FinishReason::None, e.what()});
+        job->push({-1, FinishReason::None, e.what(), std::nullopt});
       }
     }
     // Clients that went away: their sequences and pages are released now.
     for (auto it = active_.begin(); it != active_.end();) {
       if ((*it)->cancelled()) {
         gen_.cancel((*it)->id_);
-        (*it)->push({-1, FinishReason::Cancelled, {}});
+        (*it)->push({-1, FinishReason::Cancelled, {}, std::nullopt});
         it = active_.erase(it);
       } else {
         ++it;
@@ -91,7 +91,7 @@ void EngineWorker::run() {
         // The engine failed: every request in flight gets the error.
         for (auto& job : active_) {
           gen_.cancel(job->id_);
-          job->push({-1, FinishReason::None, e.what()});
+          job->push({-1, FinishReason::None, e.what(), std::nullopt});
         }
         active_.clear();
       }
@@ -123,7 +123,7 @@ void EngineWorker::run() {
   }
   for (auto& job : active_) {
     gen_.cancel(job->id_);
-    job->push({-1, FinishReason::None, "the server is shutting down"});
+    job->push({-1, FinishReason::None, "the server is shutting down", std::nullopt});
   }
   active_.clear();
 }
