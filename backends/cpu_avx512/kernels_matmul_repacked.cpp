@@ -96,7 +96,7 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   // non-temporal request keeps the stream from evicting the activations, KV rows and
   // outputs (Zen 5: TinyLlama Q4_0 decode +2-4%, every one of 9 alternations); prefill
   // re-reads a tile per 4 columns, so it keeps T0.
-  constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
+  constexpr auto kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // enum _mm_hint (GCC) or int (clang)
   const float* dy[NC];
   const int32_t* cy[NC];
   const int8_t* y[NC];
@@ -270,7 +270,7 @@ void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // as tile_dot
+  constexpr auto kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // as tile_dot
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * kQ6KTileBytes;
     if constexpr (PF)
