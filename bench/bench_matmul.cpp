@@ -597,7 +597,7 @@ void register_matmul_benchmarks() {
       for (const auto& be : names) {
         const std::string name = "BM_SmallOp/" + be + "/" + std::string(op_name(op)) + "/" + std::to_string(K) + "x" +
                                  std::to_string(n);
-        benchmark::RegisterBenchmark(name.c_str(), [be, op, K, n](benchmark::State& s) { bm_small_op(s, be, op, K, n); })
+        benchmark::RegisterBenchmark(name.c_str(), [be, op, K = K, n = n](benchmark::State& s) { bm_small_op(s, be, op, K, n); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

@@ -26,7 +26,7 @@ void register_peak_benchmarks() {
     for (int n : counts) {
       const std::string bm = std::string("BM_ComputePeak/") + name + "/threads:" + std::to_string(n);
       benchmark::RegisterBenchmark(bm.c_str(),
-                                   [k, n](benchmark::State& state) {
+                                   [k = k, n](benchmark::State& state) {
                                      FastPool pool(n);
                                      PeakResult r;
                                      for (auto _ : state) r = measure_compute_peak(pool, k, 9, 20.0);

@@ -46,10 +46,9 @@ void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
   int32_t* corr = reinterpret_cast<int32_t*>(dst + q8_off_corr(K));
   float* dd = reinterpret_cast<float*>(dst + q8_off_d(K));
   for (int64_t b = 0; b < nb; ++b) {
-    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+    float id;
+    const float d = q8_0_scale(x0, x1, id);
     dd[b] = round_to_f16(d);
     const __m512 vid = _mm512_set1_ps(id);
     const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)));
@@ -210,10 +209,9 @@ void prep_stream(const float* x, int64_t K, uint8_t* dst) {
     for (int64_t j = 0; j < 32; ++j) d[j] = 0.f;
     for (int64_t j = 0; j < cb; ++j) {
       const float* xb = x + (c0 + j) * 32;
-      const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-      const float dd = amax / 127.f;
-      const float id = dd != 0.f ? 1.f / dd : 0.f;
+      __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+      float id;
+      const float dd = q8_0_scale(x0, x1, id);
       d[j] = round_to_f16(dd);
       const __m512 vid = _mm512_set1_ps(id);
       _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * (j % 16)),

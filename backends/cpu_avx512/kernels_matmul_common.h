@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "tessera/dtype.h"
 #include "tessera/quant.h"
@@ -65,17 +66,44 @@ inline void unpack_scales_k4(const uint8_t* scales, uint32_t u[4]) {
   u[0] &= kmask1;
 }
 
+// Lanes of x that are NaN or infinite (|x| not below infinity, unordered included).
+inline __mmask16 non_finite_lanes(__m512 x) {
+  return _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(std::numeric_limits<float>::infinity()), _CMP_NLT_UQ);
+}
+
+// The Q8_0 scale of the 32-block (x0, x1) exactly as quant::quantize_row: d = amax /
+// 127, id = 1 / d (0 for an all-zero block). As there, a block holding a NaN or an
+// infinity gets d = NaN and all-zero levels (x0, x1 are zeroed), so the non-finite
+// value reaches every product (decision 90).
+inline float q8_0_scale(__m512& x0, __m512& x1, float& id) {
+  if (non_finite_lanes(x0) | non_finite_lanes(x1)) {
+    x0 = x1 = _mm512_setzero_ps();
+    id = 0.f;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  const float d = amax / 127.f;
+  id = d != 0.f ? 1.f / d : 0.f;
+  return d;
+}
+
 // Q8_K quantization of one 256-block exactly as quant::quantize_row: the signed value
 // of largest magnitude (first one) maps to -127, q = min(127, nearest_int(-127/max * x)).
-// q in natural order, the 16-element sums and d (all zero for an all-zero block).
+// q in natural order, the 16-element sums and d (all zero for an all-zero block; q and
+// sums zero and d = NaN for a block holding a NaN or an infinity).
 inline void quant_q8_k_block(const float* xb, int8_t q[256], int16_t sums[16], float& d) {
   __m512 am = _mm512_setzero_ps();
-  for (int g = 0; g < 16; ++g) am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * g)));
+  __mmask16 bad = 0;
+  for (int g = 0; g < 16; ++g) {
+    const __m512 x = _mm512_loadu_ps(xb + 16 * g);
+    am = _mm512_max_ps(am, _mm512_abs_ps(x));
+    bad |= non_finite_lanes(x);
+  }
   const float amax = _mm512_reduce_max_ps(am);
-  if (amax == 0.f) {
+  if (amax == 0.f || bad) {
     std::memset(q, 0, 256);
     std::memset(sums, 0, 32);
-    d = 0.f;
+    d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.f;
     return;
   }
   float mx = 0.f;
@@ -91,7 +119,8 @@ inline void quant_q8_k_block(const float* xb, int8_t q[256], int16_t sums[16], f
   d = 1.f / iscale;
   const __m512 vs = _mm512_set1_ps(iscale);
   for (int g = 0; g < 16; ++g) {
-    // max(-128): a NaN or Inf converts to INT_MIN, whose sums would overflow (a no-op for finite x)
+    // max(-128): an overflowing product (the infinite iscale of a block of tiny subnormals)
+    // converts to INT_MIN, whose sums would overflow (a no-op otherwise)
     const __m512i v = _mm512_max_epi32(
         _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vs)), _mm512_set1_epi32(127)),
         _mm512_set1_epi32(-128));

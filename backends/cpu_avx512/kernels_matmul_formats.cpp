@@ -105,13 +105,12 @@ void prep_p32(const float* x, int64_t K, uint8_t* dst) {
   const int64_t nb = K / 32, ng = P::groups(K);
   std::memset(dst, 0, P::bytes(K));
   for (int64_t b = 0; b < nb; ++b) {
-    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+    float id;
+    const float d = q8_0_scale(x0, x1, id);
     const __m512 vid = _mm512_set1_ps(id);
-    // max(-127): NaN converts to INT_MIN, whose sums would overflow (a no-op for finite x,
-    // and the block's NaN scale still carries the NaN to the output)
+    // max(-127): an overflowing product (the infinite id of a block of tiny subnormals)
+    // converts to INT_MIN, whose sums would overflow (a no-op otherwise)
     const __m512i lo = _mm512_set1_epi32(-127);
     const __m512i q0 = _mm512_max_epi32(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid))), lo);
     const __m512i q1 = _mm512_max_epi32(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid))), lo);

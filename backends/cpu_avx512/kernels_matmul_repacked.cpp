@@ -96,7 +96,7 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   // non-temporal request keeps the stream from evicting the activations, KV rows and
   // outputs (Zen 5: TinyLlama Q4_0 decode +2-4%, every one of 9 alternations); prefill
   // re-reads a tile per 4 columns, so it keeps T0.
-  constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
+  constexpr auto kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // enum _mm_hint (GCC) or int (clang)
   const float* dy[NC];
   const int32_t* cy[NC];
   const int8_t* y[NC];
@@ -270,7 +270,7 @@ void tile_dot_q6k(const uint8_t* tile, int64_t nb, const uint8_t* const* act, in
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  constexpr _mm_hint kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // as tile_dot
+  constexpr auto kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // as tile_dot
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * kQ6KTileBytes;
     if constexpr (PF)
@@ -447,14 +447,13 @@ void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst) {
   int32_t* cc = reinterpret_cast<int32_t*>(dst + rp_off_c(K));
   const int32_t mult = wt == DType::Q4_0 ? -8 : -128;
   for (int64_t b = 0; b < nb; ++b) {
-    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+    float id;
+    const float d = q8_0_scale(x0, x1, id);
     dd[b] = round_to_f16(d);
     const __m512 vid = _mm512_set1_ps(id);
-    // max(-127): NaN converts to INT_MIN, whose sums would overflow (a no-op for finite x,
-    // and the block's NaN scale still carries the NaN to the output)
+    // max(-127): an overflowing product (the infinite id of a block of tiny subnormals)
+    // converts to INT_MIN, whose sums would overflow (a no-op otherwise)
     const __m512i lo = _mm512_set1_epi32(-127);
     const __m512i q0 = _mm512_max_epi32(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid))), lo);
     const __m512i q1 = _mm512_max_epi32(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid))), lo);

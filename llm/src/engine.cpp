@@ -27,6 +27,21 @@
 
 namespace tessera {
 
+namespace {
+
+// Vectors (norms, biases, scale vectors) are read for NaN/Inf at every load (decision
+// 91): a few KB in all, and a non-finite norm weight makes every logit non-finite or
+// equal. The full scan of the matrices is --check-tensors.
+void check_vectors_finite(const ModelFile& file) {
+  const std::vector<NonFiniteTensor> bad = find_non_finite_vectors(file);
+  if (bad.empty()) return;
+  std::string msg = printable(file.path(), 200) + ": " + describe(bad.front());
+  if (bad.size() > 1) msg += " (and " + std::to_string(bad.size() - 1) + " more tensors)";
+  throw Error(msg + ": the file is damaged (`tessera info --check-tensors` lists every tensor holding NaN or infinity)");
+}
+
+}  // namespace
+
 Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0");
   if (opt.quantize) detail::check_quantize_target(*opt.quantize);  // before reading the file
@@ -38,6 +53,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   model_ = Model::load(*file_);
   // Read before anything large is allocated (--quantize's copies are planned as weights).
   const MemoryBudget budget = read_memory_budget();
+  check_vectors_finite(*file_);
   // --quantize: the copies replace the weights before experts are streamed and the
   // backends repack (decision 66).
   const std::vector<detail::WeightGroup> uses = detail::weight_uses(*model_);
@@ -250,36 +266,44 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
   logits_.resize(size_t(rows * V));
   for (int64_t r = 0; r < rows; ++r) std::memcpy(&logits_[size_t(r * V)], lt.row<float>(r), size_t(V) * sizeof(float));
   ++steps_;
-  check_logits_finite(rows);
+  check_logits(rows);
   return logits_;
 }
 
 // NaN or infinite logits are never handed on as if they were a distribution (issue 24):
 // a NaN weight or an overflow gives all-NaN rows that samplers would turn into token 0
-// or garbage without a word. The scan is one pass over the rows handed out, a bit test
-// per float (vectorizes), far cheaper than the output product that made them.
-void Engine::check_logits_finite(int64_t rows) const {
+// or garbage without a word. Nor is a row whose values are all equal (decision 92): no
+// model produces one, but a zeroed hidden state does, and greedy sampling would then
+// emit token 0 forever. The scan is one pass over the rows handed out, a bit test and
+// a compare per float (vectorizes), far cheaper than the output product that made them.
+void Engine::check_logits(int64_t rows) const {
   const int64_t V = n_vocab();
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = &logits_[size_t(r * V)];
-    uint32_t all_exp_ones = 0;
+    uint32_t all_exp_ones = 0, differs = 0;
     for (int64_t i = 0; i < V; ++i) {
       uint32_t b;
       std::memcpy(&b, row + i, 4);
       all_exp_ones |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+      differs |= uint32_t(row[i] != row[0]);
     }
-    if (!all_exp_ones) continue;
-    int64_t first = 0, count = 0;
-    for (int64_t i = 0; i < V; ++i)
-      if (!std::isfinite(row[i]) && count++ == 0) first = i;
+    // One token has nothing to differ from (no model has one; guarded all the same).
+    if (!all_exp_ones && (differs || V == 1)) continue;
     const int32_t batch_row = out_rows_[size_t(r)];
     const SeqSlice* slice = &slices_.front();
     for (const SeqSlice& s : slices_)
       if (batch_row >= s.first && batch_row < s.first + s.count) slice = &s;
+    const std::string where = " at forward step " + std::to_string(steps_) + " (sequence " +
+                              std::to_string(slice->seq) + ", position " +
+                              std::to_string(slice->pos0 + batch_row - slice->first) + "): ";
+    if (!all_exp_ones)
+      throw Error("degenerate logits" + where + "all " + std::to_string(V) + " values are equal (" +
+                  std::to_string(row[0]) + "); stopping. The weights may be damaged (try --check-tensors)");
+    int64_t first = 0, count = 0;
+    for (int64_t i = 0; i < V; ++i)
+      if (!std::isfinite(row[i]) && count++ == 0) first = i;
     const float v = row[first];
-    throw Error("non-finite logits at forward step " + std::to_string(steps_) + " (sequence " +
-                std::to_string(slice->seq) + ", position " + std::to_string(slice->pos0 + batch_row - slice->first) +
-                "): " + std::to_string(count) + " of " + std::to_string(V) + " values are " +
+    throw Error("non-finite logits" + where + std::to_string(count) + " of " + std::to_string(V) + " values are " +
                 (std::isnan(v) ? "nan" : "infinite") + " (first at token id " + std::to_string(first) +
                 "); stopping. The weights may hold NaN/Inf (try --check-tensors)");
   }

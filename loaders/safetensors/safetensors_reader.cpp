@@ -31,7 +31,7 @@ constexpr int kMaxJsonDepth = 64;  // a real header nests 3 deep (root, entry, s
 constexpr size_t kMaxDims = 8;
 
 std::string shown(std::string_view s) { return printable(s, 200); }
-std::string q(std::string_view s) { return "'" + printable(s, 120) + "'"; }
+std::string q(std::string_view s) { return std::string("'").append(printable(s, 120)).append("'"); }
 
 [[noreturn]] void fail(const std::string& file, const std::string& msg) { throw Error(shown(file) + ": " + msg); }
 

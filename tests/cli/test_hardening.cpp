@@ -306,17 +306,21 @@ TEST_F(Hardening, UnusedTensorIsReported) {
 // ---------------------------------------------------------------------------------
 // Silent garbage: NaN/Inf weights and logits.
 
-// One value of `tensor` (F32 or F16 data, or a Q8_0 block's scale) set to NaN / inf.
+// One value of `tensor` (F32 or F16 data, or the first block's scale of a Q8_0, Q4_K,
+// Q5_K or Q6_K tensor) set to NaN / inf.
 TensorEdit poison(const std::string& tensor, double value) {
   return [tensor, value](const std::string& name, tessera::DType type, std::vector<uint8_t>& b) {
     if (name != tensor) return;
-    if (type == tessera::DType::F32) {
+    using tessera::DType;
+    if (type == DType::F32) {
       const float v = float(value);
       std::memcpy(b.data() + 5 * 4, &v, 4);
-    } else if (type == tessera::DType::F16 || type == tessera::DType::Q8_0) {
-      // Q8_0: the first block's fp16 scale d is its first 2 bytes.
+    } else if (type == DType::F16 || type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K ||
+               type == DType::Q6_K) {
+      // The fp16 scale d: a Q8_0, Q4_K or Q5_K block's first 2 bytes, a Q6_K block's last 2.
       const uint16_t h = std::isnan(value) ? 0x7e00 : value > 0 ? 0x7c00 : 0xfc00;
-      std::memcpy(b.data() + (type == tessera::DType::F16 ? 10 : 0), &h, 2);
+      const size_t at = type == DType::F16 ? 10 : type == DType::Q6_K ? 208 : 0;
+      std::memcpy(b.data() + at, &h, 2);
     } else {
       FAIL() << "poison: unhandled type";
     }
@@ -370,24 +374,81 @@ TEST_F(Hardening, NonFiniteWeightsAreFoundByCheckTensors) {
   EXPECT_TRUE(has(clean.out, "is finite")) << clean.out;
 }
 
-// Before: NaN weights gave all-zero logits and text without a word. Now the step that
-// produced non-finite logits stops generation with an error naming it.
-TEST_F(Hardening, NonFiniteLogitsStopGeneration) {
+// Before: a NaN norm weight gave all-zero logits and text without a word (the
+// activation quantizers turned the NaN into zeros). Vectors are now read at every load:
+// the file is refused with its tensor named, without --check-tensors.
+TEST_F(Hardening, NonFiniteNormIsRefusedAtLoad) {
   REQUIRE_FIXTURE("llama-f32.gguf");
-  const std::string f = rewrite(fixture("llama-f32.gguf"), test_dir() + "/nan.gguf", nullptr,
-                                poison("output_norm.weight", std::nan("")));
-  for (const char* backend : {"cpu_scalar", "cpu_avx512"}) {
-    Result r = run_tessera({"run", "-m", f, "-p", "hello", "-n", "4", "--backend", backend, "--threads", "1"});
-    if (has(r.err, "not usable") || has(r.err, "no usable")) continue;  // a CPU without AVX-512
-    EXPECT_NE(r.status, 0) << backend;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
-    EXPECT_TRUE(has(r.err, "non-finite logits at forward step 1 (sequence ")) << r.err;
-    EXPECT_TRUE(has(r.err, "position ")) << r.err;
+  for (const char* file : {"llama-q8_0.gguf", "llama-f32.gguf"}) {
+    if (!fs::exists(fixture(file))) continue;
+    const std::string f = rewrite(fixture(file), test_dir() + "/nan.gguf", nullptr,
+                                  poison("output_norm.weight", std::nan("")));
+    auto g = GgufFile::open(f);
+    const auto bad = tessera::find_non_finite_vectors(*g);
+    ASSERT_EQ(bad.size(), 1u) << file;
+    EXPECT_EQ(bad[0].name, "output_norm.weight");
+    for (const char* backend : {"cpu_scalar", "cpu_avx512"}) {
+      Result r = run_tessera({"run", "-m", f, "-p", "hello", "-n", "4", "--backend", backend, "--threads", "1"});
+      if (has(r.err, "not usable") || has(r.err, "no usable")) continue;  // a CPU without AVX-512
+      EXPECT_NE(r.status, 0) << file << " " << backend;
+      EXPECT_EQ(lines(r.err), 1) << r.err;
+      EXPECT_TRUE(has(r.err, "tensor 'output_norm.weight' (f32) holds 1 non-finite value (first: nan at element 5)"))
+          << r.err;
+      EXPECT_EQ(r.out, "") << "nothing runs";
+    }
+    Result l = run_tessera({"logits", "-m", f, "--tokens", "1,2,3", "--out", test_dir() + "/l.bin", "--threads", "1"});
+    EXPECT_NE(l.status, 0);
+    EXPECT_TRUE(has(l.err, "output_norm.weight")) << l.err;
+    EXPECT_FALSE(fs::exists(test_dir() + "/l.bin"));
   }
+}
+
+// A NaN that only the matrices hold (a block scale of blk.0.attn_q) makes one query
+// element NaN, so one head's attention output; the next product quantizes it as an
+// activation. Before, the quantizers turned it into zeros and the logits were finite;
+// now the block's NaN scale reaches the logits and the step stops generation with an
+// error naming it. Q8_0 and K-quant (Q8_K activations) files, on both CPU backends.
+TEST_F(Hardening, NonFiniteActivationStopsGeneration) {
+  REQUIRE_FIXTURE("llama-q8_0.gguf");
+  int ran = 0;
+  for (const char* file : {"llama-q8_0.gguf", "llama-q4_k_m.gguf"}) {
+    if (!fs::exists(fixture(file))) continue;
+    const std::string f = rewrite(fixture(file), test_dir() + "/nan.gguf", nullptr,
+                                  poison("blk.0.attn_q.weight", std::nan("")));
+    for (const char* backend : {"cpu_scalar", "cpu_avx512"}) {
+      Result r = run_tessera({"run", "-m", f, "-p", "hello", "-n", "4", "--backend", backend, "--strict-backend",
+                              "--threads", "1"});
+      if (has(r.err, "not usable") || has(r.err, "no usable")) continue;  // a CPU without AVX-512
+      ++ran;
+      EXPECT_NE(r.status, 0) << file << " " << backend;
+      EXPECT_EQ(lines(r.err), 1) << r.err;
+      EXPECT_TRUE(has(r.err, "non-finite logits at forward step 1 (sequence ")) << file << " " << backend << ": " << r.err;
+      EXPECT_TRUE(has(r.err, "position ")) << r.err;
+    }
+    Result l = run_tessera({"logits", "-m", f, "--tokens", "1,2,3", "--out", test_dir() + "/l.bin", "--threads", "1"});
+    EXPECT_NE(l.status, 0);
+    EXPECT_TRUE(has(l.err, "non-finite logits")) << l.err;
+    EXPECT_FALSE(fs::exists(test_dir() + "/l.bin"));
+  }
+  EXPECT_GT(ran, 0);
+}
+
+// A norm weight of zeros (finite, so no load check sees it) zeroes the final hidden
+// state: every logit is 0. Such a row is reported as degenerate, not sampled.
+TEST_F(Hardening, DegenerateLogitsStopGeneration) {
+  REQUIRE_FIXTURE("llama-f32.gguf");
+  const std::string f = rewrite(fixture("llama-f32.gguf"), test_dir() + "/zero.gguf", nullptr,
+                                [](const std::string& name, tessera::DType, std::vector<uint8_t>& b) {
+                                  if (name == "output_norm.weight") std::fill(b.begin(), b.end(), uint8_t(0));
+                                });
+  Result r = run_tessera({"run", "-m", f, "-p", "hello", "-n", "4", "--threads", "1"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_TRUE(has(r.err, "degenerate logits at forward step 1 (sequence ")) << r.err;
+  EXPECT_TRUE(has(r.err, "all 1024 values are equal (0.000000)")) << r.err;
   Result l = run_tessera({"logits", "-m", f, "--tokens", "1,2,3", "--out", test_dir() + "/l.bin", "--threads", "1"});
   EXPECT_NE(l.status, 0);
-  EXPECT_TRUE(has(l.err, "non-finite logits")) << l.err;
-  EXPECT_FALSE(fs::exists(test_dir() + "/l.bin"));
+  EXPECT_TRUE(has(l.err, "degenerate logits")) << l.err;
 }
 
 // ---------------------------------------------------------------------------------
@@ -478,7 +539,7 @@ TEST_F(Hardening, InterruptedLogitsLeaveNoFile) {
   REQUIRE_FIXTURE("qwen35moe-f16.gguf");
   const std::string dir = test_dir();
   std::string tokens;
-  for (int i = 0; i < 4000; ++i) tokens += (i ? "," : "") + std::to_string(3 + i % 500);
+  for (int i = 0; i < 4000; ++i) tokens.append(i ? "," : "").append(std::to_string(3 + i % 500));
   std::vector<std::string> argv_s{std::string(TESSERA_BIN_DIR) + "/tessera", "logits", "-m", fixture("qwen35moe-f16.gguf"),
                                   "--tokens", tokens, "--ctx", "4096", "--out", dir + "/big.bin",
                                   "--backend", "cpu_scalar", "--threads", "1"};

@@ -8,6 +8,7 @@
 // KV positions, a bad repack, refusals) must be reported as FAIL or SKIP, never PASS.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tessera/backend.h"
 #include "tessera/conformance.h"
@@ -107,12 +109,88 @@ class ConformanceTest : public testing::Test {
   ConformanceCase c_;
 };
 
+// ---------------------------------------------------------------------------
+// A NaN or infinite activation reaches the product (decision 90): every backend's
+// activation quantizer gives the block a NaN scale, so each output of the poisoned
+// token is non-finite (before, a NaN became a zero level and the outputs were finite).
+// The other tokens stay finite. Products of 1, 3 and 32 tokens take the decode, small
+// batch and batched (repacked / tiled) paths; the weight is prepared as the engine does.
+
+class NonFiniteActivationTest : public testing::Test {
+ public:
+  NonFiniteActivationTest(std::string backend, DType wt) : backend_(std::move(backend)), wt_(wt) {}
+  void TestBody() override {
+    Backend& be = env().backend(backend_);
+    constexpr int64_t K = 512, N = 48;
+    uint32_t seed = 12345;
+    auto rnd = [&seed] {  // xorshift, values in [-1, 1)
+      seed ^= seed << 13, seed ^= seed >> 17, seed ^= seed << 5;
+      return float(seed % 20000) / 10000.f - 1.f;
+    };
+    const size_t rb = row_bytes(wt_, K);
+    std::vector<float> wf(static_cast<size_t>(K));
+    std::vector<uint8_t> w(rb * N);
+    for (int64_t r = 0; r < N; ++r) {
+      for (float& v : wf) v = rnd();
+      quant::quantize_row(wt_, wf.data(), w.data() + size_t(r) * rb, K);
+    }
+    Tensor wt = Tensor::contiguous(wt_, {K, N}, w.data());
+    be.prepare_weight(wt);
+    int tested = 0;
+    for (int64_t M : {1, 3, 32}) {
+      for (const float bad : {NAN, INFINITY, -INFINITY}) {
+        // Token M-1 gets the bad value at element 300 (inside the second Q8_K block).
+        std::vector<float> x(size_t(K * M)), out(size_t(N * M), 0.f);
+        for (float& v : x) v = rnd();
+        x[size_t((M - 1) * K + 300)] = bad;
+        Graph g;
+        const int tw = g.add_tensor(wt);
+        const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
+        const int to = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, out.data()));
+        Node n;
+        n.op = Op::MatMul;
+        n.dst = to;
+        n.src[0] = tw;
+        n.src[1] = tx;
+        g.add_node(n);
+        g.allocate();
+        if (!be.supports(g, g.nodes().back()).supported) continue;
+        be.execute(g, 0, 1);
+        ++tested;
+        int finite_bad = 0, non_finite_good = 0;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t r = 0; r < N; ++r) {
+            const bool finite = std::isfinite(out[size_t(m * N + r)]);
+            if (m == M - 1) finite_bad += finite;
+            else non_finite_good += !finite;
+          }
+        EXPECT_EQ(finite_bad, 0) << "M " << M << ", input " << bad << ": outputs of the poisoned token that are finite";
+        EXPECT_EQ(non_finite_good, 0) << "M " << M << ", input " << bad << ": outputs of clean tokens that are not";
+      }
+    }
+    if (tested == 0) GTEST_SKIP() << backend_ << " does not support MatMul with " << dtype_name(wt_) << " weights";
+  }
+
+ private:
+  std::string backend_;
+  DType wt_;
+};
+
 void register_backend_tests() {
   for (const std::string& name : env().registry().ranked_backends()) {
     const std::string suite = "Conformance/" + name;
     for (const ConformanceCase& c : conformance_cases()) {
       testing::RegisterTest(suite.c_str(), c.name().c_str(), nullptr, nullptr, __FILE__, __LINE__,
                             [name, c]() -> testing::Test* { return new ConformanceTest(name, c); });
+    }
+    // Every activation type: Q8_0 (Q8_0, Q4_0, IQ4_NL, MXFP4), Q8_1 (Q4_1) and Q8_K.
+    for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::MXFP4, DType::Q4_K, DType::Q5_K,
+                     DType::Q6_K}) {
+      std::string type(dtype_name(wt));
+      for (char& ch : type) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+      const std::string test = "MatMul_" + type + "_NonFiniteActivation";
+      testing::RegisterTest(suite.c_str(), test.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [name, wt]() -> testing::Test* { return new NonFiniteActivationTest(name, wt); });
     }
   }
 }
@@ -426,7 +504,9 @@ TEST(ConformanceCases, AttentionCoversGqaPagesAndOffsets) {
     pages.insert(c.page);
     offsets.insert(c.pos0);
     hds.insert(c.k);
-    if (!c.flag) EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
+    if (!c.flag) {
+      EXPECT_GT(c.pos0 + c.m + 1, c.page) << c.name() << ": the cache must span several pages";
+    }
   }
   EXPECT_TRUE(heads.count({4, 2}) && heads.count({8, 8}));
   EXPECT_TRUE(pages.count(4) && pages.count(16));

@@ -1502,7 +1502,7 @@ TEST(Avx512Plugin, ProbeAndCreate) {
   std::string why;
   if (cpu_avx512::usable(&why)) {
     EXPECT_GT(score, 10) << reason;  // above cpu_scalar
-    TesseraCreateArgs args{sizeof(TesseraCreateArgs), nullptr, nullptr, 0};
+    TesseraCreateArgs args{sizeof(TesseraCreateArgs), nullptr, nullptr, 0, nullptr};
     char err[256] = {0};
     void* inst = d->create(&args, err, sizeof err);
     ASSERT_NE(inst, nullptr) << err;
@@ -1519,7 +1519,7 @@ TEST(Avx512Plugin, ProbeAndCreate) {
                                 OptionCase{"decode_prefetch", "sometimes", false}}) {
       SCOPED_TRACE(std::string(c.key) + " = " + c.value);
       const TesseraOption opt[] = {{c.key, c.value}};
-      TesseraCreateArgs with{sizeof(TesseraCreateArgs), nullptr, opt, 1};
+      TesseraCreateArgs with{sizeof(TesseraCreateArgs), nullptr, opt, 1, nullptr};
       err[0] = '\0';
       inst = d->create(&with, err, sizeof err);
       EXPECT_EQ(inst != nullptr, c.taken) << err;

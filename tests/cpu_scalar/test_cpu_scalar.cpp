@@ -712,7 +712,7 @@ TEST(CpuScalarPlugin, DescriptorProbeCreateDestroy) {
   char reason[128] = {};
   EXPECT_EQ(d->probe(reason, sizeof reason), 10);
   TesseraOption opts[] = {{"threads", "4"}, {"no_such_option", "x"}};
-  TesseraCreateArgs args{sizeof(TesseraCreateArgs), nullptr, opts, 2};
+  TesseraCreateArgs args{sizeof(TesseraCreateArgs), nullptr, opts, 2, nullptr};
   char err[256] = {};
   void* inst = d->create(&args, err, sizeof err);
   ASSERT_NE(inst, nullptr) << err;

@@ -16,7 +16,7 @@ struct AbortOnLoad {
 } abort_on_load;
 #endif
 
-volatile int* volatile g_null = nullptr;
+[[maybe_unused]] volatile int* volatile g_null = nullptr;  // read by the crashing mode only
 
 int32_t probe(char*, size_t) {
 #if HOSTILE_MODE == 1

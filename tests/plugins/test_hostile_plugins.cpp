@@ -35,6 +35,10 @@ PluginConfig config(const std::string& paths) {
   return PluginConfig::from_string("[plugins]\npaths = [" + paths + "]\ndefault_paths = false\n", "/");
 }
 
+// One plugin folder, quoted by appending (GCC 12 misreads `"\"" + a temporary string` as
+// an overlapping copy: a -Wrestrict false positive).
+PluginConfig config_in(const fs::path& dir) { return config(std::string("\"").append(dir.string()).append("\"")); }
+
 const PluginRecord& by_file(const PluginRegistry& r, const std::string& filename) {
   for (const auto& rec : r.records())
     if (fs::path(rec.file).filename() == filename) return rec;
@@ -79,17 +83,17 @@ TEST_F(HostilePlugins, VerdictsAreRememberedUntilTheFileChanges) {
   const fs::path copy = dir.path / "test_hostile_crash.so";
   fs::copy_file(fs::path(kHostile) / "test_hostile_crash.so", copy);
   {
-    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    PluginRegistry reg(config_in(dir.path));
     EXPECT_EQ(by_file(reg, "test_hostile_crash.so").reason, "crashed with SIGSEGV during probe");
   }
   {
-    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    PluginRegistry reg(config_in(dir.path));
     const std::string why = by_file(reg, "test_hostile_crash.so").reason;
     EXPECT_EQ(why.rfind("crashed with SIGSEGV during probe (remembered from an earlier run: ", 0), 0u) << why;
   }
   // A new version of the file (here: the good plugin under the same name) is tried again.
   fs::copy_file(fs::path(kGood) / "test_good.so", copy, fs::copy_options::overwrite_existing);
-  PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+  PluginRegistry reg(config_in(dir.path));
   EXPECT_TRUE(by_file(reg, "test_hostile_crash.so").usable) << by_file(reg, "test_hostile_crash.so").reason;
 }
 
@@ -97,7 +101,7 @@ TEST_F(HostilePlugins, AThrowingProbeIsARefusalEvenWithoutTheChildProcess) {
   ::setenv("TESSERA_PROBE_IN_PROCESS", "1", 1);
   TempDir dir;
   fs::copy_file(fs::path(kHostile) / "test_hostile_throw.so", dir.path / "test_hostile_throw.so");
-  PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+  PluginRegistry reg(config_in(dir.path));
   EXPECT_EQ(by_file(reg, "test_hostile_throw.so").reason, "probe threw an exception: boom");
 }
 
@@ -122,18 +126,18 @@ TEST_F(HostilePlugins, FoldersAndFilesOthersCanWriteAreNeverOpened) {
   fs::permissions(dir.path, fs::perms(0755));
   fs::permissions(so, fs::perms(0644));
   {
-    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    PluginRegistry reg(config_in(dir.path));
     EXPECT_TRUE(by_file(reg, "test_good.so").usable) << by_file(reg, "test_good.so").reason;
   }
   fs::permissions(so, fs::perms(0666));
   {
-    PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+    PluginRegistry reg(config_in(dir.path));
     EXPECT_EQ(by_file(reg, "test_good.so").reason, "file " + so.string() + " is writable by other users (mode 0666)");
     EXPECT_FALSE(by_file(reg, "test_good.so").usable);
   }
   fs::permissions(so, fs::perms(0644));
   fs::permissions(dir.path, fs::perms(0777));
-  PluginRegistry reg(config("\"" + dir.path.string() + "\""));
+  PluginRegistry reg(config_in(dir.path));
   EXPECT_EQ(by_file(reg, "test_good.so").reason,
             "folder " + dir.path.string() + " is writable by other users (mode 0777)");
   fs::permissions(dir.path, fs::perms(0700));

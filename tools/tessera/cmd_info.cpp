@@ -35,7 +35,8 @@ std::string value_str(const MetaValue& v) {
     q += '"';
     return q;
   }
-  if (auto* a = v.as_array()) return "[" + std::to_string(a->size()) + " x " + std::string(meta_type_name(v.elem_type)) + "]";
+  if (auto* a = v.as_array())
+    return std::string("[").append(std::to_string(a->size())).append(" x ").append(meta_type_name(v.elem_type)).append("]");
   if (v.type == MetaType::F32 || v.type == MetaType::F64) {
     std::ostringstream s;
     s << *v.as_float();

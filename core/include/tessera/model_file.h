@@ -109,6 +109,9 @@ struct NonFiniteTensor {
 // skipped), in file order. Reads the whole file: `tessera info/run/serve
 // --check-tensors`.
 std::vector<NonFiniteTensor> find_non_finite_tensors(const ModelFile& file);
+// The same for the tensors with at most one extent above 1 (norms, biases, scale
+// vectors: a few KB each), which the engine checks at every load.
+std::vector<NonFiniteTensor> find_non_finite_vectors(const ModelFile& file);
 // "tensor 'x' (q8_0) holds 3 non-finite values (first: nan at element 17)"
 std::string describe(const NonFiniteTensor& t);
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "quant/quant_internal.h"
@@ -36,9 +37,27 @@ float signed_absmax(const float* x, int n) {
   return max;
 }
 
+// Activation blocks holding a NaN or an infinity get a NaN scale and all-zero levels
+// (and sums), on every backend: the non-finite value then reaches every product the
+// block enters, where the engine's non-finite-logits check sees it. Without this the
+// max/abs search skips a NaN and its level converts to 0, so a NaN activation would
+// silently become a zero (decision 90). Finite blocks are untouched.
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+bool any_non_finite(const float* x, int n) {
+  bool bad = false;
+  for (int j = 0; j < n; ++j) bad |= !std::isfinite(x[j]);
+  return bad;
+}
+
 // One block of n values as int8 levels of scale amax / 127 (Q8_0's rounding: halves
 // away from zero, as the reference); returns the unrounded scale.
 float quant_block_q8(const float* x, int n, uint16_t& d_out, int8_t* qs) {
+  if (any_non_finite(x, n)) {
+    d_out = fp32_to_fp16(kNaN);
+    std::memset(qs, 0, size_t(n));
+    return kNaN;
+  }
   float amax = 0.f;
   for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 127.f;
@@ -416,9 +435,10 @@ void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
 
 void quant_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
-    const float max = signed_absmax(x, QK_K);
+    const bool non_finite = any_non_finite(x, QK_K);
+    const float max = non_finite ? 0.f : signed_absmax(x, QK_K);
     if (max == 0.f) {
-      y[i].d = 0.f;
+      y[i].d = non_finite ? kNaN : 0.f;
       std::memset(y[i].qs, 0, sizeof(y[i].qs));
       std::memset(y[i].bsums, 0, sizeof(y[i].bsums));
       continue;

@@ -139,8 +139,8 @@ class Engine {
 
  private:
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
-  // out holds NaN or infinity.
-  void check_logits_finite(int64_t rows) const;
+  // out holds NaN or infinity, or is degenerate (every value equal).
+  void check_logits(int64_t rows) const;
 
   std::unique_ptr<FastPool> pool_;
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open

@@ -628,7 +628,7 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
 
 #define SIMPLE_TEST(fname, expr)                          \
   bool fname(Interp&, const Value& v, CallArgs& a) {      \
-    Bind(#fname + 2, a, {});                              \
+    Bind(&(#fname)[2], a, {}); /* the name without t_ */  \
     return (expr);                                        \
   }
 
