@@ -306,8 +306,9 @@ int32_t execute(void* self, TesseraGraph* graph, size_t first, size_t count, uin
   return -1;
 }
 
-// The backend's function table. prepare_weight and weight_bytes are optional and left
-// NULL: the host then uses weights in place and never calls them.
+// The backend's function table. The optional functions are left NULL: the host then
+// uses weights in place, allocates the KV pages in host memory, counts no transfers
+// and never calls them.
 const TesseraBackendApi kBackendApi = {
     .struct_size = sizeof(TesseraBackendApi),
     .uses_host_memory = uses_host_memory,
@@ -315,6 +316,12 @@ const TesseraBackendApi kBackendApi = {
     .execute = execute,
     .prepare_weight = nullptr,
     .weight_bytes = nullptr,
+    .transfers = nullptr,
+    .buffer_alloc = nullptr,
+    .buffer_free = nullptr,
+    .buffer_set = nullptr,
+    .buffer_get = nullptr,
+    .buffer_copy = nullptr,
 };
 
 const TesseraPluginDescriptor kDescriptor = {

@@ -89,7 +89,8 @@ int32_t execute(void*, TesseraGraph* g, size_t first, size_t count, uint32_t, ch
 }
 
 const TesseraBackendApi kApi = {
-    sizeof(TesseraBackendApi), uses_host_memory, supports, execute, nullptr, nullptr,
+    sizeof(TesseraBackendApi), uses_host_memory, supports, execute, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, nullptr,
 };
 
 const TesseraPluginDescriptor kDescriptor = {

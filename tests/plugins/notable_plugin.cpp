@@ -40,10 +40,12 @@ void destroy(void*) {}
 const TesseraBackendApi kTable = {
     offsetof(TesseraBackendApi, supports) + sizeof(TesseraBackendApi::supports),
     test_plugin::stub_uses_host_memory, test_plugin::stub_supports, test_plugin::stub_execute, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 #elif NOTABLE_MODE == 5
 const TesseraBackendApi kTable = {
     sizeof(TesseraBackendApi), test_plugin::stub_uses_host_memory, nullptr, test_plugin::stub_execute, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 #elif NOTABLE_MODE == 7
 // Every loader function present in storage, but struct_size stops before origin_get.

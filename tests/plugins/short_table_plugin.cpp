@@ -61,9 +61,35 @@ int32_t trap_weight_bytes(void*, const TesseraTensor*, const void** data, size_t
   return 0;
 }
 
+// Those of ABI 4: a host that called them would see transfers it never made, or have
+// its KV pages handed to a table that does not declare buffers.
+int32_t trap_transfers(void*, uint64_t* up, uint64_t* down) {
+  *up = *down = 12345;
+  return 0;
+}
+void* trap_buffer_alloc(void*, uint32_t, size_t, void** host, char* error, size_t size) {
+  *host = nullptr;
+  put(error, size, "test_short_table: buffer_alloc called although the table's struct_size excludes it");
+  return nullptr;
+}
+void trap_buffer_free(void*, void*) {}
+int32_t trap_buffer_io(void*, void*, size_t, const void*, size_t, char* error, size_t size) {
+  put(error, size, "test_short_table: buffer_set called although the table's struct_size excludes it");
+  return -1;
+}
+int32_t trap_buffer_get(void*, void*, size_t, void*, size_t, char* error, size_t size) {
+  put(error, size, "test_short_table: buffer_get called although the table's struct_size excludes it");
+  return -1;
+}
+int32_t trap_buffer_copy(void*, void*, size_t, size_t, size_t, char* error, size_t size) {
+  put(error, size, "test_short_table: buffer_copy called although the table's struct_size excludes it");
+  return -1;
+}
+
 const TesseraBackendApi kApi = {
     offsetof(TesseraBackendApi, execute) + sizeof(TesseraBackendApi::execute),
-    uses_host_memory, supports, execute, trap_prepare_weight, trap_weight_bytes,
+    uses_host_memory, supports, execute, trap_prepare_weight, trap_weight_bytes, trap_transfers, trap_buffer_alloc,
+    trap_buffer_free, trap_buffer_io, trap_buffer_get, trap_buffer_copy,
 };
 
 const TesseraPluginDescriptor kDescriptor = {

@@ -148,6 +148,11 @@ TEST_F(PluginAbi, AnOlderTableWithoutTheOptionalFunctionsLoadsAndRuns) {
   EXPECT_NO_THROW(be->prepare_weight(w));
   EXPECT_EQ(w.data, static_cast<void*>(wdata));
   EXPECT_EQ(w.type, DType::F32);
+  // ABI 4's traps: no transfers are counted and buffers are host memory of the host's.
+  EXPECT_EQ(be->transfers().upload_bytes, 0u);
+  std::unique_ptr<Buffer> kv = be->alloc_buffer(256, BufferUsage::Kv);
+  ASSERT_NE(kv, nullptr);
+  EXPECT_NE(kv->data(), nullptr);
   EXPECT_EQ(w.nb[1], 3 * sizeof(float));
   const auto bytes = be->weight_bytes(w);
   EXPECT_EQ(static_cast<const void*>(bytes.data()), static_cast<const void*>(wdata));

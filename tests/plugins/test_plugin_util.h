@@ -47,7 +47,8 @@ inline int32_t stub_execute(void*, TesseraGraph*, size_t, size_t, uint32_t, char
   return -1;
 }
 inline const TesseraBackendApi kStubBackendApi = {
-    sizeof(TesseraBackendApi), stub_uses_host_memory, stub_supports, stub_execute, nullptr, nullptr,
+    sizeof(TesseraBackendApi), stub_uses_host_memory, stub_supports, stub_execute, nullptr, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 }  // namespace test_plugin
