@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Every CI build treats warnings as errors (GCC 12 and clang are kept -Wall -Wextra
-# clean); a user's own `bash scripts/setup.sh` does not (TESSERA_WERROR defaults to OFF).
+# The main CI build treats warnings as errors (GCC 12, -Wall -Wextra clean); a user's
+# own `bash scripts/setup.sh` does not (TESSERA_WERROR defaults to OFF). The sanitizer
+# and clang fuzz builds report warnings without failing until a full build of each
+# has been seen clean (decision 94).
 CMAKE_ARGS="${CMAKE_ARGS:-} -DTESSERA_WERROR=ON" bash scripts/setup.sh
 
 if [ ! -d ../shared/fixtures ]; then
@@ -17,7 +19,7 @@ fi
 # the test): the GGUF parser, the CLI and hardening tests (hostile files and flags), the
 # fixture models on cpu_scalar, and the server with the CPU backends for its client
 # tests (16 concurrent streaming clients among them). See docs/hardening.md.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON \
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON \
   -DTESSERA_NODE_MODULES_DIR="$PWD/build/node/node_modules" >/dev/null
 cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture_logits test_server_units tessera \
   tessera-gen default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good -j"$(nproc)"
@@ -33,7 +35,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 fuzz_secs=${TESSERA_FUZZ_SECONDS:-30}
 if ((fuzz_secs > 0)) && [ -d ../shared/fixtures ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
-    -DTESSERA_WERROR=ON -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+    -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
   cmake --build build-fuzz --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_safetensors fuzz_request -j"$(nproc)"
   echo "== fuzz targets, ${fuzz_secs} s each"
   fuzz/run.sh build-fuzz "$fuzz_secs"

@@ -568,22 +568,6 @@ Node node(Op op, int dst, int s0, int s1 = -1) {
   return n;
 }
 
-// Token rows [first, first + count) of `base` ([.., .., n] or [.., n]) as a view.
-int rows_view(CaseGraph& g, int base, int64_t first, int64_t count, std::string name) {
-  const TensorSpec& b = g.tensors[size_t(base)];
-  TensorSpec t;
-  t.name = std::move(name);
-  t.type = b.type;
-  t.ne = b.ne;
-  t.ne[b.ne[2] > 1 ? 2 : 1] = count;
-  t.role = Role::View;
-  t.view_of = base;
-  t.rows_first = first;
-  t.rows_count = count;
-  g.tensors.push_back(std::move(t));
-  return int(g.tensors.size()) - 1;
-}
-
 // The KV storage tensors of the case's layer (one each per case).
 std::pair<int, int> kv_storage_specs(CaseGraph& g) {
   for (size_t i = 0; i < g.tensors.size(); ++i)
