@@ -309,27 +309,12 @@ class VulkanBackend final : public Backend {
     nw.fp = fp;
     nw.buf = ctx_.create_device_buffer(align_up(bytes, 4));
     try {
-      upload_now(nw.buf, static_cast<const uint8_t*>(w.data), bytes);
-      transfers_.upload_bytes += bytes;
+      device_set(nw.buf, 0, w.data, bytes);
     } catch (...) {
       ctx_.destroy(nw.buf);
       throw;
     }
     return weights_.emplace(weight_key(w), nw).first->second;
-  }
-
-  // Synchronous upload through the staging buffer, in chunks.
-  void upload_now(Buffer& dst, const uint8_t* src, size_t bytes) {
-    const size_t chunk = size_t(64) << 20;
-    ensure_staging(std::min(bytes, chunk));
-    for (size_t off = 0; off < bytes; off += chunk) {
-      const size_t n = std::min(chunk, bytes - off);
-      std::memcpy(staging_.mapped, src + off, n);
-      VkCommandBuffer cb = ctx_.begin();
-      VkBufferCopy c{0, off, n};
-      ctx_.fn().vkCmdCopyBuffer(cb, staging_.buffer, dst.buffer, 1, &c);
-      ctx_.submit_and_wait();
-    }
   }
 
   void ensure_staging(VkDeviceSize bytes) {

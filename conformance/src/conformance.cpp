@@ -416,10 +416,6 @@ struct TensorSpec {
   int view_of = -1;
   std::array<size_t, 3> view_nb{};
   size_t view_offset = 0;
-  // rows_count > 0: instead, token rows [rows_first, rows_first + rows_count) of
-  // `view_of` (ne[1] is the row for 2-D, ne[2] for 3-D), built as the models do
-  // (GraphBuilder::token_rows: reshape to 2-D, Graph::view_rows, reshape back).
-  int64_t rows_first = 0, rows_count = 0;
   std::vector<PagedSlice> paged;  // Slots and SeqTable (table columns in this order)
 
   size_t bytes() const {
@@ -1090,25 +1086,6 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
       std::memset(buf->data(), 0xFF, ts.bytes());  // NaN / -1: an unwritten element shows
     } else {
       std::memcpy(buf->data(), ts.init.data(), ts.bytes());
-    }
-    if (ts.rows_count > 0) {  // token rows, exactly as GraphBuilder::token_rows builds them
-      Graph& g = inst->graph;
-      const int32_t base = inst->index.at(size_t(ts.view_of));
-      const std::array<int64_t, 4> ne{g.tensor(base).ne[0], g.tensor(base).ne[1], g.tensor(base).ne[2], g.tensor(base).ne[3]};
-      int32_t v;
-      if (ne[2] == 1 && ne[3] == 1) {
-        v = g.view_rows(base, ts.rows_first, ts.rows_count);
-      } else {
-        v = g.view_rows(g.reshape(base, {ne[0] * ne[1], ne[2]}), ts.rows_first, ts.rows_count);
-        v = g.reshape(v, {ne[0], ne[1], ts.rows_count});
-      }
-      Tensor& t = g.tensor(v);
-      for (int d = 0; d < 4; ++d)
-        if (t.ne[d] != ts.ne[size_t(d)]) throw Error("conformance: internal error: row view '" + ts.name + "' has the wrong shape");
-      t.name = ts.name;
-      inst->index.push_back(v);
-      inst->bufs.push_back(std::move(buf));
-      continue;
     }
     Tensor t = Tensor::contiguous(ts.type, {ts.ne[0], ts.ne[1], ts.ne[2], ts.ne[3]}, buf->data());
     if (ts.view_of >= 0) {  // the source was created before the view
