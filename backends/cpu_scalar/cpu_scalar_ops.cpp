@@ -16,6 +16,9 @@
 //               ("flash") softmax in F32, the V (F16) weighted sum kept in F16 (llama.cpp).
 //  - Softmax:   max in float, exp in float, sum in double, scale = 1/sum.
 //  - Silu:      x / (1 + expf(-x)); SwiGlu: silu(gate) * up.
+//  - GeGlu:     gelu(gate) * up, gelu from llama.cpp's F16 table: 0 below -10, x above 10,
+//               else f16(0.5 x (1 + tanhf(sqrt(2/pi) x (1 + 0.044715 x^2)))) of x rounded to F16.
+//  - NormalizeRows: row sum in double, rounded to float, max(sum, f[1]); x / sum * f[0].
 //  - Argmax:    first maximum.
 #include <algorithm>
 #include <cmath>
@@ -124,10 +127,12 @@ class CpuScalarBackend final : public Backend {
       case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::Attention:
         return attention(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.src[3]),
-                         g.tensor(n.dst), n.f[0]);
+                         g.tensor(n.dst), n.f[0], n.i[0]);
       case Op::Softmax: return softmax(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::Silu: return silu_op(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::SwiGlu: return swiglu(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::GeGlu: return geglu(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::NormalizeRows: return normalize_rows(g.tensor(n.src[0]), g.tensor(n.dst), n.f[0], n.f[1]);
       case Op::Add: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), false);
       case Op::Mul: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), true);
       case Op::Argmax: return argmax(g.tensor(n.src[0]), g.tensor(n.dst));
@@ -264,7 +269,7 @@ class CpuScalarBackend final : public Backend {
 
   // --- Attention -----------------------------------------------------------
   void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
-                 float scale) {
+                 float scale, int64_t window) {
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
     const int64_t n_kv = kc.ne[0] / hd;
     const int64_t group = n_head / n_kv;
@@ -279,8 +284,11 @@ class CpuScalarBackend final : public Backend {
       const int64_t L = int64_t(col[kSeqPos0]) + col[kSeqCount];
       krows[size_t(s)].resize(size_t(L));
       vrows[size_t(s)].resize(size_t(L));
-      sequence_rows(kc, col, L, krows[size_t(s)].data());
-      sequence_rows(vc, col, L, vrows[size_t(s)].data());
+      // Rows before the earliest position a window lets any token see are never read
+      // (their pages may be released): left null.
+      const int64_t seen = window > 0 ? std::max<int64_t>(0, int64_t(col[kSeqPos0]) - window + 1) : 0;
+      sequence_rows(kc, col, L, krows[size_t(s)].data(), seen);
+      sequence_rows(vc, col, L, vrows[size_t(s)].data(), seen);
       for (int64_t j = 0; j < col[kSeqCount]; ++j) {
         pos[size_t(col[kSeqFirst] + j)] = col[kSeqPos0] + j;
         seq_of[size_t(col[kSeqFirst] + j)] = s;
@@ -303,8 +311,8 @@ class CpuScalarBackend final : public Backend {
         for (int64_t d = 0; d < hd; ++d) qf[size_t(d)] = quant::fp16_to_fp32(quant::fp32_to_fp16(qs[d]));
         std::fill(acc.begin(), acc.end(), 0.0f);
         float M = -std::numeric_limits<float>::infinity(), S = 0.0f;
-        const int64_t last = pos[size_t(t)];  // causal: positions 0 .. its own
-        for (int64_t j = 0; j <= last; ++j) {
+        const int64_t last = pos[size_t(t)];  // causal: positions 0 .. its own (the window's last)
+        for (int64_t j = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0; j <= last; ++j) {
           const uint16_t* kr = seq_k[size_t(j)] + kvh * hd;
           float dot = 0.0f;
           for (int64_t d = 0; d < hd; ++d) dot += qf[size_t(d)] * quant::fp16_to_fp32(kr[d]);
@@ -364,6 +372,35 @@ class CpuScalarBackend final : public Backend {
       const float* ur = frow(u, r);
       float* yr = frow(dst, r);
       for (int64_t i = 0; i < K; ++i) yr[i] = silu(gr[i]) * ur[i];
+    }
+  }
+
+  static void geglu(const Tensor& g, const Tensor& u, const Tensor& dst) {
+    auto gelu = [](float x) {
+      if (x <= -10.0f) return 0.0f;
+      if (x >= 10.0f) return x;
+      const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(x));
+      const float y = 0.5f * h * (1.0f + std::tanh(0.79788456080286535588f * h * (1.0f + 0.044715f * h * h)));
+      return quant::fp16_to_fp32(quant::fp32_to_fp16(y));
+    };
+    const int64_t K = g.ne[0];
+    for (int64_t r = 0; r < g.nrows(); ++r) {
+      const float* gr = frow(g, r);
+      const float* ur = frow(u, r);
+      float* yr = frow(dst, r);
+      for (int64_t i = 0; i < K; ++i) yr[i] = gelu(gr[i]) * ur[i];
+    }
+  }
+
+  static void normalize_rows(const Tensor& x, const Tensor& dst, float scale, float min_sum) {
+    const int64_t K = x.ne[0];
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* xr = frow(x, r);
+      float* yr = frow(dst, r);
+      double sum = 0.0;
+      for (int64_t i = 0; i < K; ++i) sum += double(xr[i]);
+      const float s = std::max(float(sum), min_sum);
+      for (int64_t i = 0; i < K; ++i) yr[i] = xr[i] / s * scale;
     }
   }
 

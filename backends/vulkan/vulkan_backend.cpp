@@ -229,6 +229,8 @@ class VulkanBackend final : public Backend {
       case Op::Sigmoid:
       case Op::Softplus:
       case Op::SwiGlu:
+      case Op::GeGlu:
+      case Op::NormalizeRows:
       case Op::Add:
       case Op::Mul:
       case Op::Softmax:
@@ -774,6 +776,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
     case Op::Sigmoid:
     case Op::Softplus:
     case Op::SwiGlu:
+    case Op::GeGlu:
     case Op::Add:
     case Op::Mul: {
       const Tensor &a = T(n.src[0]), &d = T(n.dst);
@@ -787,6 +790,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
                       : n.op == Op::Sigmoid ? "sigmoid"
                       : n.op == Op::Softplus ? "softplus"
                       : n.op == Op::SwiGlu  ? "swiglu"
+                      : n.op == Op::GeGlu   ? "geglu"
                       : n.op == Op::Add     ? "add"
                                             : "mul";
       dispatch(cb, p, arena, pc, cdiv(a.nelements(), 256), acc);
@@ -810,6 +814,13 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       for (int i = 0; i < 4; ++i) pc.add(x.ne[i]);
       for (int i = 1; i < 4; ++i) pc.add(x.nb[i]);
       dispatch(cb, "cont", arena, pc, cdiv(x.nelements(), 256), {{devr(x)}, {devr(d)}});
+      break;
+    }
+    case Op::NormalizeRows: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.ne[0]).add(x.nrows()).add(dev(x)).add(dev(d)).addf(n.f[0]).addf(n.f[1]);
+      dispatch(cb, "normalize_rows", arena, pc, cdiv(x.nrows(), 64), {{devr(x)}, {devr(d)}});
       break;
     }
     case Op::Softmax:
@@ -885,7 +896,8 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       const DeviceKvBuffer &kb = *be_.kv_buffer(kc), &vb = *be_.kv_buffer(vc);
       Push pc;
       pc.add(q.ne[0]).add(q.ne[1]).add(q.ne[2]).add(q.ne[1] / (kc.ne[0] / q.ne[0])).add(dev(q)).add(dev(d))
-          .add(dev(table)).add(table.ne[0]).add(table.ne[1]).add(kc.nb[1]).add(kc.nb[2]).add(kc.ne[1]).addf(n.f[0]);
+          .add(dev(table)).add(table.ne[0]).add(table.ne[1]).add(kc.nb[1]).add(kc.nb[2]).add(kc.ne[1]).addf(n.f[0])
+          .add(n.i[0]);
       Access acc{{devr(q), devr(table), kb.range(), vb.range()}, {devr(d)}};
       dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc, kb.buffer(), vb.buffer());
       break;

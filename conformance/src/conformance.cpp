@@ -39,6 +39,8 @@ const char* op_label(Op op) {
     case Op::Softmax: return "Softmax";
     case Op::Silu: return "Silu";
     case Op::SwiGlu: return "SwiGlu";
+    case Op::GeGlu: return "GeGlu";
+    case Op::NormalizeRows: return "NormalizeRows";
     case Op::Add: return "Add";
     case Op::Mul: return "Mul";
     case Op::Argmax: return "Argmax";
@@ -244,7 +246,7 @@ std::vector<ConformanceCase> make_cases() {
 
   // Elementwise ops: odd, one-row, long and 3-D shapes.
   const std::array<std::array<int64_t, 3>, 4> ew = {{{33, 3, 1}, {256, 7, 1}, {4096, 1, 1}, {64, 4, 3}}};
-  for (Op op : {Op::Silu, Op::SwiGlu, Op::Add, Op::Mul})
+  for (Op op : {Op::Silu, Op::SwiGlu, Op::GeGlu, Op::Add, Op::Mul})
     for (const auto& e : ew)
       for (bool bcast : {false, true}) {
         if (bcast && op != Op::Mul) continue;
@@ -287,6 +289,20 @@ std::vector<ConformanceCase> make_cases() {
           add(c, Op::Attention, DType::F32,
               "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(c.m) + "_dec1");
         }
+
+  // Sliding windows: shorter than the prefill, than the history, and than one page; the
+  // table's pages wholly before the window are -1 (released).
+  for (auto [hd, nh, nkv, page, p0, T, win] :
+       {std::tuple<int64_t, int32_t, int32_t, int32_t, int32_t, int64_t, int32_t>{64, 4, 2, 4, 21, 9, 8},
+        {128, 8, 8, 16, 21, 19, 5},
+        {64, 4, 2, 4, 0, 9, 3},
+        {64, 4, 1, 4, 13, 1, 8}}) {
+    ConformanceCase c;
+    c.k = hd, c.n_head = nh, c.n_kv = nkv, c.page = page, c.pos0 = p0, c.m = T, c.window = win;
+    add(c, Op::Attention, DType::F32,
+        "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(T) + "_win" + s(win) +
+            "_dec1");
+  }
 
   // Batched attention: several sequences of different lengths in one cache, some
   // forked from others (sharing pages, copy on write), one step mixing prefill and
@@ -352,6 +368,11 @@ std::vector<ConformanceCase> make_cases() {
   }
 
   // Gates, views and the gated delta-net (qwen35moe).
+  for (auto [K, N, tiny] : {std::tuple<int64_t, int64_t, bool>{2, 5, false}, {8, 3, false}, {4, 2, true}}) {
+    ConformanceCase c;
+    c.k = K, c.n = N, c.flag = tiny;
+    add(c, Op::NormalizeRows, DType::F32, "K" + s(K) + "_N" + s(N) + (tiny ? "_floor" : ""));
+  }
   for (Op op : {Op::Sigmoid, Op::Softplus})
     for (auto [K, N, M] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 1}, {33, 3, 5}, {256, 2, 1}}) {
       ConformanceCase c;
@@ -417,6 +438,7 @@ struct TensorSpec {
   std::array<size_t, 3> view_nb{};
   size_t view_offset = 0;
   std::vector<PagedSlice> paged;  // Slots and SeqTable (table columns in this order)
+  int32_t window = 0;             // SeqTable of a sliding-window Attention
 
   size_t bytes() const {
     return view_of >= 0 || role == Role::KvK || role == Role::KvV ? 0
@@ -580,7 +602,7 @@ std::pair<int, int> kv_storage_specs(CaseGraph& g) {
 // and of v, then (q >= 0) an Attention of q into y, as models/decoder_blocks.cpp's
 // paged_attention builds them. Records the step and the lengths it leaves.
 void paged_step(CaseGraph& g, const std::vector<PagedSlice>& slices, const std::vector<PagedSlice>& columns, int q,
-                int k, int v, int y, float scale, const std::string& sfx) {
+                int k, int v, int y, float scale, const std::string& sfx, int32_t window = 0) {
   const auto [kc, vc] = kv_storage_specs(g);
   int64_t n = 0, max_pages = 1;
   const int64_t pt = g.kv.cfg.page_tokens;
@@ -598,10 +620,12 @@ void paged_step(CaseGraph& g, const std::vector<PagedSlice>& slices, const std::
     const int64_t pages = int64_t(std::bit_ceil(uint64_t(max_pages)));
     const int table = add_spec(g, "seq_table" + sfx, DType::I32, {kSeqTableHeader + pages, seqs, 1, 1}, Role::SeqTable);
     g.tensors[size_t(table)].paged = columns;
+    g.tensors[size_t(table)].window = window;
     Node a = node(Op::Attention, y, q, kc);
     a.src[2] = vc;
     a.src[3] = table;
     a.f[0] = scale;
+    a.i[0] = window;
     g.nodes.push_back(a);
     ++count;
   }
@@ -733,9 +757,12 @@ CaseGraph build_case(const ConformanceCase& c) {
       break;
     }
     case Op::SwiGlu:
+    case Op::GeGlu:
     case Op::Add:
     case Op::Mul: {
-      int a = f32_input(g, r, "src0", {K, N, M, 1}, -4.0f, 4.0f);
+      // GeGlu's gate spans GELU's cutoffs at -10 and 10.
+      const float a0 = c.kind == Op::GeGlu ? 12.0f : 4.0f;
+      int a = f32_input(g, r, "src0", {K, N, M, 1}, -a0, a0);
       int b = c.flag ? f32_input(g, r, "src1", {K, 1, 1, 1}, -2.0f, 2.0f)
                      : f32_input(g, r, "src1", {K, N, M, 1}, -2.0f, 2.0f);
       int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
@@ -779,7 +806,7 @@ CaseGraph build_case(const ConformanceCase& c) {
           y = add_spec(g, std::string("dst") + sfx, DType::F32, {K, c.n_head, T, 1}, Role::Output);
         }
         const std::vector<PagedSlice> one{{0, 0, T, p0}};
-        paged_step(g, one, one, q, k, v, y, scale, sfx);
+        paged_step(g, one, one, q, k, v, y, scale, sfx, c.window);
       };
       if (!attn) {
         step(M, c.pos0, false, "");
@@ -787,6 +814,16 @@ CaseGraph build_case(const ConformanceCase& c) {
         step(M, c.pos0, true, "_prefill");
         step(1, c.pos0 + M, true, "_decode");
       }
+      break;
+    }
+    case Op::NormalizeRows: {  // values as a router's sigmoids: in (0, 1), or tiny
+      const float hi = c.flag ? 1e-5f : 1.0f;
+      int x = f32_input(g, r, "x", {K, N, 1, 1}, hi * 1e-3f, hi);
+      int y = add_spec(g, "dst", DType::F32, {K, N, 1, 1}, Role::Output);
+      Node n = node(Op::NormalizeRows, y, x);
+      n.f[0] = 2.5f;
+      n.f[1] = 6.103515625e-5f;
+      g.nodes.push_back(n);
       break;
     }
     case Op::TopK: {  // c.k experts, c.m chosen, c.n tokens
@@ -1073,7 +1110,9 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
         col[kSeqPos0] = int32_t(sl.pos0);
         const auto& bt = inst->kv->block_table(seq_id(sl.seq));
         const int64_t pt = spec.kv.cfg.page_tokens, pages = (sl.pos0 + sl.count + pt - 1) / pt;
-        for (int64_t p = 0; p < pages; ++p) col[kSeqTableHeader + p] = bt.at(size_t(p));
+        // Pages wholly before a sliding window stay -1, as the engine leaves released ones.
+        const int64_t seen = ts.window > 0 ? std::max<int64_t>(0, sl.pos0 - ts.window + 1) : 0;
+        for (int64_t p = seen / pt; p < pages; ++p) col[kSeqTableHeader + p] = bt.at(size_t(p));
       }
       if (ts.role == Role::Slots)
         for (const PagedSlice& sl : ts.paged)
@@ -1211,7 +1250,8 @@ ConformanceLimits conformance_limits(Op op, DType weight) {
   switch (op) {
     case Op::MatMul:
     case Op::MatMulId: return {1e-9, 2e-5};
-    case Op::Attention: return {1e-7, 1e-2};
+    case Op::Attention:
+    case Op::GeGlu: return {1e-7, 1e-2};  // GeGlu's GELU is rounded to F16, like the attention sum
     case Op::GatedDeltaNet: return {1e-11, 2e-5};
     case Op::RmsNorm:
     case Op::Softmax:
@@ -1221,6 +1261,7 @@ ConformanceLimits conformance_limits(Op op, DType weight) {
     case Op::Softplus:
     case Op::Rope:
     case Op::SsmConv:
+    case Op::NormalizeRows:
     case Op::MoeCombine: return {1e-12, 1e-5};
     default: return {0.0, 0.0};  // Add, Mul, Cont, GatherCols, GetRows, KvWrite, Argmax, TopK
   }

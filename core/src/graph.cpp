@@ -35,6 +35,8 @@ std::string_view op_name(Op op) {
     case Op::Cont: return "cont";
     case Op::SsmConv: return "ssm_conv";
     case Op::GatedDeltaNet: return "gated_delta_net";
+    case Op::GeGlu: return "geglu";
+    case Op::NormalizeRows: return "normalize_rows";
     case Op::Count: break;
   }
   return "unknown";

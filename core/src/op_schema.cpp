@@ -2,6 +2,7 @@
 // run-time state checked before each run.
 #include "tessera/op_schema.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <string>
@@ -105,6 +106,8 @@ class Checker {
       case Op::Cont: return cont();
       case Op::SsmConv: return ssm_conv();
       case Op::GatedDeltaNet: return gated_delta_net();
+      case Op::GeGlu: return swiglu();
+      case Op::NormalizeRows: return normalize_rows();
       case Op::Count: break;
     }
     return "unknown op " + std::to_string(int(n_.op));
@@ -284,6 +287,14 @@ class Checker {
              " + pages, sequences] with at least one page";
     if (!same_shape(q, dst)) return "dst " + desc(dst) + " must have the shape of q " + desc(q);
     if (!std::isfinite(n_.f[0]) || !(n_.f[0] > 0.0f)) return "scale (f[0]) must be > 0";
+    if (n_.i[0] < 0) return "sliding window (i[0]) must be >= 0, got " + std::to_string(n_.i[0]);
+    return {};
+  }
+
+  std::string normalize_rows() const {
+    TRY(unary());
+    if (!std::isfinite(n_.f[0])) return "scale (f[0]) must be finite";
+    if (!std::isfinite(n_.f[1]) || !(n_.f[1] > 0.0f)) return "minimum sum (f[1]) must be > 0";
     return {};
   }
 
@@ -498,7 +509,9 @@ std::string seq_table(const Graph& g, const Node& n) {
     if (pages > P)
       return seq + ": positions [0, " + std::to_string(pos0 + count) + ") need " + std::to_string(pages) +
              " pages, the table has " + std::to_string(P);
-    for (int64_t p = 0; p < pages; ++p)
+    // A sliding window reads nothing before pos0 - window + 1: those pages may be released.
+    const int64_t window = n.i[0], seen = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+    for (int64_t p = seen / pt; p < pages; ++p)
       if (col[kSeqTableHeader + p] < 0 || col[kSeqTableHeader + p] >= n_pages)
         return seq + ": page " + std::to_string(col[kSeqTableHeader + p]) + " (entry " + std::to_string(p) +
                ") outside the storage's [0, " + std::to_string(n_pages) + ")";

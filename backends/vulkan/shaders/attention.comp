@@ -8,7 +8,8 @@
 // parallel, then every invocation (one per output dimension) walks them in order.
 // push: 0 hd, 1 n_head, 2 T, 3 group, 4 offQ, 5 offD, 6 offTable, 7 table rows
 //       (3 + pages), 8 table columns, 9 row stride (bytes), 10 page stride (bytes),
-//       11 page_tokens, 12 scale
+//       11 page_tokens, 12 scale, 13 sliding window (0: none; else positions
+//       last - window + 1 .. last only, and pages before those may be released)
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 128) in;
 #include "common.glsl"
@@ -50,7 +51,9 @@ void main() {
   float acc0 = 0.0, acc1 = 0.0;
   float M = 0.0, S = 0.0;
   bool first = true;
-  for (uint j0 = 0u; j0 <= last; j0 += 128u) {
+  uint win = pc.u[13];
+  uint j_first = (win > 0u && last + 1u > win) ? last + 1u - win : 0u;
+  for (uint j0 = j_first; j0 <= last; j0 += 128u) {
     uint cnt = min(128u, last + 1u - j0);
     barrier();
     if (tid < cnt) {

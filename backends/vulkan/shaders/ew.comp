@@ -1,13 +1,21 @@
 #version 450
 // Elementwise ops over contiguous F32 tensors. MODE 0 silu(x), 1 swiglu(gate, up),
 // 2 add, 3 mul (src1 broadcast: each of its dimensions divides src0's), 4 sigmoid,
-// 5 softplus (x > 20 passes through, as the reference).
+// 5 softplus (x > 20 passes through, as the reference), 6 geglu(gate, up) (GELU's tanh
+// form as the reference tabulates it: of x rounded to F16, the result rounded to F16).
 // push: 0 n, 1 offA, 2 offB, 3 offD, 4..7 ne of A, 8..11 ne of B
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 #include "common.glsl"
 
 float silu(float x) { return x / (1.0 + exp(-x)); }
+float gelu(float x) {
+  if (x <= -10.0) return 0.0;
+  if (x >= 10.0) return x;
+  precise float h = round_f16(x);
+  precise float y = 0.5 * h * (1.0 + tanh(0.79788456080286535588 * h * (1.0 + 0.044715 * h * h)));
+  return round_f16(y);
+}
 
 void main() {
   uint i = global_index();
@@ -21,6 +29,8 @@ void main() {
   precise float y = x > 20.0 ? x : log(1.0 + exp(x));
 #elif MODE == 1
   precise float y = silu(x) * a_f32(pc.u[2] + 4u * i);
+#elif MODE == 6
+  precise float y = gelu(x) * a_f32(pc.u[2] + 4u * i);
 #else
   uint ne0 = pc.u[4], ne1 = pc.u[5], ne2 = pc.u[6];
   uint i0 = i % ne0, r = i / ne0;

@@ -47,12 +47,15 @@ struct ConformanceCase {
   //   Argmax    k = V, n = rows; flag = many ties
   //   KvWrite   k = head_dim, n_kv, m = tokens written at pos0, page = page tokens
   //   Attention k = head_dim, n_head, n_kv, page, pos0 (positions already cached),
-  //             m = prefill tokens, then one decode token.
+  //             m = prefill tokens, then one decode token; window > 0: a sliding
+  //             window (the table's pages wholly before it are -1, as if released).
   //             With flag: a batch of n sequences in one cache (n = 3 or 4 picks the
   //             layout of histories, forks and slices, see docs/conformance.md), m =
   //             rows of the first (mixed prefill / decode) step, then one decode row
   //             per sequence; pos0 = 0
   //   Rope with mode kRopeImrope: also sections (t, h, w, e)
+  //   GeGlu     as SwiGlu; NormalizeRows k = values per row, n = rows; flag = sums
+  //             below the floor
   //   Sigmoid / Softplus: as Silu; Cont: a [k, n, m] view taking every other k-block
   //             of its source (offset flag ? k : 0)
   //   SsmConv   k = channels, n_dims = d_conv, m = prefill tokens, then one token
@@ -61,7 +64,7 @@ struct ConformanceCase {
   int64_t k = 1, n = 1, m = 1;
   bool flag = false;
   int32_t n_dims = 0, mode = 0, pos0 = 0;
-  int32_t n_head = 0, n_kv = 0, page = 0;
+  int32_t n_head = 0, n_kv = 0, page = 0, window = 0;
   float freq_scale = 1.0f;
   std::array<int32_t, 4> sections{};
   uint64_t seed = 0;  // derived from name()

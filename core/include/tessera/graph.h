@@ -35,7 +35,9 @@ enum class Op : uint16_t {
               // sequence s's first token row, token count and position of its first token,
               // then its block table (page ids; unused columns have count 0). Token row
               // first+j attends causally to positions [0, pos0 + j] through the block table;
-              // f[0] = scale -> F32 [hd, n_head, n]
+              // f[0] = scale; i[0] = sliding window w (0: none): row first+j then sees only
+              // positions [pos0 + j - w + 1, pos0 + j], and block-table entries of pages wholly
+              // before the first position any row sees may be -1 (released) -> F32 [hd, n_head, n]
   Softmax,    // src0 F32 rows -> F32 rows
   Silu,       // src0 F32 -> F32
   SwiGlu,     // src0 gate F32, src1 up F32 (same shape) -> silu(gate) * up
@@ -65,6 +67,10 @@ enum class Op : uint16_t {
               // f[0] = L2-norm eps. q and k are L2-normalized per head, value head h reads key
               // head h % Hk; per token: state *= exp(g); d = beta (v - state k); state += k d^T;
               // out = state q / sqrt(S)
+  // Appended with the gemma3 and glm4moe families:
+  GeGlu,      // src0 gate F32, src1 up F32 (same shape) -> gelu(gate) * up, GELU's tanh form
+  NormalizeRows,  // src0 F32 [k, n] -> F32 [k, n]: each row divided by max(its sum, f[1]), then
+              // times f[0] (a router's chosen weights normalised and scaled)
   Count
 };
 std::string_view op_name(Op op);

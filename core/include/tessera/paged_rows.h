@@ -15,10 +15,13 @@ inline uint16_t* storage_row(const Tensor& storage, int64_t slot) {
 }
 
 // Row pointers of positions [0, n) of the sequence whose sequence-table column is `col`
-// (its block table starts at col[kSeqTableHeader]), into out[0 .. n).
-inline void sequence_rows(const Tensor& storage, const int32_t* col, int64_t n, const uint16_t** out) {
+// (its block table starts at col[kSeqTableHeader]), into out[0 .. n). Positions before
+// `first` (outside a sliding window: their pages may be released) are left null.
+inline void sequence_rows(const Tensor& storage, const int32_t* col, int64_t n, const uint16_t** out,
+                          int64_t first = 0) {
   const int64_t pt = storage.ne[1];
-  for (int64_t pos = 0; pos < n;) {
+  for (int64_t pos = 0; pos < first && pos < n; ++pos) *out++ = nullptr;
+  for (int64_t pos = first; pos < n;) {
     const int64_t page = col[kSeqTableHeader + pos / pt], end = pos / pt * pt + pt < n ? pos / pt * pt + pt : n;
     for (; pos < end; ++pos) *out++ = storage.row<uint16_t>(pos % pt, page);
   }

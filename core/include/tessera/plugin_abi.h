@@ -34,11 +34,12 @@
 extern "C" {
 #endif
 
-/* 4: KvWrite and Attention over the KV storage tensors of a layer, with slots and a
+/* 5: Attention's sliding window (i[0]), the GeGlu and NormalizeRows ops;
+ * 4: KvWrite and Attention over the KV storage tensors of a layer, with slots and a
  *    sequence table as I32 inputs (one node per layer for every sequence of a step);
  * 3: the C ABI (1 and 2 passed C++ objects). */
 #ifndef TESSERA_PLUGIN_ABI_VERSION /* a plugin may declare an older generation the host still accepts */
-#define TESSERA_PLUGIN_ABI_VERSION 4u
+#define TESSERA_PLUGIN_ABI_VERSION 5u
 #endif
 #define TESSERA_PLUGIN_ABI_MIN_VERSION 3u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
@@ -66,6 +67,7 @@ typedef enum TesseraOp {
   TESSERA_OP_SWIGLU, TESSERA_OP_ADD, TESSERA_OP_MUL, TESSERA_OP_ARGMAX, TESSERA_OP_TOP_K,
   TESSERA_OP_GATHER_COLS, TESSERA_OP_MAT_MUL_ID, TESSERA_OP_MOE_COMBINE, TESSERA_OP_SIGMOID,
   TESSERA_OP_SOFTPLUS, TESSERA_OP_CONT, TESSERA_OP_SSM_CONV, TESSERA_OP_GATED_DELTA_NET,
+  TESSERA_OP_GEGLU /* since ABI 5 */, TESSERA_OP_NORMALIZE_ROWS /* since ABI 5 */,
   TESSERA_OP_COUNT
 } TesseraOp;
 

@@ -129,6 +129,10 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
     if (desc_->abi_version < 4 && (node.op == Op::KvWrite || node.op == Op::Attention))
       return OpSupport::no(std::string(op_name(node.op)) +
                            ": the plugin is built for ABI 3, whose KvWrite and Attention took one sequence per node");
+    // Before ABI 5 Attention had no sliding window: a plugin built for it would ignore i[0].
+    if (desc_->abi_version < 5 && node.op == Op::Attention && node.i[0] != 0)
+      return OpSupport::no("attention: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
+                           ", whose Attention has no sliding window");
     const TesseraGraph& g = view(graph, false);
     const auto& nodes = graph.nodes();
     const bool inside = !nodes.empty() && &node >= nodes.data() && &node < nodes.data() + nodes.size();

@@ -87,6 +87,9 @@ class Model {
   // the KV positions.
   virtual int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& batch) const = 0;
 
+  // Tensors of the file the architecture recognises and deliberately leaves out of the
+  // forward pass (glm4moe's NextN layers): not weights(), and not reported as unused.
+  virtual std::vector<std::string> skipped_tensors() const { return {}; }
   // Names of the file's tensors that the forward pass does not read (file order).
   const std::vector<std::string>& unused_tensors() const { return unused_tensors_; }
 

@@ -53,6 +53,16 @@ ExpertWeights load_experts(const WeightSource& w, const std::string& p, const Mo
   return e;
 }
 
+FfnWeights load_ffn(const WeightSource& w, const std::string& p, const std::string& suffix, int64_t E, int64_t F) {
+  FfnWeights f;
+  f.gate = w.require(p + "ffn_gate" + suffix + ".weight", {E, F});
+  f.up = w.require(p + "ffn_up" + suffix + ".weight", {E, F});
+  f.down = w.require(p + "ffn_down" + suffix + ".weight", {F, E});
+  return f;
+}
+
+void append_weights(std::vector<Tensor*>& out, FfnWeights& f) { out.insert(out.end(), {&f.gate, &f.up, &f.down}); }
+
 void append_weights(std::vector<Tensor*>& out, ExpertWeights& e) {
   out.insert(out.end(), {&e.router, &e.up_exps, &e.gate_exps, &e.down_exps});
 }
@@ -75,7 +85,7 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
 }
 
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
-                        int32_t v, float scale) {
+                        int32_t v, float scale, int32_t window) {
   const PagedInputs& p = b.paged;
   if (int64_t(p.slots.size()) != int64_t(b.tokens.size()) || p.seqs <= 0 ||
       int64_t(p.seq_table.size()) != (kSeqTableHeader + p.pages) * p.seqs)
@@ -88,11 +98,21 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
   const int32_t ks = g.input(kv.k_storage(layer)), vs = g.input(kv.v_storage(layer));
   g.kv_write(ks, k, slots);
   g.kv_write(vs, v, slots);
-  return g.attention(q, ks, vs, table, scale);
+  return g.attention(q, ks, vs, table, scale, window);
 }
 
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,
                        const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode, int32_t rope_factors) {
+  AttentionSpec s;
+  s.rope_mode = rope_mode;
+  s.rope_base = i.rope_freq_base;
+  s.rope_scale = i.rope_freq_scale;
+  s.rope_factors = rope_factors;
+  return self_attention(g, a, i, kv, layer, b, x, pos, s);
+}
+
+int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,
+                       const ForwardBatch& b, int32_t x, int32_t pos, const AttentionSpec& s) {
   const int64_t n = int64_t(b.tokens.size()), hd = i.head_dim;
   int32_t h = g.rms_norm(x, g.input(a.norm), i.rms_eps);
   // The three products adjacent (a backend may run them as one group), then the biases
@@ -112,9 +132,10 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
     q = g.rms_norm(q, g.input(a.q_norm), i.rms_eps);
     k = g.rms_norm(k, g.input(a.k_norm), i.rms_eps);
   }
-  q = g.rope(q, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale, rope_factors);
-  k = g.rope(k, pos, int(i.rope_dims), rope_mode, i.rope_freq_base, i.rope_freq_scale, rope_factors);
-  int32_t att = paged_attention(g, kv, layer, b, q, k, v, 1.0f / std::sqrt(float(hd)));
+  q = g.rope(q, pos, int(i.rope_dims), s.rope_mode, s.rope_base, s.rope_scale, s.rope_factors);
+  k = g.rope(k, pos, int(i.rope_dims), s.rope_mode, s.rope_base, s.rope_scale, s.rope_factors);
+  const float scale = s.scale > 0.f ? s.scale : 1.0f / std::sqrt(float(hd));
+  int32_t att = paged_attention(g, kv, layer, b, q, k, v, scale, s.window);
   return g.matmul(g.input(a.wo), g.reshape(att, {hd * i.n_head, n}));
 }
 
@@ -127,6 +148,30 @@ int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo&
   int32_t up = g.mat_mul_id(g.input(e.up_exps), x3, chosen);  // [ff, k, n]
   int32_t gate = g.mat_mul_id(g.input(e.gate_exps), x3, chosen);
   int32_t down = g.mat_mul_id(g.input(e.down_exps), g.swiglu(gate, up), chosen);  // [embd, k, n]
+  return g.moe_combine(down, weights);
+}
+
+int32_t gated_ffn(GraphBuilder& g, const FfnWeights& f, int32_t h, Glu act) {
+  // gate's product first, then up's (one statement per node: the graph's order does not
+  // depend on the compiler's argument evaluation order).
+  const int32_t gate = g.matmul(g.input(f.gate), h);
+  const int32_t up = g.matmul(g.input(f.up), h);
+  const int32_t ff = act == Glu::Silu ? g.swiglu(gate, up) : g.geglu(gate, up);
+  return g.matmul(g.input(f.down), ff);
+}
+
+int32_t routed_experts_sigmoid(GraphBuilder& g, const ExpertWeights& e, const SigmoidRouting& r, const ModelInfo& i,
+                               int32_t h) {
+  const int64_t n = g.graph().tensor(h).ne[1];
+  const int32_t logits = g.matmul(g.input(e.router), h);  // [n_expert, n]
+  const int32_t probs = g.sigmoid(logits);
+  const int32_t chosen = g.top_k(g.add(probs, g.input(r.correction_bias)), i.n_expert_used);  // [k, n]
+  // The reference's floor on the sum of the chosen weights (an F16 epsilon).
+  const int32_t weights = g.normalize_rows(g.gather_cols(probs, chosen), r.scale, 6.103515625e-5f);
+  const int32_t x3 = g.reshape(h, {i.n_embd, 1, n});
+  const int32_t up = g.mat_mul_id(g.input(e.up_exps), x3, chosen);  // [ff, k, n]
+  const int32_t gate = g.mat_mul_id(g.input(e.gate_exps), x3, chosen);
+  const int32_t down = g.mat_mul_id(g.input(e.down_exps), g.swiglu(gate, up), chosen);  // [embd, k, n]
   return g.moe_combine(down, weights);
 }
 

@@ -20,6 +20,19 @@ struct ExpertWeights {
   Tensor router, up_exps, gate_exps, down_exps;
 };
 
+// A dense gated feed-forward: down(act(gate x) * up x).
+struct FfnWeights {
+  Tensor gate, up, down;
+};
+enum class Glu { Silu, GeluTanh };
+
+// Sigmoid routing (glm4moe, deepseek2): experts chosen by sigmoid(logit) + correction
+// bias, weighted by the unbiased sigmoid values normalised to sum 1 and scaled.
+struct SigmoidRouting {
+  Tensor correction_bias;  // F32 [n_expert] (exp_probs_b)
+  float scale = 1.0f;
+};
+
 struct AttentionWeights {
   Tensor norm, wq, wk, wv, wo;
   Tensor q_norm, k_norm;  // empty unless the architecture has per-head q/k norms
@@ -34,6 +47,11 @@ AttentionWeights load_attention(const WeightSource& w, const std::string& prefix
                                 bool qk_norms, bool qkv_bias = false);
 // blk.N.ffn_gate_inp.weight and blk.N.ffn_{up,gate,down}_exps.weight (info.n_ff per expert).
 ExpertWeights load_experts(const WeightSource& w, const std::string& prefix, const ModelInfo& info);
+// blk.N.ffn_{gate,up,down}<suffix>.weight of width n_ff ("" for a dense layer, "_shexp"
+// for a shared expert).
+FfnWeights load_ffn(const WeightSource& w, const std::string& prefix, const std::string& suffix, int64_t n_embd,
+                    int64_t n_ff);
+void append_weights(std::vector<Tensor*>& out, FfnWeights& f);
 void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e);
 void append_weights(std::vector<Tensor*>& out, ExpertWeights& e);
 void append_weights(std::vector<Tensor*>& out, AttentionWeights& a);
@@ -50,6 +68,25 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& info, KvCache& kv, int layer,
                        const ForwardBatch& b, int32_t x, int32_t pos, int rope_mode, int32_t rope_factors = -1);
 
+// The same with what varies per layer spelled out: RoPE base and scale, the attention
+// scale (0: 1/sqrt(head_dim)) and a sliding window (0: none).
+struct AttentionSpec {
+  int rope_mode = kRopeNormal;
+  float rope_base = 10000.f, rope_scale = 1.f;
+  int32_t rope_factors = -1;
+  float scale = 0.f;
+  int32_t window = 0;
+};
+int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& info, KvCache& kv, int layer,
+                       const ForwardBatch& b, int32_t x, int32_t pos, const AttentionSpec& spec);
+
+// down(act(gate h) * up h) for normed input h [n_embd, n].
+int32_t gated_ffn(GraphBuilder& g, const FfnWeights& f, int32_t h, Glu act = Glu::Silu);
+
+// Routed experts with sigmoid routing (SigmoidRouting) for normed input h.
+int32_t routed_experts_sigmoid(GraphBuilder& g, const ExpertWeights& e, const SigmoidRouting& r, const ModelInfo& info,
+                               int32_t h);
+
 // Routing and experts for normed input h [n_embd, n]: top-k on the raw router logits,
 // softmax over the k chosen (llama.cpp's softmax over all experts renormalized to the
 // chosen ones, with k exponentials instead of n_expert), SwiGLU experts, weighted sum.
@@ -59,7 +96,7 @@ int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo&
 // of the batch at once (two KvWrite nodes and one Attention, over b.paged); returns the
 // attention output [hd, n_head, n].
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
-                        int32_t v, float scale);
+                        int32_t v, float scale, int32_t window = 0);
 
 // Final norm and output matrix for the batch's output rows (the last row by default).
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x,

@@ -54,17 +54,32 @@ int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float b
 
 void GraphBuilder::kv_write(int32_t storage, int32_t x, int32_t slots) { node(Op::KvWrite, storage, {x, slots}); }
 
-int32_t GraphBuilder::attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale) {
+int32_t GraphBuilder::attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale,
+                                int32_t window) {
   Node n;
   n.op = Op::Attention;
   n.dst = same_shape_f32(q);
   n.src = {q, k_storage, v_storage, seq_table};
   n.f[0] = scale;
+  n.i[0] = window;
   g_.add_node(n);
   return n.dst;
 }
 
 int32_t GraphBuilder::swiglu(int32_t gate, int32_t up) { return node(Op::SwiGlu, same_shape_f32(gate), {gate, up}); }
+
+int32_t GraphBuilder::geglu(int32_t gate, int32_t up) { return node(Op::GeGlu, same_shape_f32(gate), {gate, up}); }
+
+int32_t GraphBuilder::normalize_rows(int32_t x, float scale, float min_sum) {
+  Node n;
+  n.op = Op::NormalizeRows;
+  n.dst = same_shape_f32(x);
+  n.src = {x, -1, -1, -1};
+  n.f[0] = scale;
+  n.f[1] = min_sum;
+  g_.add_node(n);
+  return n.dst;
+}
 
 int32_t GraphBuilder::add(int32_t a, int32_t b) { return node(Op::Add, same_shape_f32(a), {a, b}); }
 

@@ -21,9 +21,14 @@ class GraphBuilder {
   int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors = -1);
   // x [hd, n_kv, n] into rows `slots` (I32 [n]) of a KV storage tensor.
   void kv_write(int32_t storage, int32_t x, int32_t slots);
-  // Causal attention of q [hd, n_head, n] over the K/V storage through the sequence table.
-  int32_t attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale);
+  // Causal attention of q [hd, n_head, n] over the K/V storage through the sequence table;
+  // window > 0: each token sees only itself and the window - 1 positions before it.
+  int32_t attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale,
+                    int32_t window = 0);
   int32_t swiglu(int32_t gate, int32_t up);
+  int32_t geglu(int32_t gate, int32_t up);
+  // Each row divided by max(its sum, min_sum), times scale.
+  int32_t normalize_rows(int32_t x, float scale, float min_sum);
   int32_t add(int32_t a, int32_t b);
   int32_t softmax(int32_t x);
   int32_t top_k(int32_t x, int64_t k);

@@ -22,6 +22,8 @@ constexpr Architecture kArchitectures[] = {
     {"qwen3", models::make_qwen3},
     {"qwen3moe", models::make_qwen3moe},
     {"qwen35moe", models::make_qwen35moe},
+    {"glm4moe", models::make_glm4moe},
+    {"gemma3", models::make_gemma3},
 };
 }  // namespace
 
@@ -41,6 +43,11 @@ std::unique_ptr<Model> Model::load(const ModelFile& file) {
     // may be a feature this build lacks (issue 24), or a sign of a wrong architecture.
     std::unordered_set<std::string_view> used;
     for (const Tensor* t : m->weights()) used.insert(t->name);
+    const std::vector<std::string> skipped = m->skipped_tensors();
+    for (const std::string& name : skipped) used.insert(name);
+    if (!skipped.empty())
+      spdlog::info("{}: {} tensor{} that {} recognises and leaves out of the forward pass", printable(file.path(), 200),
+                   skipped.size(), skipped.size() == 1 ? "" : "s", arch);
     for (const TensorInfo& t : desc.tensors)
       if (!used.count(t.name)) m->unused_tensors_.push_back(desc.origin_of(t.name));
     if (const size_t n = m->unused_tensors_.size()) {

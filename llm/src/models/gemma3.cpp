@@ -1,0 +1,117 @@
+// The `gemma3` architecture (Gemma 3 text models): local sliding-window attention
+// layers between global ones (by default five local, then one global), each kind with
+// its own RoPE base (linear RoPE scaling applies to the global layers only); RMS norms
+// on each query and key head, norms both before and after the attention and the
+// feed-forward, a GELU (tanh form) gated feed-forward, embeddings scaled by
+// sqrt(n_embd) and a tied output. GGUF files store Gemma's norm weights with the +1
+// already added, so every norm here is a plain weighted RMS norm.
+#include <cmath>
+
+#include "models/architectures.h"
+#include "models/decoder_blocks.h"
+
+namespace tessera::models {
+namespace {
+
+struct Gemma3Layer {
+  AttentionWeights attn;
+  Tensor attn_post_norm, ffn_norm, ffn_post_norm;
+  FfnWeights ffn;
+  bool local = false;
+};
+
+class Gemma3Model final : public Model {
+ public:
+  explicit Gemma3Model(const ModelDescription& desc) {
+    const std::string arch = "gemma3";
+    WeightSource w(desc);
+    ModelInfo& i = info_;
+    i.architecture = arch;
+    i.name = desc.name;
+    read_decoder_hparams(w, i, {131072, 1e-6f, 1000000.f});
+    i.n_ff = w.hp_size("feed_forward_length");
+    window_ = w.hp_size("attention.sliding_window", 4096);
+    if (window_ > INT32_MAX) w.refuse("attention.sliding_window", std::to_string(window_), "exceeds 2^31 - 1");
+    // Every pattern-th layer is global, the others local (llama.cpp's default for
+    // gemma3 files, which do not record it: 6).
+    const int64_t pattern = w.hp_int("attention.sliding_window_pattern", 6);
+    if (pattern < 1) w.refuse("attention.sliding_window_pattern", std::to_string(pattern), "must be >= 1");
+    local_base_ = w.hp_positive_float("rope.freq_base_swa", 10000.f);
+    if (auto type = w.hp_string("rope.scaling.type"); type && *type != "none") {
+      if (*type != "linear") throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");
+      i.rope_freq_scale = 1.f / w.hp_positive_float("rope.scaling.factor", 1.f);
+    }
+    // Queries are scaled by 1/sqrt(query_pre_attn_scalar): the head size, except in the
+    // 27B model (62 layers), where it is n_embd / n_head (as llama.cpp infers it).
+    const float pre_attn = i.n_layer == 62 ? float(i.n_embd / i.n_head) : float(i.head_dim);
+    attn_scale_ = 1.0f / std::sqrt(pre_attn);
+
+    embd_ = load_embedding(w, i);
+    const int64_t E = i.n_embd;
+    layers_.resize(size_t(i.n_layer));
+    for (int64_t l = 0; l < i.n_layer; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      Gemma3Layer& L = layers_[size_t(l)];
+      L.attn = load_attention(w, p, i, /*qk_norms=*/true);
+      L.attn_post_norm = w.require(p + "post_attention_norm.weight", {E});
+      L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
+      L.ffn_post_norm = w.require(p + "post_ffw_norm.weight", {E});
+      L.ffn = load_ffn(w, p, "", E, i.n_ff);
+      L.local = (l + 1) % pattern != 0;
+    }
+    embd_scale_.assign(size_t(E), std::sqrt(float(E)));
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<Tensor*> weights() override {
+    std::vector<Tensor*> all;
+    append_weights(all, embd_);
+    for (auto& L : layers_) {
+      append_weights(all, L.attn);
+      all.insert(all.end(), {&L.attn_post_norm, &L.ffn_norm, &L.ffn_post_norm});
+      append_weights(all, L.ffn);
+    }
+    return all;
+  }
+
+  KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
+    return paged_kv_config(info_, n_ctx, page_tokens);
+  }
+
+  int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
+    GraphBuilder g(graph);
+    auto [pos, x] = embed_batch(g, embd_, b);
+    const int64_t E = info_.n_embd;
+    x = g.mul(x, g.input(Tensor::contiguous(DType::F32, {E}, const_cast<float*>(embd_scale_.data()))));
+    for (int64_t l = 0; l < info_.n_layer; ++l) {
+      const Gemma3Layer& L = layers_[size_t(l)];
+      AttentionSpec s;
+      s.rope_mode = kRopeNeox;
+      s.rope_base = L.local ? local_base_ : info_.rope_freq_base;
+      s.rope_scale = L.local ? 1.f : info_.rope_freq_scale;
+      s.scale = attn_scale_;
+      s.window = L.local ? int32_t(window_) : 0;
+      int32_t att = self_attention(g, L.attn, info_, kv, int(l), b, x, pos, s);
+      x = g.add(x, g.rms_norm(att, g.input(L.attn_post_norm), info_.rms_eps));
+      const int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
+      const int32_t ff = gated_ffn(g, L.ffn, h, Glu::GeluTanh);
+      x = g.add(x, g.rms_norm(ff, g.input(L.ffn_post_norm), info_.rms_eps));
+    }
+    return output_logits(g, embd_, info_, x, b);
+  }
+
+ private:
+  ModelInfo info_;
+  int64_t window_ = 0;
+  float local_base_ = 10000.f, attn_scale_ = 1.f;
+  std::vector<float> embd_scale_;  // sqrt(n_embd) in every column (the embeddings' scale)
+  EmbeddingWeights embd_;
+  std::vector<Gemma3Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gemma3(const ModelDescription& d) { return std::make_unique<Gemma3Model>(d); }
+
+}  // namespace tessera::models
