@@ -46,8 +46,9 @@ TEST(VulkanProbe, CpuDeviceOnlyWhenAllowed) {
   const std::string refused = vulkan_entry(backends("TESSERA_VULKAN_ALLOW_CPU=0"));
   ASSERT_FALSE(refused.empty());
   // Usable without permission only on a real GPU, never on a CPU implementation.
-  if (usable(refused))
+  if (usable(refused)) {
     EXPECT_EQ(refused.find("CPU implementation"), std::string::npos) << refused;
+  }
   const std::string allowed = vulkan_entry(backends("TESSERA_VULKAN_ALLOW_CPU=1"));
   if (refused.find("only a CPU Vulkan device") != std::string::npos) {
     EXPECT_NE(refused.find("TESSERA_VULKAN_ALLOW_CPU=1"), std::string::npos) << refused;
