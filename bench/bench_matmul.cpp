@@ -182,7 +182,7 @@ void bm_matmul(benchmark::State& state, const std::string& backend, DType t, Sha
   Node n;
   n.op = Op::MatMul;
   n.dst = di;
-  n.src = {wi, xi, -1, -1};
+  n.src = {wi, xi, -1, -1, -1};
   g.add_node(n);
   g.allocate();
   fill_random(static_cast<float*>(g.tensor(xi).data), sh.K * M, 99);
@@ -241,7 +241,7 @@ void bm_matvec_dram(benchmark::State& state, const std::string& backend, DType t
       Node n;
       n.op = Op::MatMul;
       n.dst = di;
-      n.src = {g.add_tensor(w), xi, -1, -1};
+      n.src = {g.add_tensor(w), xi, -1, -1, -1};
       g.add_node(n);
     }
   } catch (const std::exception& e) {
@@ -345,7 +345,7 @@ void bm_matmul_id(benchmark::State& state, const std::string& backend, DType t, 
   Node nd;
   nd.op = Op::MatMulId;
   nd.dst = di;
-  nd.src = {wi, xi, ii, -1};
+  nd.src = {wi, xi, ii, -1, -1};
   g.add_node(nd);
   g.allocate();
   fill_random(static_cast<float*>(g.tensor(xi).data), sh.K * n, 99);
@@ -401,7 +401,7 @@ void bm_small_op(benchmark::State& state, const std::string& backend, Op op, int
     nd.f[0] = 1e-6f;
   }
   nd.dst = y;
-  nd.src = {a, b, -1, -1};
+  nd.src = {a, b, -1, -1, -1};
   g.add_node(nd);
   g.allocate();
   fill_random(static_cast<float*>(g.tensor(a).data), g.tensor(a).nelements(), 5);
@@ -460,7 +460,7 @@ void bm_attention(benchmark::State& state, const std::string& backend, AttnShape
     Node nd;
     nd.op = Op::Attention;
     nd.dst = outs.back();
-    nd.src = {q, g.add_tensor(kv.k_storage(l)), g.add_tensor(kv.v_storage(l)), tt};
+    nd.src = {q, g.add_tensor(kv.k_storage(l)), g.add_tensor(kv.v_storage(l)), tt, -1};
     nd.f[0] = 1.0f / std::sqrt(float(sh.hd));
     g.add_node(nd);
   }
@@ -499,7 +499,7 @@ void bm_attention_prefill(benchmark::State& state, const std::string& backend, A
   nd.op = Op::Attention;
   nd.dst = out;
   nd.src = {q, g.add_tensor(kv.k_storage(0)), g.add_tensor(kv.v_storage(0)),
-            g.add_tensor(Tensor::contiguous(DType::I32, {int64_t(table.size()), 1}, table.data()))};
+            g.add_tensor(Tensor::contiguous(DType::I32, {int64_t(table.size()), 1}, table.data())), -1};
   nd.f[0] = 1.0f / std::sqrt(float(sh.hd));
   g.add_node(nd);
   g.allocate();

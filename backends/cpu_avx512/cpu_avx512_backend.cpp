@@ -228,9 +228,11 @@ class CpuAvx512Backend final : public Backend {
       case Op::Attention:
         if (T(node.src[0]).ne[0] > 1024) return OpSupport::no("Attention: head_dim above 1024");
         if (node.i[0] != 0) return OpSupport::no("Attention: no sliding-window kernel on cpu_avx512 yet");
+        if (node.src[4] >= 0) return OpSupport::no("Attention: no attention-sink kernel on cpu_avx512 yet");
         return OpSupport::yes();
       case Op::GeGlu:
       case Op::NormalizeRows:
+      case Op::SwiGluOai:
         return OpSupport::no(std::string(op_name(node.op)) + ": no cpu_avx512 kernel yet");
       case Op::GatedDeltaNet:
         if (!delta_net_strides_ok(T(node.src[0]), T(node.src[1]), T(node.src[2]), T(node.dst), node.i[3]))
@@ -504,6 +506,7 @@ class CpuAvx512Backend final : public Backend {
       case Op::SsmConv: return ssm_conv(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
       case Op::GeGlu:
       case Op::NormalizeRows:
+      case Op::SwiGluOai:
       case Op::Count: break;
     }
     return false;

@@ -19,6 +19,9 @@
 //  - GeGlu:     gelu(gate) * up, gelu from llama.cpp's F16 table: 0 below -10, x above 10,
 //               else f16(0.5 x (1 + tanhf(sqrt(2/pi) x (1 + 0.044715 x^2)))) of x rounded to F16.
 //  - NormalizeRows: row sum in double, rounded to float, max(sum, f[1]); x / sum * f[0].
+//  - SwiGluOai: g = min(gate, limit), u = clamp(up, -limit, limit), g / (1 + expf(alpha (-g))) * (u + 1).
+//  - Attention sinks: after the positions, the sink joins the online softmax in F32 (the
+//    F16 sum converted to F32 first), as a score with no value.
 //  - Argmax:    first maximum.
 #include <algorithm>
 #include <cmath>
@@ -127,12 +130,15 @@ class CpuScalarBackend final : public Backend {
       case Op::KvWrite: return kv_write(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::Attention:
         return attention(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.src[3]),
-                         g.tensor(n.dst), n.f[0], n.i[0]);
+                         g.tensor(n.dst), n.f[0], n.i[0],
+                         n.src[4] >= 0 ? static_cast<const float*>(g.tensor(n.src[4]).data) : nullptr);
       case Op::Softmax: return softmax(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::Silu: return silu_op(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::SwiGlu: return swiglu(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::GeGlu: return geglu(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::NormalizeRows: return normalize_rows(g.tensor(n.src[0]), g.tensor(n.dst), n.f[0], n.f[1]);
+      case Op::SwiGluOai:
+        return swiglu_oai(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n.f[0], n.f[1]);
       case Op::Add: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), false);
       case Op::Mul: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), true);
       case Op::Argmax: return argmax(g.tensor(n.src[0]), g.tensor(n.dst));
@@ -269,7 +275,7 @@ class CpuScalarBackend final : public Backend {
 
   // --- Attention -----------------------------------------------------------
   void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
-                 float scale, int64_t window) {
+                 float scale, int64_t window, const float* sinks) {
     const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
     const int64_t n_kv = kc.ne[0] / hd;
     const int64_t group = n_head / n_kv;
@@ -328,6 +334,17 @@ class CpuScalarBackend final : public Backend {
           }
           const uint16_t* vr = seq_v[size_t(j)] + kvh * hd;
           for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] = round_f16(acc[size_t(d)] + quant::fp16_to_fp32(vr[d]) * vs);
+          S = S * ms + vs;
+        }
+        if (sinks) {
+          const float s = sinks[h];
+          float ms = 1.0f, vs = 1.0f;
+          if (s > M) {
+            ms = std::exp(M - s);
+            for (float& a : acc) a *= ms;
+          } else {
+            vs = std::exp(s - M);
+          }
           S = S * ms + vs;
         }
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
@@ -389,6 +406,20 @@ class CpuScalarBackend final : public Backend {
       const float* ur = frow(u, r);
       float* yr = frow(dst, r);
       for (int64_t i = 0; i < K; ++i) yr[i] = gelu(gr[i]) * ur[i];
+    }
+  }
+
+  static void swiglu_oai(const Tensor& g, const Tensor& u, const Tensor& dst, float alpha, float limit) {
+    const int64_t K = g.ne[0];
+    for (int64_t r = 0; r < g.nrows(); ++r) {
+      const float* gr = frow(g, r);
+      const float* ur = frow(u, r);
+      float* yr = frow(dst, r);
+      for (int64_t i = 0; i < K; ++i) {
+        const float x = std::min(gr[i], limit);
+        const float y = std::clamp(ur[i], -limit, limit);
+        yr[i] = x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
+      }
     }
   }
 

@@ -231,6 +231,7 @@ class VulkanBackend final : public Backend {
       case Op::SwiGlu:
       case Op::GeGlu:
       case Op::NormalizeRows:
+      case Op::SwiGluOai:
       case Op::Add:
       case Op::Mul:
       case Op::Softmax:
@@ -281,7 +282,7 @@ class VulkanBackend final : public Backend {
         if (!kv_buffer(T(n.src[1])) || !kv_buffer(T(n.src[2])))
           return "Attention: the KV storage is not in this backend's device memory";
         if (T(n.src[0]).ne[0] > 256 || T(n.src[0]).ne[0] % 2 != 0) return "Attention: head_dim must be even and <= 256";
-        return all_dense({n.src[0], n.src[3], n.dst});
+        return all_dense({n.src[0], n.src[3], n.src[4], n.dst});
       case Op::SsmConv:
         return all_dense({n.src[0], n.src[1], n.dst});
       case Op::GatedDeltaNet:
@@ -503,11 +504,12 @@ class Run {
       default: return false;
     }
   }
+  static constexpr size_t kMaxSrc = std::tuple_size_v<decltype(Node::src)>;
   bool is_weight(const Node& n, int slot) const {
     if (!weight_role(n, slot)) return false;
     const size_t k = size_t(&n - g_.nodes().data());
-    if (weight_flags_.empty()) weight_flags_.assign(g_.nodes().size() * 4, -1);
-    int8_t& flag = weight_flags_[k * 4 + size_t(slot)];
+    if (weight_flags_.empty()) weight_flags_.assign(g_.nodes().size() * kMaxSrc, -1);
+    int8_t& flag = weight_flags_[k * kMaxSrc + size_t(slot)];
     if (flag < 0) {
       flag = 1;
       const Range r = range_of(T(n.src[slot]));
@@ -580,7 +582,7 @@ void Run::plan() {
   std::vector<Range> rs;
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < int(n.src.size()); ++s)
       if (n.src[s] >= 0 && !is_weight(n, s) && !on_device(T(n.src[s]))) rs.push_back(range_of(T(n.src[s])));
     if (n.dst >= 0 && !on_device(T(n.dst))) rs.push_back(range_of(T(n.dst)));
   }
@@ -609,7 +611,7 @@ void Run::plan() {
   std::vector<Range> up;  // host ranges to upload
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
-    for (int s = 0; s < 4; ++s) {
+    for (int s = 0; s < int(n.src.size()); ++s) {
       if (n.src[s] < 0 || is_weight(n, s) || on_device(T(n.src[s]))) continue;
       const Range r = range_of(T(n.src[s]));
       if (!covered(r)) up.push_back(r);
@@ -693,7 +695,7 @@ void Run::plan() {
   // their ends: "does any of them overlap r" is one binary search (exact).
   std::vector<Range> after;
   for (size_t j = first_ + count_; j < nodes.size(); ++j)
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < int(kMaxSrc); ++s)
       if (nodes[j].src[s] >= 0 && T(nodes[j].src[s]).data) after.push_back(range_of(T(nodes[j].src[s])));
   std::sort(after.begin(), after.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
   std::vector<uintptr_t> max_hi(after.size());
@@ -707,7 +709,7 @@ void Run::plan() {
   // a view at another start is missed, which only costs a download).
   std::unordered_map<uintptr_t, size_t> last_reader;
   for (size_t j = first_; j < first_ + count_; ++j)
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < int(kMaxSrc); ++s)
       if (nodes[j].src[s] >= 0) last_reader[reinterpret_cast<uintptr_t>(T(nodes[j].src[s]).data)] = j;
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
@@ -777,6 +779,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
     case Op::Softplus:
     case Op::SwiGlu:
     case Op::GeGlu:
+    case Op::SwiGluOai:
     case Op::Add:
     case Op::Mul: {
       const Tensor &a = T(n.src[0]), &d = T(n.dst);
@@ -784,6 +787,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       pc.add(a.nelements()).add(dev(a)).add(n.src[1] >= 0 ? dev(T(n.src[1])) : 0).add(dev(d));
       for (int i = 0; i < 4; ++i) pc.add(a.ne[i]);
       for (int i = 0; i < 4; ++i) pc.add(n.src[1] >= 0 ? T(n.src[1]).ne[i] : 1);
+      pc.addf(n.f[0]).addf(n.f[1]);  // SwiGluOai's alpha and limit
       Access acc{{devr(a)}, {devr(d)}};
       if (n.src[1] >= 0) acc.reads.push_back(devr(T(n.src[1])));
       const char* p = n.op == Op::Silu      ? "silu"
@@ -791,6 +795,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
                       : n.op == Op::Softplus ? "softplus"
                       : n.op == Op::SwiGlu  ? "swiglu"
                       : n.op == Op::GeGlu   ? "geglu"
+                      : n.op == Op::SwiGluOai ? "swiglu_oai"
                       : n.op == Op::Add     ? "add"
                                             : "mul";
       dispatch(cb, p, arena, pc, cdiv(a.nelements(), 256), acc);
@@ -897,8 +902,9 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       Push pc;
       pc.add(q.ne[0]).add(q.ne[1]).add(q.ne[2]).add(q.ne[1] / (kc.ne[0] / q.ne[0])).add(dev(q)).add(dev(d))
           .add(dev(table)).add(table.ne[0]).add(table.ne[1]).add(kc.nb[1]).add(kc.nb[2]).add(kc.ne[1]).addf(n.f[0])
-          .add(n.i[0]);
+          .add(n.i[0]).add(n.src[4] >= 0 ? dev(T(n.src[4])) : 0xFFFFFFFFu);
       Access acc{{devr(q), devr(table), kb.range(), vb.range()}, {devr(d)}};
+      if (n.src[4] >= 0) acc.reads.push_back(devr(T(n.src[4])));
       dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc, kb.buffer(), vb.buffer());
       break;
     }
@@ -958,7 +964,7 @@ void Run::go() {
     if (n.dst >= 0 && T(n.dst).data) graph_writes_.push_back(range_of(T(n.dst)));
   // Weights first (synchronous uploads, before the run's command buffer is recorded).
   for (size_t k = first_; k < first_ + count_; ++k)
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < int(nodes[k].src.size()); ++s)
       if (nodes[k].src[s] >= 0 && is_weight(nodes[k], s)) be_.ensure_weight(T(nodes[k].src[s]));
 
   plan();
@@ -989,7 +995,7 @@ void Run::go() {
   };
   for (size_t k = first_; k < first_ + count_; ++k) {
     const Node& n = nodes[k];
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < int(kMaxSrc); ++s)
       if (n.src[s] >= 0 && is_weight(n, s))
         want({be_.weights_.at(VulkanBackend::weight_key(T(n.src[s]))).buf.buffer, arena, arena});
     if (n.op == Op::KvWrite) want({arena, be_.kv_buffer(T(n.dst))->buffer(), arena});

@@ -1,6 +1,7 @@
 // The conformance suite: case generator and runner (see tessera/conformance.h and
 // docs/conformance.md).
 #include "tessera/conformance.h"
+#include "tessera/rope_table.h"
 
 #include <algorithm>
 #include <array>
@@ -41,6 +42,7 @@ const char* op_label(Op op) {
     case Op::SwiGlu: return "SwiGlu";
     case Op::GeGlu: return "GeGlu";
     case Op::NormalizeRows: return "NormalizeRows";
+    case Op::SwiGluOai: return "SwiGluOai";
     case Op::Add: return "Add";
     case Op::Mul: return "Mul";
     case Op::Argmax: return "Argmax";
@@ -236,6 +238,19 @@ std::vector<ConformanceCase> make_cases() {
                 "_p" + s(c.pos0) + "_factors");
       }
 
+  // YaRN (gpt-oss, DeepSeek-V3): NeoX and normal, full and partial, over a short and a
+  // long original context, at 0 and far beyond it.
+  for (auto [mode, hd, nd, ctx, fs, p0] : {std::tuple<int32_t, int64_t, int32_t, int32_t, float, int32_t>{kRopeNeox, 64, 64, 256, 1.f / 32, 0},
+                                          {kRopeNeox, 64, 64, 4096, 1.f / 32, 5000},
+                                          {kRopeNormal, 64, 16, 128, 1.f / 40, 300},
+                                          {kRopeNeox, 128, 32, 4096, 0.25f, 70000}}) {
+    ConformanceCase c;
+    c.k = hd, c.n = 3, c.m = 5, c.n_dims = nd, c.mode = mode, c.pos0 = p0, c.freq_scale = fs, c.yarn_ctx = ctx;
+    add(c, Op::Rope, DType::F32,
+        std::string(mode == kRopeNeox ? "neox" : "normal") + "_hd" + s(hd) + "_nd" + s(nd) + "_p" + s(p0) + "_yarn" +
+            s(ctx) + "_fs" + s(int(1.f / fs)));
+  }
+
   // Softmax rows.
   for (int64_t K : {1, 33, 256, 1000})
     for (int64_t rows : {1, 5}) {
@@ -246,7 +261,7 @@ std::vector<ConformanceCase> make_cases() {
 
   // Elementwise ops: odd, one-row, long and 3-D shapes.
   const std::array<std::array<int64_t, 3>, 4> ew = {{{33, 3, 1}, {256, 7, 1}, {4096, 1, 1}, {64, 4, 3}}};
-  for (Op op : {Op::Silu, Op::SwiGlu, Op::GeGlu, Op::Add, Op::Mul})
+  for (Op op : {Op::Silu, Op::SwiGlu, Op::GeGlu, Op::SwiGluOai, Op::Add, Op::Mul})
     for (const auto& e : ew)
       for (bool bcast : {false, true}) {
         if (bcast && op != Op::Mul) continue;
@@ -302,6 +317,18 @@ std::vector<ConformanceCase> make_cases() {
     add(c, Op::Attention, DType::F32,
         "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(T) + "_win" + s(win) +
             "_dec1");
+  }
+
+  // Attention sinks (gpt-oss), with and without a window.
+  for (auto [hd, nh, nkv, page, p0, T, win] :
+       {std::tuple<int64_t, int32_t, int32_t, int32_t, int32_t, int64_t, int32_t>{64, 4, 2, 4, 21, 9, 0},
+        {64, 8, 2, 16, 0, 19, 8},
+        {128, 4, 4, 4, 13, 1, 0}}) {
+    ConformanceCase c;
+    c.k = hd, c.n_head = nh, c.n_kv = nkv, c.page = page, c.pos0 = p0, c.m = T, c.window = win, c.sinks = true;
+    add(c, Op::Attention, DType::F32,
+        "hd" + s(hd) + "_h" + s(nh) + "_kv" + s(nkv) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(T) +
+            (win ? "_win" + s(win) : std::string()) + "_sinks_dec1");
   }
 
   // Batched attention: several sequences of different lengths in one cache, some
@@ -602,7 +629,7 @@ std::pair<int, int> kv_storage_specs(CaseGraph& g) {
 // and of v, then (q >= 0) an Attention of q into y, as models/decoder_blocks.cpp's
 // paged_attention builds them. Records the step and the lengths it leaves.
 void paged_step(CaseGraph& g, const std::vector<PagedSlice>& slices, const std::vector<PagedSlice>& columns, int q,
-                int k, int v, int y, float scale, const std::string& sfx, int32_t window = 0) {
+                int k, int v, int y, float scale, const std::string& sfx, int32_t window = 0, int sinks = -1) {
   const auto [kc, vc] = kv_storage_specs(g);
   int64_t n = 0, max_pages = 1;
   const int64_t pt = g.kv.cfg.page_tokens;
@@ -626,6 +653,7 @@ void paged_step(CaseGraph& g, const std::vector<PagedSlice>& slices, const std::
     a.src[3] = table;
     a.f[0] = scale;
     a.i[0] = window;
+    a.src[4] = sinks;
     g.nodes.push_back(a);
     ++count;
   }
@@ -742,6 +770,14 @@ CaseGraph build_case(const ConformanceCase& c) {
         for (int j = 0; j < 4; ++j) n.i[size_t(2 + j)] = c.sections[size_t(j)];
       n.f[0] = 10000.0f;
       n.f[1] = c.freq_scale;
+      if (c.yarn_ctx > 0) {
+        n.f[2] = 1.0f;
+        n.f[3] = 1.0f;
+        int32_t dims[2];
+        rope_yarn_corr_dims(c.n_dims, c.yarn_ctx, n.f[0], 32.0f, 1.0f, dims);
+        n.i[6] = dims[0];
+        n.i[7] = dims[1];
+      }
       g.nodes.push_back(n);
       break;
     }
@@ -758,15 +794,18 @@ CaseGraph build_case(const ConformanceCase& c) {
     }
     case Op::SwiGlu:
     case Op::GeGlu:
+    case Op::SwiGluOai:
     case Op::Add:
     case Op::Mul: {
-      // GeGlu's gate spans GELU's cutoffs at -10 and 10.
-      const float a0 = c.kind == Op::GeGlu ? 12.0f : 4.0f;
+      // GeGlu's gate spans GELU's cutoffs at -10 and 10, SwiGluOai's its clamp at 7.
+      const float a0 = c.kind == Op::GeGlu ? 12.0f : c.kind == Op::SwiGluOai ? 9.0f : 4.0f;
       int a = f32_input(g, r, "src0", {K, N, M, 1}, -a0, a0);
       int b = c.flag ? f32_input(g, r, "src1", {K, 1, 1, 1}, -2.0f, 2.0f)
                      : f32_input(g, r, "src1", {K, N, M, 1}, -2.0f, 2.0f);
       int y = add_spec(g, "dst", DType::F32, {K, N, M, 1}, Role::Output);
-      g.nodes.push_back(node(c.kind, y, a, b));
+      Node n = node(c.kind, y, a, b);
+      if (c.kind == Op::SwiGluOai) n.f[0] = 1.702f, n.f[1] = 7.0f;
+      g.nodes.push_back(n);
       break;
     }
     case Op::Argmax: {
@@ -797,6 +836,8 @@ CaseGraph build_case(const ConformanceCase& c) {
       g.kv.cfg.page_tokens = c.page;
       g.kv.cfg.n_pages = int(2 * pages);
       const float scale = 1.0f / std::sqrt(float(K));
+      // Sinks of either sign and size: some dominate the scores (|q.k| scale <= ~8), some vanish.
+      const int sinks = c.sinks ? f32_input(g, r, "sinks", {c.n_head, 1, 1, 1}, -6.0f, 6.0f, Role::Weight) : -1;
       auto step = [&](int64_t T, int64_t p0, bool with_attention, const char* sfx) {
         int k = f32_input(g, r, std::string("k") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
         int v = f32_input(g, r, std::string("v") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
@@ -806,7 +847,7 @@ CaseGraph build_case(const ConformanceCase& c) {
           y = add_spec(g, std::string("dst") + sfx, DType::F32, {K, c.n_head, T, 1}, Role::Output);
         }
         const std::vector<PagedSlice> one{{0, 0, T, p0}};
-        paged_step(g, one, one, q, k, v, y, scale, sfx, c.window);
+        paged_step(g, one, one, q, k, v, y, scale, sfx, c.window, sinks);
       };
       if (!attn) {
         step(M, c.pos0, false, "");
@@ -902,13 +943,13 @@ CaseGraph build_case(const ConformanceCase& c) {
         if (conv) {
           int x = f32_input(g, r, "x" + sfx, {C, T, 1, 1}, -2.0f, 2.0f);
           n.dst = add_spec(g, "dst" + sfx, DType::F32, {C, T, 1, 1}, Role::Output);
-          n.src = {x, w, -1, -1};
+          n.src = {x, w, -1, -1, -1};
         } else {
           int qkv = f32_input(g, r, "qkv" + sfx, {C, T, 1, 1}, -1.0f, 1.0f);
           int gl = f32_input(g, r, "g" + sfx, {hv, T, 1, 1}, -2.0f, -0.01f);
           int b = f32_input(g, r, "beta" + sfx, {hv, T, 1, 1}, 0.05f, 0.95f);
           n.dst = add_spec(g, "dst" + sfx, DType::F32, {S, hv, T, 1}, Role::Output);
-          n.src = {qkv, gl, b, -1};
+          n.src = {qkv, gl, b, -1, -1};
           n.i[2] = hk;
           n.i[3] = int32_t(S);
           n.f[0] = 1e-6f;
@@ -1257,6 +1298,7 @@ ConformanceLimits conformance_limits(Op op, DType weight) {
     case Op::Softmax:
     case Op::Silu:
     case Op::SwiGlu:
+    case Op::SwiGluOai:
     case Op::Sigmoid:
     case Op::Softplus:
     case Op::Rope:

@@ -83,6 +83,7 @@ Graph& mirror(BackendInstance& b, const TesseraGraph* g, bool refresh) {
       n.op = Op(c.op);
       n.dst = c.dst;
       for (int k = 0; k < 4; ++k) n.src[k] = c.src[k];
+      n.src[4] = c.src4;
       for (int k = 0; k < 8; ++k) n.i[k] = c.i[k];
       for (int k = 0; k < 4; ++k) n.f[k] = c.f[k];
       n.kv = static_cast<KvAccess*>(c.kv);

@@ -37,6 +37,7 @@ std::string_view op_name(Op op) {
     case Op::GatedDeltaNet: return "gated_delta_net";
     case Op::GeGlu: return "geglu";
     case Op::NormalizeRows: return "normalize_rows";
+    case Op::SwiGluOai: return "swiglu_oai";
     case Op::Count: break;
   }
   return "unknown";

@@ -108,6 +108,7 @@ class Checker {
       case Op::GatedDeltaNet: return gated_delta_net();
       case Op::GeGlu: return swiglu();
       case Op::NormalizeRows: return normalize_rows();
+      case Op::SwiGluOai: return swiglu_oai();
       case Op::Count: break;
     }
     return "unknown op " + std::to_string(int(n_.op));
@@ -229,6 +230,13 @@ class Checker {
     }
     if (!(n_.f[0] > 0.0f) || !std::isfinite(n_.f[0])) return "freq_base (f[0]) must be > 0";
     if (!(n_.f[1] > 0.0f) || !std::isfinite(n_.f[1])) return "freq_scale (f[1]) must be > 0";
+    if (n_.f[2] != 0.0f) {  // YaRN
+      if (!std::isfinite(n_.f[2]) || !std::isfinite(n_.f[3])) return "YaRN ext_factor (f[2]) and attn_factor (f[3]) must be finite";
+      if (mode == kRopeImrope) return "YaRN is not defined for multi-section rope";
+      if (n_.i[6] < 0 || n_.i[7] < n_.i[6] || n_.i[7] > n_dims)
+        return "YaRN correction dimensions (i[6], i[7]) = " + std::to_string(n_.i[6]) + ", " + std::to_string(n_.i[7]) +
+               " must satisfy 0 <= low <= high <= n_dims";
+    }
     return {};
   }
 
@@ -288,6 +296,20 @@ class Checker {
     if (!same_shape(q, dst)) return "dst " + desc(dst) + " must have the shape of q " + desc(q);
     if (!std::isfinite(n_.f[0]) || !(n_.f[0] > 0.0f)) return "scale (f[0]) must be > 0";
     if (n_.i[0] < 0) return "sliding window (i[0]) must be >= 0, got " + std::to_string(n_.i[0]);
+    if (n_.src[4] >= 0) {
+      TRY(need(n_.src[4], "sinks (src4)"));
+      const Tensor& s = t(n_.src[4]);
+      TRY(plain(s, DType::F32, "sinks"));
+      if (s.ne[0] != q.ne[1] || s.nrows() != 1)
+        return "sinks " + desc(s) + " must be [" + std::to_string(q.ne[1]) + "] (one per query head)";
+    }
+    return {};
+  }
+
+  std::string swiglu_oai() const {
+    TRY(swiglu());
+    if (!std::isfinite(n_.f[0])) return "alpha (f[0]) must be finite";
+    if (!std::isfinite(n_.f[1]) || !(n_.f[1] > 0.0f)) return "limit (f[1]) must be > 0";
     return {};
   }
 
@@ -557,7 +579,7 @@ std::string check_run_state(const Graph& graph, const Node& node) {
   }
   // A tensor in a backend's device memory has no host address but a buffer.
   auto placed = [&](int32_t i) { return graph.tensor(i).data || graph.tensor(i).buffer; };
-  for (int s = 0; s < 4; ++s)
+  for (size_t s = 0; s < node.src.size(); ++s)
     if (node.src[s] >= 0 && !placed(node.src[s])) return "src" + std::to_string(s) + " has no data";
   if (node.dst >= 0 && !placed(node.dst)) return "dst has no data";
   return {};

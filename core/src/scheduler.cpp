@@ -169,6 +169,7 @@ uint64_t Scheduler::signature(const Graph& graph) {
     h.add2(int32_t(n.op), n.dst);
     h.add2(n.src[0], n.src[1]);
     h.add2(n.src[2], n.src[3]);
+    h.add2(n.src[4], 0);
     for (size_t k = 0; k < ip.size(); k += 2) h.add2(ip[k], ip[k + 1]);
     uint32_t fb[4];
     static_assert(sizeof(fb) == sizeof(n.f));

@@ -50,8 +50,10 @@ const char* op_name(uint32_t op) {
   static const char* const kNames[TESSERA_OP_COUNT] = {
       "get_rows", "rms_norm", "mat_mul", "rope", "kv_write", "attention", "softmax",
       "silu", "swiglu", "add", "mul", "argmax", "top_k", "gather_cols", "mat_mul_id",
-      "moe_combine", "sigmoid", "softplus", "cont", "ssm_conv", "gated_delta_net"};
-  return op < TESSERA_OP_COUNT ? kNames[op] : "unknown";
+      "moe_combine", "sigmoid", "softplus", "cont", "ssm_conv", "gated_delta_net",
+      "geglu", "normalize_rows", "swiglu_oai"};
+  // A name missing here (an op added to the ABI after this table) stays NULL.
+  return op < TESSERA_OP_COUNT && kNames[op] ? kNames[op] : "unknown";
 }
 
 int64_t nelements(const TesseraTensor& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }

@@ -499,10 +499,10 @@ TEST(CpuAmxBackend, UnwrappedTakesTileProductsAndDeclinesTheRest) {
       const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, M}, x.data()));
       const int ty = g.add_tensor(Tensor::contiguous(DType::F32, {N, M}, out.data()));
       Node mm;
-      mm.op = Op::MatMul, mm.dst = ty, mm.src = {tw, tx, -1, -1};
+      mm.op = Op::MatMul, mm.dst = ty, mm.src = {tw, tx, -1, -1, -1};
       g.add_node(mm);
       Node sl;
-      sl.op = Op::Silu, sl.dst = ty, sl.src = {ty, -1, -1, -1};
+      sl.op = Op::Silu, sl.dst = ty, sl.src = {ty, -1, -1, -1, -1};
       g.add_node(sl);
       const std::vector<int> placed = sc.place(g);
       sc.run(g);
@@ -520,7 +520,7 @@ TEST(CpuAmxBackend, UnwrappedTakesTileProductsAndDeclinesTheRest) {
   Graph g;
   const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {8}, nullptr));
   Node sl;
-  sl.op = Op::Silu, sl.dst = tx, sl.src = {tx, -1, -1, -1};
+  sl.op = Op::Silu, sl.dst = tx, sl.src = {tx, -1, -1, -1, -1};
   g.add_node(sl);
   const OpSupport sup = amx->supports(g, sl);
   EXPECT_FALSE(sup.supported);

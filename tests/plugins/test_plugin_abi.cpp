@@ -167,12 +167,12 @@ TEST_F(PluginAbi, AnOlderTableWithoutTheOptionalFunctionsLoadsAndRuns) {
   Node add;
   add.op = Op::Add;
   add.dst = s;
-  add.src = {a, b, -1, -1};
+  add.src = {a, b, -1, -1, -1};
   g.add_node(add);
   Node mul;
   mul.op = Op::Mul;
   mul.dst = p;
-  mul.src = {s, a, -1, -1};
+  mul.src = {s, a, -1, -1, -1};
   g.add_node(mul);
   g.allocate();
   for (int i = 0; i < 5; ++i) {
@@ -225,17 +225,17 @@ TEST_F(PluginAbi, APluginWithTheOtherStdStringAbiLoadsAndRuns) {
   Node mm;
   mm.op = Op::MatMul;
   mm.dst = y;
-  mm.src = {w, x, -1, -1};
+  mm.src = {w, x, -1, -1, -1};
   g.add_node(mm);
   Node add;
   add.op = Op::Add;
   add.dst = z;
-  add.src = {y, y, -1, -1};
+  add.src = {y, y, -1, -1, -1};
   g.add_node(add);
   Node arg;
   arg.op = Op::Argmax;
   arg.dst = am;
-  arg.src = {z, -1, -1, -1};
+  arg.src = {z, -1, -1, -1, -1};
   g.add_node(arg);
   g.allocate();
   for (int i = 0; i < 35; ++i) g.tensor(w).row<float>(0)[i] = std::sin(0.37f * float(i));
@@ -269,7 +269,7 @@ TEST_F(PluginAbi, APluginWithTheOtherStdStringAbiLoadsAndRuns) {
   Node hm;
   hm.op = Op::MatMul;
   hm.dst = hy;
-  hm.src = {hw, hx, -1, -1};
+  hm.src = {hw, hx, -1, -1, -1};
   h.add_node(hm);
   h.allocate();
   try {
@@ -297,7 +297,7 @@ TEST_F(PluginAbi, AnAbi3PluginLoadsAndRunsButIsNotGivenThePagedKvOps) {
     Node add;
     add.op = Op::Add;
     add.dst = y;
-    add.src = {x, x, -1, -1};
+    add.src = {x, x, -1, -1, -1};
     g.add_node(add);
     KvCacheConfig cfg;
     cfg.n_layers = 1, cfg.n_kv_heads = 1, cfg.head_dim = 8, cfg.page_tokens = 4, cfg.n_pages = 2;
@@ -313,12 +313,12 @@ TEST_F(PluginAbi, AnAbi3PluginLoadsAndRunsButIsNotGivenThePagedKvOps) {
     Node w;
     w.op = Op::KvWrite;
     w.dst = kc;
-    w.src = {k, ts, -1, -1};
+    w.src = {k, ts, -1, -1, -1};
     g.add_node(w);
     Node a;
     a.op = Op::Attention;
     a.dst = o;
-    a.src = {q, kc, vc, tt};
+    a.src = {q, kc, vc, tt, -1};
     a.f[0] = 0.5f;
     g.add_node(a);
     g.allocate();

@@ -181,7 +181,7 @@ TEST(PluginRegistry, CreateBackendRunsAdd) {
   Node n;
   n.op = Op::Add;
   n.dst = c;
-  n.src = {a, b, -1, -1};
+  n.src = {a, b, -1, -1, -1};
   g.add_node(n);
   g.allocate();
   for (int i = 0; i < 4; ++i) {

@@ -49,7 +49,7 @@ void add(Graph& g, Op op, int32_t dst, int32_t a, int32_t b = -1) {
   Node n;
   n.op = op;
   n.dst = dst;
-  n.src = {a, b, -1, -1};
+  n.src = {a, b, -1, -1, -1};
   g.add_node(n);
 }
 
@@ -152,7 +152,7 @@ void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer, float scale, 
   Node conv;
   conv.op = Op::SsmConv;
   conv.dst = c;
-  conv.src = {x, kern, -1, -1};
+  conv.src = {x, kern, -1, -1, -1};
   conv.i[0] = layer;
   conv.i[1] = seq;
   conv.kv = kv;
@@ -163,7 +163,7 @@ void step_graph(Graph& g, int32_t seq, int32_t pos, int32_t layer, float scale, 
   Node dn;
   dn.op = Op::GatedDeltaNet;
   dn.dst = out;
-  dn.src = {c, gg, beta, -1};
+  dn.src = {c, gg, beta, -1, -1};
   dn.i = {layer, seq, 1, 4, 0, 0, 0, 0};
   dn.kv = kv;
   g.add_node(dn);

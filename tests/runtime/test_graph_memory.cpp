@@ -21,7 +21,7 @@ Node node(Op op, int32_t dst, int32_t a, int32_t b = -1) {
   Node n;
   n.op = op;
   n.dst = dst;
-  n.src = {a, b, -1, -1};
+  n.src = {a, b, -1, -1, -1};
   return n;
 }
 

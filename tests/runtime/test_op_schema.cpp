@@ -29,7 +29,7 @@ Node node(Op op, int32_t dst, int32_t s0, int32_t s1 = -1) {
   Node n;
   n.op = op;
   n.dst = dst;
-  n.src = {s0, s1, -1, -1};
+  n.src = {s0, s1, -1, -1, -1};
   return n;
 }
 

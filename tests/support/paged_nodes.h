@@ -37,7 +37,7 @@ inline Node kv_write_node(const PagedStep& s, bool v, int32_t x) {
   Node n;
   n.op = Op::KvWrite;
   n.dst = v ? s.v_storage : s.k_storage;
-  n.src = {x, s.slots, -1, -1};
+  n.src = {x, s.slots, -1, -1, -1};
   return n;
 }
 
@@ -45,7 +45,7 @@ inline Node attention_node(const PagedStep& s, int32_t q, int32_t out, float sca
   Node n;
   n.op = Op::Attention;
   n.dst = out;
-  n.src = {q, s.k_storage, s.v_storage, s.table};
+  n.src = {q, s.k_storage, s.v_storage, s.table, -1};
   n.f[0] = scale;
   return n;
 }

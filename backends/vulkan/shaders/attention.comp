@@ -9,7 +9,9 @@
 // push: 0 hd, 1 n_head, 2 T, 3 group, 4 offQ, 5 offD, 6 offTable, 7 table rows
 //       (3 + pages), 8 table columns, 9 row stride (bytes), 10 page stride (bytes),
 //       11 page_tokens, 12 scale, 13 sliding window (0: none; else positions
-//       last - window + 1 .. last only, and pages before those may be released)
+//       last - window + 1 .. last only, and pages before those may be released),
+//       14 offset of the sinks (F32 per head; 0xFFFFFFFF: none), applied in F32 after
+//       the positions as a score without a value
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 128) in;
 #include "common.glsl"
@@ -82,6 +84,18 @@ void main() {
       if (tid + 128u < hd) acc1 = round_f16(acc1 + v_at(vb + 2u * (tid + 128u)) * vsc);
       S = S * ms + vsc;
     }
+  }
+  if (pc.u[14] != 0xFFFFFFFFu) {
+    float s = a_f32(pc.u[14] + 4u * h);
+    float ms = 1.0, vsc = 1.0;
+    if (s > M || first) {
+      ms = first ? 0.0 : exp(M - s);
+      acc0 *= ms;
+      acc1 *= ms;
+    } else {
+      vsc = exp(s - M);
+    }
+    S = S * ms + vsc;
   }
   float inv = S == 0.0 ? 0.0 : 1.0 / S;
   uint od = pc.u[5] + 4u * hd * item;

@@ -2,7 +2,8 @@
 // Elementwise ops over contiguous F32 tensors. MODE 0 silu(x), 1 swiglu(gate, up),
 // 2 add, 3 mul (src1 broadcast: each of its dimensions divides src0's), 4 sigmoid,
 // 5 softplus (x > 20 passes through, as the reference), 6 geglu(gate, up) (GELU's tanh
-// form as the reference tabulates it: of x rounded to F16, the result rounded to F16).
+// form as the reference tabulates it: of x rounded to F16, the result rounded to F16),
+// 7 swiglu_oai(gate, up) (gpt-oss's clamped SwiGLU; push 12 alpha, 13 limit).
 // push: 0 n, 1 offA, 2 offB, 3 offD, 4..7 ne of A, 8..11 ne of B
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
@@ -31,6 +32,11 @@ void main() {
   precise float y = silu(x) * a_f32(pc.u[2] + 4u * i);
 #elif MODE == 6
   precise float y = gelu(x) * a_f32(pc.u[2] + 4u * i);
+#elif MODE == 7
+  float lim = PF(13);
+  precise float g = min(x, lim);
+  precise float u = clamp(a_f32(pc.u[2] + 4u * i), -lim, lim);
+  precise float y = g / (1.0 + exp(PF(12) * (-g))) * (u + 1.0);
 #else
   uint ne0 = pc.u[4], ne1 = pc.u[5], ne2 = pc.u[6];
   uint i0 = i % ne0, r = i / ne0;

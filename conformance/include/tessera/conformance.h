@@ -53,7 +53,10 @@ struct ConformanceCase {
   //             layout of histories, forks and slices, see docs/conformance.md), m =
   //             rows of the first (mixed prefill / decode) step, then one decode row
   //             per sequence; pos0 = 0
-  //   Rope with mode kRopeImrope: also sections (t, h, w, e)
+  //   Rope with mode kRopeImrope: also sections (t, h, w, e); yarn_ctx > 0: YaRN over
+  //             that original context (ext_factor 1, attn_factor 1, betas 32 and 1)
+  //   Attention with sinks: per-head sink logits (some above every score, some below)
+  //   SwiGluOai as SwiGlu (alpha 1.702, limit 7; values span the clamps)
   //   GeGlu     as SwiGlu; NormalizeRows k = values per row, n = rows; flag = sums
   //             below the floor
   //   Sigmoid / Softplus: as Silu; Cont: a [k, n, m] view taking every other k-block
@@ -64,7 +67,8 @@ struct ConformanceCase {
   int64_t k = 1, n = 1, m = 1;
   bool flag = false;
   int32_t n_dims = 0, mode = 0, pos0 = 0;
-  int32_t n_head = 0, n_kv = 0, page = 0, window = 0;
+  int32_t n_head = 0, n_kv = 0, page = 0, window = 0, yarn_ctx = 0;
+  bool sinks = false;
   float freq_scale = 1.0f;
   std::array<int32_t, 4> sections{};
   uint64_t seed = 0;  // derived from name()

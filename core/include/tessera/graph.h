@@ -25,7 +25,9 @@ enum class Op : uint16_t {
   MatMul,     // src0 weight [K, N] any dtype, src1 x F32 [K, M] -> F32 [N, M]
   Rope,       // src0 x F32 [hd, heads, n], src1 pos I32 [n], optional src2 frequency factors
               // F32 [n_dims/2] (Llama 3.1: pair i's angle is divided by factor i); i[0] = n_dims,
-              // i[1] = mode (RopeMode), f[0] = freq_base, f[1] = freq_scale -> F32 same shape
+              // i[1] = mode (RopeMode), f[0] = freq_base, f[1] = freq_scale; YaRN when f[2]
+              // (ext_factor) != 0: f[3] = attn_factor, i[6], i[7] = the correction dimensions
+              // (rope_table.h) -> F32 same shape
   KvWrite,    // src0 x F32 [hd, n_kv, n], src1 slots I32 [n] -> dst: one layer's K or V
               // storage F16 [n_kv*hd, page_tokens, n_pages] (KvCache::k_storage), written in
               // place: token t's row, rounded to F16, goes to slot slots[t] (= page *
@@ -37,7 +39,9 @@ enum class Op : uint16_t {
               // first+j attends causally to positions [0, pos0 + j] through the block table;
               // f[0] = scale; i[0] = sliding window w (0: none): row first+j then sees only
               // positions [pos0 + j - w + 1, pos0 + j], and block-table entries of pages wholly
-              // before the first position any row sees may be -1 (released) -> F32 [hd, n_head, n]
+              // before the first position any row sees may be -1 (released); optional src4
+              // sinks F32 [n_head]: head h's logit joins the softmax's maximum and denominator
+              // (unscaled, no value) -> F32 [hd, n_head, n]
   Softmax,    // src0 F32 rows -> F32 rows
   Silu,       // src0 F32 -> F32
   SwiGlu,     // src0 gate F32, src1 up F32 (same shape) -> silu(gate) * up
@@ -71,6 +75,8 @@ enum class Op : uint16_t {
   GeGlu,      // src0 gate F32, src1 up F32 (same shape) -> gelu(gate) * up, GELU's tanh form
   NormalizeRows,  // src0 F32 [k, n] -> F32 [k, n]: each row divided by max(its sum, f[1]), then
               // times f[0] (a router's chosen weights normalised and scaled)
+  SwiGluOai,  // src0 gate F32, src1 up F32 (same shape) -> gpt-oss's clamped SwiGLU: with
+              // g = min(gate, f[1]), u = clamp(up, -f[1], f[1]): g / (1 + exp(-f[0] g)) * (u + 1)
   Count
 };
 std::string_view op_name(Op op);
@@ -86,7 +92,7 @@ enum SeqTableRow : int32_t { kSeqFirst = 0, kSeqCount = 1, kSeqPos0 = 2, kSeqTab
 struct Node {
   Op op = Op::Count;
   int32_t dst = -1;                           // tensor index, -1 for none
-  std::array<int32_t, 4> src{-1, -1, -1, -1};  // tensor indices, -1 for unused
+  std::array<int32_t, 5> src{-1, -1, -1, -1, -1};  // tensor indices, -1 for unused
   std::array<int32_t, 8> i{};                 // integer parameters (see Op)
   std::array<float, 4> f{};                   // float parameters (see Op)
   KvAccess* kv = nullptr;                     // SsmConv, GatedDeltaNet (a KvCache)

@@ -34,7 +34,8 @@
 extern "C" {
 #endif
 
-/* 5: Attention's sliding window (i[0]), the GeGlu and NormalizeRows ops;
+/* 5: Attention's sliding window (i[0]) and sinks (TesseraNode::src4), YaRN RoPE (f[2], f[3],
+ *    i[6], i[7]), the GeGlu, NormalizeRows and SwiGluOai ops;
  * 4: KvWrite and Attention over the KV storage tensors of a layer, with slots and a
  *    sequence table as I32 inputs (one node per layer for every sequence of a step);
  * 3: the C ABI (1 and 2 passed C++ objects). */
@@ -68,6 +69,7 @@ typedef enum TesseraOp {
   TESSERA_OP_GATHER_COLS, TESSERA_OP_MAT_MUL_ID, TESSERA_OP_MOE_COMBINE, TESSERA_OP_SIGMOID,
   TESSERA_OP_SOFTPLUS, TESSERA_OP_CONT, TESSERA_OP_SSM_CONV, TESSERA_OP_GATED_DELTA_NET,
   TESSERA_OP_GEGLU /* since ABI 5 */, TESSERA_OP_NORMALIZE_ROWS /* since ABI 5 */,
+  TESSERA_OP_SWIGLU_OAI /* since ABI 5 */,
   TESSERA_OP_COUNT
 } TesseraOp;
 
@@ -173,6 +175,8 @@ typedef struct TesseraNode {
   int32_t i[8];
   float f[4];
   TesseraKv* kv; /* SsmConv, GatedDeltaNet (ABI 3: also KvWrite, Attention) */
+  int32_t src4;  /* since ABI 5: a fifth source (Attention's sinks), -1 for none */
+  int32_t reserved; /* since ABI 5: 0 */
 } TesseraNode;
 
 /* A graph for the duration of one call. `generation` changes whenever tensors or nodes

@@ -51,7 +51,28 @@ TesseraNode to_c(const Node& n) {
   for (int k = 0; k < 8; ++k) c.i[k] = n.i[k];
   for (int k = 0; k < 4; ++k) c.f[k] = n.f[k];
   c.kv = n.kv;  // a KvAccess is a TesseraKv
+  c.src4 = n.src[4];
   return c;
+}
+
+// TesseraNode as ABI 3 and 4 laid it out (no src4): what a plugin built for them indexes.
+struct TesseraNodeV4 {
+  uint32_t op;
+  int32_t dst;
+  int32_t src[4];
+  int32_t i[8];
+  float f[4];
+  TesseraKv* kv;
+};
+TesseraNodeV4 to_v4(const TesseraNode& c) {
+  TesseraNodeV4 o{};
+  o.op = c.op;
+  o.dst = c.dst;
+  std::memcpy(o.src, c.src, sizeof o.src);
+  std::memcpy(o.i, c.i, sizeof o.i);
+  std::memcpy(o.f, c.f, sizeof o.f);
+  o.kv = c.kv;
+  return o;
 }
 
 // Calls into the plugin: the ABI forbids exceptions across it; one that escapes anyway
@@ -129,10 +150,14 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
     if (desc_->abi_version < 4 && (node.op == Op::KvWrite || node.op == Op::Attention))
       return OpSupport::no(std::string(op_name(node.op)) +
                            ": the plugin is built for ABI 3, whose KvWrite and Attention took one sequence per node");
-    // Before ABI 5 Attention had no sliding window: a plugin built for it would ignore i[0].
-    if (desc_->abi_version < 5 && node.op == Op::Attention && node.i[0] != 0)
+    // Before ABI 5 Attention had no sliding window or sinks and Rope no YaRN: a plugin
+    // built for it would ignore those parameters.
+    if (desc_->abi_version < 5 && node.op == Op::Attention && (node.i[0] != 0 || node.src[4] >= 0))
       return OpSupport::no("attention: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
-                           ", whose Attention has no sliding window");
+                           ", whose Attention has no sliding window or sinks");
+    if (desc_->abi_version < 5 && node.op == Op::Rope && node.f[2] != 0.0f)
+      return OpSupport::no("rope: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
+                           ", whose Rope has no YaRN");
     const TesseraGraph& g = view(graph, false);
     const auto& nodes = graph.nodes();
     const bool inside = !nodes.empty() && &node >= nodes.data() && &node < nodes.data() + nodes.size();
@@ -144,8 +169,9 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
       // A node not (yet) in the graph, over the graph's tensors: asked as one more node.
       std::vector<TesseraNode> more(nodes_);
       more.push_back(to_c(node));
+      std::vector<TesseraNodeV4> more_v4;
       TesseraGraph extra = g;
-      extra.nodes = more.data();
+      extra.nodes = laid_out(more, more_v4);
       extra.node_count = more.size();
       yes = guarded(name_, "supports", [&] { return api_->supports(self_, &extra, more.size() - 1, reason, sizeof reason); });
     }
@@ -262,9 +288,18 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
     view_.generation = graph.generation();
     view_.tensors = tensors_.data();
     view_.tensor_count = tensors_.size();
-    view_.nodes = nodes_.data();
+    view_.nodes = laid_out(nodes_, nodes_v4_);
     view_.node_count = nodes_.size();
     return view_;
+  }
+
+  // The nodes in the layout of the plugin's ABI: as they are, or copied into the ABI 3/4
+  // layout (v4), whose address then crosses (the plugin indexes it with its own struct).
+  const TesseraNode* laid_out(const std::vector<TesseraNode>& nodes, std::vector<TesseraNodeV4>& v4) const {
+    if (desc_->abi_version >= 5) return nodes.data();
+    v4.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) v4[i] = to_v4(nodes[i]);
+    return reinterpret_cast<const TesseraNode*>(v4.data());
   }
 
   std::string name_;
@@ -280,6 +315,7 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
   mutable TesseraGraph view_{};
   mutable std::vector<TesseraTensor> tensors_;
   mutable std::vector<TesseraNode> nodes_;
+  mutable std::vector<TesseraNodeV4> nodes_v4_;  // nodes_ for a plugin built for ABI 3 or 4
 };
 
 PluginBuffer::~PluginBuffer() { owner_->free_buffer(*this); }

@@ -85,7 +85,7 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
 }
 
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
-                        int32_t v, float scale, int32_t window) {
+                        int32_t v, float scale, int32_t window, int32_t sinks) {
   const PagedInputs& p = b.paged;
   if (int64_t(p.slots.size()) != int64_t(b.tokens.size()) || p.seqs <= 0 ||
       int64_t(p.seq_table.size()) != (kSeqTableHeader + p.pages) * p.seqs)
@@ -98,7 +98,7 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
   const int32_t ks = g.input(kv.k_storage(layer)), vs = g.input(kv.v_storage(layer));
   g.kv_write(ks, k, slots);
   g.kv_write(vs, v, slots);
-  return g.attention(q, ks, vs, table, scale, window);
+  return g.attention(q, ks, vs, table, scale, window, sinks);
 }
 
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& i, KvCache& kv, int layer,
@@ -132,10 +132,10 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
     q = g.rms_norm(q, g.input(a.q_norm), i.rms_eps);
     k = g.rms_norm(k, g.input(a.k_norm), i.rms_eps);
   }
-  q = g.rope(q, pos, int(i.rope_dims), s.rope_mode, s.rope_base, s.rope_scale, s.rope_factors);
-  k = g.rope(k, pos, int(i.rope_dims), s.rope_mode, s.rope_base, s.rope_scale, s.rope_factors);
+  q = g.rope(q, pos, int(i.rope_dims), s.rope_mode, s.rope_base, s.rope_scale, s.rope_factors, s.yarn);
+  k = g.rope(k, pos, int(i.rope_dims), s.rope_mode, s.rope_base, s.rope_scale, s.rope_factors, s.yarn);
   const float scale = s.scale > 0.f ? s.scale : 1.0f / std::sqrt(float(hd));
-  int32_t att = paged_attention(g, kv, layer, b, q, k, v, scale, s.window);
+  int32_t att = paged_attention(g, kv, layer, b, q, k, v, scale, s.window, s.sinks);
   return g.matmul(g.input(a.wo), g.reshape(att, {hd * i.n_head, n}));
 }
 

@@ -76,6 +76,8 @@ struct AttentionSpec {
   int32_t rope_factors = -1;
   float scale = 0.f;
   int32_t window = 0;
+  RopeYarn yarn;
+  int32_t sinks = -1;  // graph tensor of F32 [n_head] sink logits, or -1
 };
 int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelInfo& info, KvCache& kv, int layer,
                        const ForwardBatch& b, int32_t x, int32_t pos, const AttentionSpec& spec);
@@ -96,7 +98,7 @@ int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo&
 // of the batch at once (two KvWrite nodes and one Attention, over b.paged); returns the
 // attention output [hd, n_head, n].
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
-                        int32_t v, float scale, int32_t window = 0);
+                        int32_t v, float scale, int32_t window = 0, int32_t sinks = -1);
 
 // Final norm and output matrix for the batch's output rows (the last row by default).
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x,

@@ -28,7 +28,7 @@ int32_t GraphBuilder::rms_norm(int32_t x, int32_t weight, float eps) {
   Node n;
   n.op = Op::RmsNorm;
   n.dst = same_shape_f32(x);
-  n.src = {x, weight, -1, -1};
+  n.src = {x, weight, -1, -1, -1};
   n.f[0] = eps;
   g_.add_node(n);
   return n.dst;
@@ -39,15 +39,22 @@ int32_t GraphBuilder::matmul(int32_t weight, int32_t x) {
   return node(Op::MatMul, dst, {weight, x});
 }
 
-int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors) {
+int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors,
+                          const RopeYarn& yarn) {
   Node n;
   n.op = Op::Rope;
   n.dst = same_shape_f32(x);
-  n.src = {x, pos, factors, -1};
+  n.src = {x, pos, factors, -1, -1};
   n.i[0] = n_dims;
   n.i[1] = mode;
   n.f[0] = base;
   n.f[1] = scale;
+  if (yarn.ext_factor != 0.f) {
+    n.f[2] = yarn.ext_factor;
+    n.f[3] = yarn.attn_factor;
+    n.i[6] = yarn.corr_dims[0];
+    n.i[7] = yarn.corr_dims[1];
+  }
   g_.add_node(n);
   return n.dst;
 }
@@ -55,11 +62,11 @@ int32_t GraphBuilder::rope(int32_t x, int32_t pos, int n_dims, int mode, float b
 void GraphBuilder::kv_write(int32_t storage, int32_t x, int32_t slots) { node(Op::KvWrite, storage, {x, slots}); }
 
 int32_t GraphBuilder::attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale,
-                                int32_t window) {
+                                int32_t window, int32_t sinks) {
   Node n;
   n.op = Op::Attention;
   n.dst = same_shape_f32(q);
-  n.src = {q, k_storage, v_storage, seq_table};
+  n.src = {q, k_storage, v_storage, seq_table, sinks};
   n.f[0] = scale;
   n.i[0] = window;
   g_.add_node(n);
@@ -70,11 +77,22 @@ int32_t GraphBuilder::swiglu(int32_t gate, int32_t up) { return node(Op::SwiGlu,
 
 int32_t GraphBuilder::geglu(int32_t gate, int32_t up) { return node(Op::GeGlu, same_shape_f32(gate), {gate, up}); }
 
+int32_t GraphBuilder::swiglu_oai(int32_t gate, int32_t up, float alpha, float limit) {
+  Node n;
+  n.op = Op::SwiGluOai;
+  n.dst = same_shape_f32(gate);
+  n.src = {gate, up, -1, -1, -1};
+  n.f[0] = alpha;
+  n.f[1] = limit;
+  g_.add_node(n);
+  return n.dst;
+}
+
 int32_t GraphBuilder::normalize_rows(int32_t x, float scale, float min_sum) {
   Node n;
   n.op = Op::NormalizeRows;
   n.dst = same_shape_f32(x);
-  n.src = {x, -1, -1, -1};
+  n.src = {x, -1, -1, -1, -1};
   n.f[0] = scale;
   n.f[1] = min_sum;
   g_.add_node(n);
@@ -122,7 +140,7 @@ int32_t GraphBuilder::rope_multi(int32_t x, int32_t pos, int n_dims, const std::
   Node n;
   n.op = Op::Rope;
   n.dst = same_shape_f32(x);
-  n.src = {x, pos, -1, -1};
+  n.src = {x, pos, -1, -1, -1};
   n.i = {n_dims, kRopeImrope, sections[0], sections[1], sections[2], sections[3], 0, 0};
   n.f[0] = base;
   n.f[1] = scale;
@@ -134,7 +152,7 @@ int32_t GraphBuilder::ssm_conv(KvCache& kv, int layer, int32_t seq, int32_t x, i
   Node n;
   n.op = Op::SsmConv;
   n.dst = dst >= 0 ? dst : same_shape_f32(x);
-  n.src = {x, kernel, -1, -1};
+  n.src = {x, kernel, -1, -1, -1};
   n.i[0] = layer;
   n.i[1] = seq;
   n.kv = &kv;
@@ -147,7 +165,7 @@ int32_t GraphBuilder::gated_delta_net(KvCache& kv, int layer, int32_t seq, int32
   Node n;
   n.op = Op::GatedDeltaNet;
   n.dst = dst >= 0 ? dst : g_.new_tensor(DType::F32, {head_dim, n_v_heads, g_.tensor(qkv).ne[1]});
-  n.src = {qkv, g, beta, -1};
+  n.src = {qkv, g, beta, -1, -1};
   n.i[0] = layer;
   n.i[1] = seq;
   n.i[2] = int32_t(n_k_heads);

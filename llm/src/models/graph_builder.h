@@ -8,6 +8,12 @@
 
 namespace tessera::models {
 
+// YaRN RoPE's parameters (rope_table.h): off while ext_factor is 0.
+struct RopeYarn {
+  float ext_factor = 0.f, attn_factor = 1.f;
+  int32_t corr_dims[2] = {0, 0};
+};
+
 class GraphBuilder {
  public:
   explicit GraphBuilder(Graph& g) : g_(g) {}
@@ -18,15 +24,18 @@ class GraphBuilder {
   int32_t rms_norm(int32_t x, int32_t weight, float eps);
   int32_t matmul(int32_t weight, int32_t x);
   // factors: -1, or F32 [n_dims / 2] frequency factors (each pair's angle divided by its factor).
-  int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors = -1);
+  int32_t rope(int32_t x, int32_t pos, int n_dims, int mode, float base, float scale, int32_t factors = -1,
+               const RopeYarn& yarn = {});
   // x [hd, n_kv, n] into rows `slots` (I32 [n]) of a KV storage tensor.
   void kv_write(int32_t storage, int32_t x, int32_t slots);
   // Causal attention of q [hd, n_head, n] over the K/V storage through the sequence table;
   // window > 0: each token sees only itself and the window - 1 positions before it.
+  // sinks: -1, or F32 [n_head] per-head logits joining each softmax (gpt-oss).
   int32_t attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale,
-                    int32_t window = 0);
+                    int32_t window = 0, int32_t sinks = -1);
   int32_t swiglu(int32_t gate, int32_t up);
   int32_t geglu(int32_t gate, int32_t up);
+  int32_t swiglu_oai(int32_t gate, int32_t up, float alpha, float limit);
   // Each row divided by max(its sum, min_sum), times scale.
   int32_t normalize_rows(int32_t x, float scale, float min_sum);
   int32_t add(int32_t a, int32_t b);

@@ -24,6 +24,7 @@ constexpr Architecture kArchitectures[] = {
     {"qwen35moe", models::make_qwen35moe},
     {"glm4moe", models::make_glm4moe},
     {"gemma3", models::make_gemma3},
+    {"gpt-oss", models::make_gpt_oss},
 };
 }  // namespace
 

@@ -1,5 +1,8 @@
 #include "models/model_loader_util.h"
 
+#include "models/graph_builder.h"
+#include "tessera/rope_table.h"
+
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -176,6 +179,25 @@ void read_decoder_hparams(const WeightSource& w, ModelInfo& i, const DecoderDefa
   if (i.rope_dims <= 0 || i.rope_dims > i.head_dim || i.rope_dims % 2)
     w.refuse("rope.dimension_count", std::to_string(i.rope_dims),
              "is invalid for head size " + std::to_string(i.head_dim) + " (must be even, 2 .. head size)");
+}
+
+RopeYarn read_rope_scaling(const WeightSource& w, ModelInfo& i) {
+  RopeYarn yarn;
+  const auto type = w.hp_string("rope.scaling.type");
+  if (!type || *type == "none") return yarn;
+  if (*type != "linear" && *type != "yarn")
+    throw Error(i.architecture + ": rope scaling type '" + printable(*type) + "' is not supported");
+  i.rope_freq_scale = 1.f / w.hp_positive_float("rope.scaling.factor", 1.f);
+  if (*type == "linear") return yarn;
+  const int64_t n_ctx_orig = w.hp_int("rope.scaling.original_context_length", i.context_length);
+  if (n_ctx_orig < 1 || n_ctx_orig > INT32_MAX)
+    w.refuse("rope.scaling.original_context_length", std::to_string(n_ctx_orig), "must be 1 .. 2^31 - 1");
+  yarn.ext_factor = 1.f;
+  yarn.attn_factor = w.hp_positive_float("rope.scaling.yarn_attn_factor", 1.f);
+  const float beta_fast = w.hp_positive_float("rope.scaling.yarn_beta_fast", 32.f);
+  const float beta_slow = w.hp_positive_float("rope.scaling.yarn_beta_slow", 1.f);
+  rope_yarn_corr_dims(int32_t(i.rope_dims), n_ctx_orig, i.rope_freq_base, beta_fast, beta_slow, yarn.corr_dims);
+  return yarn;
 }
 
 static std::string shape_str(const int64_t* ne, size_t n) {

@@ -20,6 +20,7 @@ namespace tessera::models {
 KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens);
 
 class WeightSource;
+struct RopeYarn;
 
 // Defaults of the hyperparameters a file may leave out, per architecture.
 struct DecoderDefaults {
@@ -31,6 +32,11 @@ struct DecoderDefaults {
 // context, RMS epsilon, RoPE base, head size = value size, RoPE dimensions), into
 // `info`; the architecture reads its own (feed-forward, experts, ...) after.
 void read_decoder_hparams(const WeightSource& w, ModelInfo& info, const DecoderDefaults& defaults);
+// rope.scaling.*: none, linear (info.rope_freq_scale) or yarn (also the returned YaRN
+// parameters: ext_factor 1, attn_factor 1, beta_fast 32 and beta_slow 1 unless the file
+// says otherwise, correction dimensions from original_context_length). Other types are
+// refused. Call after read_decoder_hparams (it reads rope_dims and rope_freq_base).
+RopeYarn read_rope_scaling(const WeightSource& w, ModelInfo& info);
 
 // Reads an architecture's hyperparameters and weights from a model description
 // (tessera's names; model_description.h). Messages name what the file calls them.

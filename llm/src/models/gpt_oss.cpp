@@ -1,0 +1,148 @@
+// The `gpt-oss` architecture (gpt-oss-20b, gpt-oss-120b): pre-norm decoder layers
+// alternating sliding-window attention (even layers) and full attention (odd layers),
+// with biases on the q, k, v and output projections, a learned per-head attention sink
+// logit, YaRN RoPE (NeoX pairs) on every layer, and a routed mixture of experts with
+// biases on the router and on every expert product, the clamped SwiGLU of gpt-oss
+// between them, and a softmax over the chosen experts' router logits.
+#include <cmath>
+
+#include "models/architectures.h"
+#include "models/decoder_blocks.h"
+
+namespace tessera::models {
+namespace {
+
+// The expert biases, one row per expert ([width, n_expert], F32).
+struct ExpertBiases {
+  Tensor router, up, gate, down;
+};
+
+struct GptOssLayer {
+  AttentionWeights attn;
+  Tensor bo, sinks;
+  Tensor ffn_norm;  // the file's post_attention_norm: the norm before the feed-forward
+  ExpertWeights experts;
+  ExpertBiases bias;
+  bool local = false;
+};
+
+// gpt-oss's clamped SwiGLU: alpha in the sigmoid, gate clamped above and up both ways.
+constexpr float kSwiGluAlpha = 1.702f, kSwiGluLimit = 7.0f;
+
+class GptOssModel final : public Model {
+ public:
+  explicit GptOssModel(const ModelDescription& desc) {
+    const std::string arch = "gpt-oss";
+    WeightSource w(desc);
+    ModelInfo& i = info_;
+    i.architecture = arch;
+    i.name = desc.name;
+    read_decoder_hparams(w, i, {131072, 1e-5f, 150000.f});
+    i.n_expert = w.hp_size("expert_count");
+    i.n_expert_used = w.hp_size("expert_used_count");
+    if (i.n_expert_used > i.n_expert)
+      w.refuse("expert_used_count", std::to_string(i.n_expert_used), "exceeds expert_count " + std::to_string(i.n_expert));
+    i.n_ff = w.hp_has("expert_feed_forward_length") || !w.hp_has("feed_forward_length")
+                 ? w.hp_size("expert_feed_forward_length")
+                 : w.hp_size("feed_forward_length");
+    window_ = w.hp_size("attention.sliding_window", 128);
+    if (window_ > INT32_MAX) w.refuse("attention.sliding_window", std::to_string(window_), "exceeds 2^31 - 1");
+    yarn_ = read_rope_scaling(w, i);
+
+    embd_ = load_embedding(w, i);
+    const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
+    auto f32 = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+      Tensor t = w.require(name, shape);
+      if (t.type != DType::F32) throw Error(arch + ": tensor '" + name + "' must be F32");
+      return t;
+    };
+    layers_.resize(size_t(i.n_layer));
+    for (int64_t l = 0; l < i.n_layer; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      GptOssLayer& L = layers_[size_t(l)];
+      L.attn = load_attention(w, p, i, /*qk_norms=*/false, /*qkv_bias=*/true);
+      L.bo = f32(p + "attn_output.bias", {E});
+      L.sinks = f32(p + "attn_sinks.weight", {i.n_head});
+      L.ffn_norm = w.require(p + "post_attention_norm.weight", {E});
+      L.experts = load_experts(w, p, i);
+      L.bias.router = f32(p + "ffn_gate_inp.bias", {X});
+      L.bias.up = f32(p + "ffn_up_exps.bias", {F, X});
+      L.bias.gate = f32(p + "ffn_gate_exps.bias", {F, X});
+      L.bias.down = f32(p + "ffn_down_exps.bias", {E, X});
+      L.local = l % 2 == 0;  // sliding window on even layers, full attention on odd ones
+    }
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<Tensor*> weights() override {
+    std::vector<Tensor*> all;
+    append_weights(all, embd_);
+    for (auto& L : layers_) {
+      append_weights(all, L.attn);
+      all.insert(all.end(), {&L.bo, &L.sinks, &L.ffn_norm});
+      append_weights(all, L.experts);
+      all.insert(all.end(), {&L.bias.router, &L.bias.up, &L.bias.gate, &L.bias.down});
+    }
+    return all;
+  }
+
+  KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
+    return paged_kv_config(info_, n_ctx, page_tokens);
+  }
+
+  int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
+    GraphBuilder g(graph);
+    auto [pos, x] = embed_batch(g, embd_, b);
+    for (int64_t l = 0; l < info_.n_layer; ++l) {
+      const GptOssLayer& L = layers_[size_t(l)];
+      AttentionSpec s;
+      s.rope_mode = kRopeNeox;
+      s.rope_base = info_.rope_freq_base;
+      s.rope_scale = info_.rope_freq_scale;
+      s.yarn = yarn_;
+      s.window = L.local ? int32_t(window_) : 0;
+      s.sinks = g.input(L.sinks);
+      const int32_t att = g.add(self_attention(g, L.attn, info_, kv, int(l), b, x, pos, s), g.input(L.bo));
+      x = g.add(x, att);
+      const int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
+      x = g.add(x, experts(g, L, h));
+    }
+    return output_logits(g, embd_, info_, x, b);
+  }
+
+ private:
+  // Router (with its bias), top-k, softmax over the chosen logits; each chosen expert's
+  // products with their biases (rows of the bias tables gathered by expert id), the
+  // clamped SwiGLU, and the weighted sum.
+  int32_t experts(GraphBuilder& g, const GptOssLayer& L, int32_t h) const {
+    const ModelInfo& i = info_;
+    const int64_t n = g.graph().tensor(h).ne[1], k = i.n_expert_used;
+    const int32_t logits = g.add(g.matmul(g.input(L.experts.router), h), g.input(L.bias.router));  // [X, n]
+    const int32_t chosen = g.top_k(logits, k);                                                     // [k, n]
+    const int32_t weights = g.softmax(g.gather_cols(logits, chosen));
+    const int32_t ids = g.reshape(chosen, {k * n});
+    auto biased = [&](int32_t products, const Tensor& bias) {  // products [w, k, n] + bias[:, id]
+      const int64_t width = g.graph().tensor(products).ne[0];
+      return g.add(products, g.reshape(g.get_rows(g.input(bias), ids), {width, k, n}));
+    };
+    const int32_t x3 = g.reshape(h, {i.n_embd, 1, n});
+    const int32_t up = biased(g.mat_mul_id(g.input(L.experts.up_exps), x3, chosen), L.bias.up);
+    const int32_t gate = biased(g.mat_mul_id(g.input(L.experts.gate_exps), x3, chosen), L.bias.gate);
+    const int32_t act = g.swiglu_oai(gate, up, kSwiGluAlpha, kSwiGluLimit);
+    const int32_t down = biased(g.mat_mul_id(g.input(L.experts.down_exps), act, chosen), L.bias.down);
+    return g.moe_combine(down, weights);
+  }
+
+  ModelInfo info_;
+  int64_t window_ = 0;
+  RopeYarn yarn_;
+  EmbeddingWeights embd_;
+  std::vector<GptOssLayer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gpt_oss(const ModelDescription& d) { return std::make_unique<GptOssModel>(d); }
+
+}  // namespace tessera::models
