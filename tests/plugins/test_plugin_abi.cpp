@@ -17,6 +17,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "tessera/backend.h"
 #include "tessera/error.h"
@@ -34,6 +35,7 @@ namespace {
 
 const std::string kAbiDir = TESSERA_ABI_PLUGIN_DIR;
 const std::string kAbi3Dir = TESSERA_ABI3_PLUGIN_DIR;
+const std::string kAbi4Dir = TESSERA_ABI4_PLUGIN_DIR;
 
 struct TempDir {
   fs::path path;
@@ -335,6 +337,54 @@ TEST_F(PluginAbi, AnAbi3PluginLoadsAndRunsButIsNotGivenThePagedKvOps) {
       else
         EXPECT_NE(s.reason.find("not implemented by example_cpu"), std::string::npos) << s.reason;
     }
+  }
+}
+
+// Plugins built for ABI 3 and 4 index the nodes without ABI 5's src4: the host hands
+// them the nodes in that layout (a run of two nodes computes the second one right),
+// and never gives them an Attention with a sliding window or sinks, or a YaRN Rope,
+// whose parameters they would ignore.
+TEST_F(PluginAbi, OlderGenerationsGetTheirNodeLayoutAndNoneOfAbi5sParameters) {
+  for (const auto& [dir, file, abi] : {std::tuple<std::string, std::string, int>{kAbi3Dir, "test_example_abi3.so", 3},
+                                       {kAbi4Dir, "test_example_abi4.so", 4}}) {
+    PluginRegistry reg(
+        PluginConfig::from_string("[plugins]\npaths = [\"" + dir + "\"]\ndefault_paths = false\n", "/"));
+    const PluginRecord& r = by_file(reg, file);
+    ASSERT_TRUE(r.usable) << r.reason;
+    std::shared_ptr<Backend> be = reg.create_backend("example_cpu", nullptr);
+    Graph g;
+    const int32_t x = g.new_tensor(DType::F32, {8, 2}, "x");
+    const int32_t y = g.new_tensor(DType::F32, {8, 2}, "y");
+    const int32_t z = g.new_tensor(DType::F32, {8, 2}, "z");
+    Node add;
+    add.op = Op::Add;
+    add.dst = y;
+    add.src = {x, x, -1, -1, -1};
+    g.add_node(add);
+    Node mul;
+    mul.op = Op::Mul;
+    mul.dst = z;
+    mul.src = {y, x, -1, -1, -1};
+    g.add_node(mul);
+    const int32_t q = g.new_tensor(DType::F32, {8, 2, 1}, "q"), o = g.new_tensor(DType::F32, {8, 2, 1}, "o");
+    const int32_t pos = g.new_tensor(DType::I32, {1}, "pos");
+    Node rope;
+    rope.op = Op::Rope;
+    rope.dst = o;
+    rope.src = {q, pos, -1, -1, -1};
+    rope.i[0] = 8;
+    rope.i[1] = kRopeNeox;
+    rope.f[0] = 10000.f, rope.f[1] = 0.25f, rope.f[2] = 1.f, rope.f[3] = 1.f;
+    rope.i[6] = 1, rope.i[7] = 3;
+    g.add_node(rope);
+    g.allocate();
+    for (int i = 0; i < 16; ++i) g.tensor(x).row<float>(0)[i] = float(i);
+    be->execute(g, 0, 2);
+    EXPECT_FLOAT_EQ(g.tensor(z).row<float>(0)[15], 450.0f) << "ABI " << abi;  // (15 + 15) * 15
+    const OpSupport s = be->supports(g, g.nodes()[2]);
+    EXPECT_FALSE(s.supported);
+    EXPECT_NE(s.reason.find("built for ABI " + std::to_string(abi) + ", whose Rope has no YaRN"), std::string::npos)
+        << s.reason;
   }
 }
 

@@ -175,8 +175,10 @@ typedef struct TesseraNode {
   int32_t i[8];
   float f[4];
   TesseraKv* kv; /* SsmConv, GatedDeltaNet (ABI 3: also KvWrite, Attention) */
-  int32_t src4;  /* since ABI 5: a fifth source (Attention's sinks), -1 for none */
+#if TESSERA_PLUGIN_ABI_VERSION >= 5 /* a plugin declaring ABI 3 or 4 indexes the nodes without them */
+  int32_t src4;     /* since ABI 5: a fifth source (Attention's sinks), -1 for none */
   int32_t reserved; /* since ABI 5: 0 */
+#endif
 } TesseraNode;
 
 /* A graph for the duration of one call. `generation` changes whenever tensors or nodes
