@@ -65,6 +65,8 @@ TEST(Cli, HelpListsEveryCommand) {
   EXPECT_EQ(r.status, 0);
   for (const char* c : {"run", "backends", "info", "tokenize", "logits", "bench"})
     EXPECT_NE(r.out.find(std::string("  ") + c), std::string::npos) << c;
+  for (const char* a : {"llama", "qwen35moe", "gpt-oss", "glm4moe", "gemma3"})  // the architectures it runs
+    EXPECT_NE(r.out.find(a), std::string::npos) << a;
   for (const char* c : {"run", "backends", "info", "tokenize", "logits", "bench"}) {
     Result h = run(std::string(c) + " --help");
     EXPECT_EQ(h.status, 0) << c;

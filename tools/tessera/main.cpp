@@ -8,6 +8,7 @@
 
 #include "cli_common.h"
 #include "tessera/error.h"
+#include "tessera/model.h"
 #include "tessera/model_file.h"
 
 namespace tessera::cli {
@@ -48,6 +49,9 @@ void usage(std::ostream& os) {
   os << "tessera — a modular LLM inference runtime\n\n"
         "usage: tessera <command> [options]     (tessera <command> --help for its options)\n\ncommands:\n";
   for (const auto& c : kCommands) os << "  " << c.name << std::string(std::strlen(c.name) < 14 ? 14 - std::strlen(c.name) : 1, ' ') << c.summary << "\n";
+  std::string archs;
+  for (const std::string& a : tessera::Model::supported_architectures()) archs += (archs.empty() ? "" : ", ") + a;
+  os << "\nmodels (-m): a GGUF file or a Hugging Face checkpoint folder; architectures: " << archs << "\n";
   os << "\nenvironment:\n"
         "  TESSERA_PLUGINS_TOML   plugins.toml to use\n"
         "  TESSERA_PLUGIN_PATH    extra plugin folders (colon-separated), searched first\n"
