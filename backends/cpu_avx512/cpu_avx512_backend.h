@@ -22,9 +22,6 @@
 #include "tessera/backend.h"
 #include "tessera/pool_ref.h"
 
-namespace tessera {
-}
-
 namespace tessera::cpu_avx512 {
 
 // True when this CPU and OS can run the kernels; otherwise *why names what is missing.

@@ -46,13 +46,8 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
   return tessera::glue::create_backend("vulkan", args, error, error_size,
                                         [&](tessera::PoolRef pool, const TesseraCreateArgs* args)
                                             -> std::unique_ptr<tessera::Backend> {
-      bool allow_cpu = allow_cpu_default();
-      if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
-        for (size_t i = 0; i < args->option_count; ++i) {
-          const TesseraOption& o = args->options[i];
-          if (o.key && o.value && std::string(o.key) == "allow_cpu") allow_cpu = tessera::vk::truthy(o.value);
-        }
-      return tessera::vk::make_backend(allow_cpu);
+      const char* option = tessera::glue::find_option(args, "allow_cpu");
+      return tessera::vk::make_backend(option ? tessera::vk::truthy(option) : allow_cpu_default());
   });
 }
 

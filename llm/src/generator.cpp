@@ -238,11 +238,9 @@ bool Generator::is_stop(const Seq& s, int32_t token) const {
   for (int32_t t : s.req.stop_tokens)
     if (t == token) return true;
   if (s.req.ignore_eos) return false;
-  try {
-    return engine_.tokenizer().is_end_of_generation(token);
-  } catch (const Error&) {
-    return false;  // a file without tokenizer metadata has no end-of-generation tokens
-  }
+  // A file without tokenizer metadata has no end-of-generation tokens.
+  const Tokenizer* tok = engine_.tokenizer_if_any();
+  return tok && tok->is_end_of_generation(token);
 }
 
 std::vector<GenerationEvent> Generator::step() {

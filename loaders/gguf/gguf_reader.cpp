@@ -17,30 +17,9 @@ namespace tessera::gguf {
 
 namespace {
 
-// Makes an arbitrary byte string safe for a one-line message: printable ASCII is kept,
-// everything else is escaped as \xNN; long strings are cut.
-std::string printable(std::string_view s, size_t max_len = 80) {
-  std::string out;
-  out.reserve(std::min(s.size(), max_len) + 8);
-  static const char* hex = "0123456789abcdef";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (out.size() >= max_len) {
-      out += "...";
-      break;
-    }
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else if (c >= 0x80) {
-      out += static_cast<char>(c);  // UTF-8 bytes stay (never a line break)
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
+// The core's rules for bytes from the file in a message (control characters, invalid
+// UTF-8 and bidirectional overrides escaped), cut at 80 characters unless told.
+std::string printable(std::string_view s, size_t max_len = 80) { return tessera::printable(s, max_len); }
 
 bool valid_meta_type(uint32_t t) { return t <= static_cast<uint32_t>(MetaType::F64); }
 

@@ -79,6 +79,8 @@ class Engine {
   const std::vector<const Tensor*>& product_weights() const { return product_weights_; }
   // Throws tessera::Error if the file has no usable tokenizer metadata.
   const Tokenizer& tokenizer() const;
+  // The tokenizer, or null when the file has none (no exception).
+  const Tokenizer* tokenizer_if_any() const { return tokenizer_.get(); }
   const Scheduler& scheduler() const { return *scheduler_; }
   int threads() const;
   int64_t n_ctx() const { return n_ctx_; }
