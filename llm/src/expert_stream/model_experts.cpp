@@ -85,9 +85,22 @@ std::vector<RoutedLayer> routed_layers(const Graph& graph, const ExpertStream& s
     const int layer = stream.layer_of(graph.tensor(n.src[0]).data);
     if (layer < 0 || (!out.empty() && out.back().ids == n.src[2])) continue;
     RoutedLayer r{layer, k, n.src[2], n.src[1], {}};
-    if (auto top = producer.find(n.src[2]); top != producer.end() && nodes[top->second].op == Op::TopK)
-      if (auto mm = producer.find(nodes[top->second].src[0]); mm != producer.end() && nodes[mm->second].op == Op::MatMul)
-        r.router = graph.tensor(nodes[mm->second].src[0]);
+    // The router's product feeds the TopK directly, or through a bias (Add) and a
+    // sigmoid; the prediction ranks by the product alone (a prefetch may then miss).
+    if (auto top = producer.find(n.src[2]); top != producer.end() && nodes[top->second].op == Op::TopK) {
+      int32_t t = nodes[top->second].src[0];
+      for (int hop = 0; hop < 4; ++hop) {
+        const auto p = producer.find(t);
+        if (p == producer.end()) break;
+        const Node& pn = nodes[p->second];
+        if (pn.op == Op::MatMul) {
+          r.router = graph.tensor(pn.src[0]);
+          break;
+        }
+        if (pn.op != Op::Add && pn.op != Op::Sigmoid) break;
+        t = pn.src[0];
+      }
+    }
     out.push_back(r);
   }
   return out;
