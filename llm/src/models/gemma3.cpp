@@ -32,10 +32,25 @@ class Gemma3Model final : public Model {
     i.n_ff = w.hp_size("feed_forward_length");
     window_ = w.hp_size("attention.sliding_window", 4096);
     if (window_ > INT32_MAX) w.refuse("attention.sliding_window", std::to_string(window_), "exceeds 2^31 - 1");
-    // Every pattern-th layer is global, the others local (llama.cpp's default for
-    // gemma3 files, which do not record it: 6).
-    const int64_t pattern = w.hp_int("attention.sliding_window_pattern", 6);
-    if (pattern < 1) w.refuse("attention.sliding_window_pattern", std::to_string(pattern), "must be >= 1");
+    // Which layers are local: attention.sliding_window_pattern as one flag per layer
+    // (true: local) or as a period N (every N-th layer global); absent, a period of 6
+    // (llama.cpp's default for gemma3 files, which do not record it).
+    std::vector<bool> local(size_t(i.n_layer));
+    const MetaValue* pv = w.hp_value("attention.sliding_window_pattern");
+    if (const std::vector<MetaValue>* flags = pv ? pv->as_array() : nullptr) {
+      if (int64_t(flags->size()) < i.n_layer)
+        w.refuse("attention.sliding_window_pattern", std::to_string(flags->size()) + " flags",
+                 "has fewer flags than the " + std::to_string(i.n_layer) + " layers");
+      for (int64_t l = 0; l < i.n_layer; ++l) {
+        const std::optional<int64_t> f = (*flags)[size_t(l)].as_int();
+        if (!f) w.refuse("attention.sliding_window_pattern", "a non-boolean flag", "must hold booleans");
+        local[size_t(l)] = *f != 0;
+      }
+    } else {
+      const int64_t pattern = w.hp_int("attention.sliding_window_pattern", 6);
+      if (pattern < 1) w.refuse("attention.sliding_window_pattern", std::to_string(pattern), "must be >= 1");
+      for (int64_t l = 0; l < i.n_layer; ++l) local[size_t(l)] = (l + 1) % pattern != 0;
+    }
     local_base_ = w.hp_positive_float("rope.freq_base_swa", 10000.f);
     if (auto type = w.hp_string("rope.scaling.type"); type && *type != "none") {
       if (*type != "linear") throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");
@@ -57,7 +72,7 @@ class Gemma3Model final : public Model {
       L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
       L.ffn_post_norm = w.require(p + "post_ffw_norm.weight", {E});
       L.ffn = load_ffn(w, p, "", E, i.n_ff);
-      L.local = (l + 1) % pattern != 0;
+      L.local = local[size_t(l)];
     }
     embd_scale_.assign(size_t(E), std::sqrt(float(E)));
   }
