@@ -1,4 +1,4 @@
-// tessera-gen as a user runs it: the qwen3moe / qwen35moe presets have exactly the
+// tessera-gen as a user runs it: the qwen3moe / qwen35moe / gemma3 / glm4moe presets have exactly the
 // structure of the shared fixtures (tensor names, shapes, dtypes per file type,
 // hyperparameter keys and values), the big presets have their published shapes, and
 // the generated models run through `tessera logits` with finite logits, deep ones too.
@@ -207,6 +207,17 @@ INSTANTIATE_TEST_SUITE_P(Qwen, MatchesFixture,
                            return s;
                          });
 
+// The f32 fixtures are left out: they carry no general.quantization_version, which
+// tessera-gen writes in every file (as llama.cpp's converter does).
+INSTANTIATE_TEST_SUITE_P(GemmaGlm, MatchesFixture,
+                         testing::Values("gemma3-q8_0", "gemma3-q4_k_m", "glm4moe-q8_0", "glm4moe-q4_k_m"),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string s = i.param;
+                           for (char& c : s)
+                             if (!isalnum(uint8_t(c))) c = '_';
+                           return s;
+                         });
+
 // llama-q3_k_m -> --preset tiny --type q3_k_m: the same tensors with the same types as
 // the fixture, which llama.cpp's quantizer made (tensors only: the fixture's context,
 // rms eps and vocabulary keys differ from the tiny preset's).
@@ -388,6 +399,139 @@ TEST(ModelGen, Qwen3MoeBigPresetShape) {
   EXPECT_EQ(t.at("blk.0.ffn_down_exps.weight")->ne, (std::vector<int64_t>{768, 2048, 8}));
 }
 
+// The gemma-3-27b shape from google/gemma-3-27b-it's config.json. The dry run pins every
+// size at once: 27,009,346,304 parameters = 262208 x 5376 (tied embedding) + 5376 (output
+// norm) + 62 x (q / output 2 x 5376 x 4096 + k / v 2 x 5376 x 2048 + feed-forward 3 x 5376
+// x 21504 + four norms 4 x 5376 + q / k norms 2 x 128). A 1-layer cut with a small
+// vocabulary is generated (--fast, q4_0: about 230 MB) for the keys and shapes.
+TEST(ModelGen, Gemma3_27bPresetShape) {
+  Result l = run("tessera-gen", "--list-presets");
+  ASSERT_EQ(l.status, 0);
+  EXPECT_NE(l.out.find("google/gemma-3-27b-it config.json"), std::string::npos) << l.out;
+
+  Result d = run("tessera-gen", "--preset gemma-3-27b --type q4_k_m --dry-run");
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_NE(d.err.find("gemma3, 62 layers, n_embd 5376, vocab 262208, q4_k_m, 808 tensors, 27.01 B parameters"),
+            std::string::npos)
+      << d.err;
+  Result d9 = run("tessera-gen", "--preset gemma-3-27b --type q4_k_m --layers 9 --dry-run");
+  ASSERT_EQ(d9.status, 0) << d9.err;
+  EXPECT_NE(d9.err.find("gemma3, 9 layers"), std::string::npos) << d9.err;
+  Result moe = run("tessera-gen", "--preset gemma-3-27b --experts 4 --dry-run");
+  EXPECT_NE(moe.status, 0);
+  EXPECT_NE(moe.err.find("MoE preset"), std::string::npos) << moe.err;
+
+  std::string path = generate("--preset gemma-3-27b --layers 1 --vocab-size 1024 --type q4_0 --fast --quiet");
+  auto f = GgufFile::open(path);
+  auto t = by_name(*f);
+  const auto& md = f->metadata();
+  EXPECT_EQ(md.get_string("general.architecture"), "gemma3");
+  EXPECT_EQ(md.get_int("gemma3.block_count"), 1);
+  EXPECT_EQ(md.get_int("gemma3.embedding_length"), 5376);
+  EXPECT_EQ(md.get_int("gemma3.feed_forward_length"), 21504);
+  EXPECT_EQ(md.get_int("gemma3.attention.head_count"), 32);
+  EXPECT_EQ(md.get_int("gemma3.attention.head_count_kv"), 16);
+  EXPECT_EQ(md.get_int("gemma3.attention.key_length"), 128);
+  EXPECT_EQ(md.get_int("gemma3.attention.value_length"), 128);
+  EXPECT_EQ(md.get_int("gemma3.attention.sliding_window"), 1024);
+  EXPECT_EQ(md.get_float("gemma3.rope.freq_base"), 1e6);
+  EXPECT_EQ(md.get_float("gemma3.rope.freq_base_swa"), 1e4);
+  EXPECT_EQ(md.get_string("gemma3.rope.scaling.type"), "linear");
+  EXPECT_EQ(md.get_float("gemma3.rope.scaling.factor"), 8.0);
+  EXPECT_FLOAT_EQ(float(*md.get_float("gemma3.attention.layer_norm_rms_epsilon")), 1e-6f);
+  EXPECT_EQ(md.get_int("gemma3.context_length"), 131072);
+  EXPECT_EQ(t.at("blk.0.attn_q.weight")->ne, (std::vector<int64_t>{5376, 32 * 128}));
+  EXPECT_EQ(t.at("blk.0.attn_k.weight")->ne, (std::vector<int64_t>{5376, 16 * 128}));
+  EXPECT_EQ(t.at("blk.0.attn_output.weight")->ne, (std::vector<int64_t>{32 * 128, 5376}));
+  EXPECT_EQ(t.at("blk.0.attn_q_norm.weight")->ne, (std::vector<int64_t>{128}));
+  EXPECT_EQ(t.at("blk.0.ffn_gate.weight")->ne, (std::vector<int64_t>{5376, 21504}));
+  EXPECT_EQ(t.at("blk.0.ffn_down.weight")->ne, (std::vector<int64_t>{21504, 5376}));
+  for (const char* norm : {"attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"})
+    EXPECT_EQ(t.at(std::string("blk.0.") + norm + ".weight")->ne, (std::vector<int64_t>{5376})) << norm;
+  EXPECT_EQ(t.count("output.weight"), 0u) << "tied embeddings";
+  EXPECT_EQ(t.at("token_embd.weight")->type, tessera::DType::Q6_K) << "the token embedding is the output";
+  for (float g : values(*t.at("blk.0.post_ffw_norm.weight"))) EXPECT_NEAR(g, 1.f, 0.2f) << "norms store 1 + w";
+  std::string why = cannot_run(path);
+  if (!why.empty()) GTEST_SKIP() << "structure only: tessera info says: " << why;
+  expect_finite_logits(path, 1024);
+}
+
+// The glm-4.5-air shape from zai-org/GLM-4.5-Air's config.json: 46 layers and the NextN
+// layer (block_count 47). The dry run pins every size at once: 109,227,310,848
+// parameters = 2 x 151552 x 4096 (embedding, untied output) + 4096 (output norm) + 47 x
+// attention (q / output 2 x 4096 x 12288, k / v 2 x 4096 x 1024, their biases 12288 + 2 x
+// 1024, two norms 2 x 4096) + the dense layer 3 x 4096 x 10944 + 46 x (router 4096 x 128
+// and its bias 128, 128 experts and the shared one 129 x 3 x 4096 x 1408) + NextN (eh_proj
+// 8192 x 4096, three norms 3 x 4096); without the NextN layer 106.85 B. A 2-layer cut (the
+// dense layer, then the NextN layer) with 4 experts is generated (--fast, q4_0: about
+// 270 MB).
+TEST(ModelGen, Glm45AirPresetShape) {
+  Result l = run("tessera-gen", "--list-presets");
+  ASSERT_EQ(l.status, 0);
+  EXPECT_NE(l.out.find("zai-org/GLM-4.5-Air config.json"), std::string::npos) << l.out;
+
+  Result d = run("tessera-gen", "--preset glm-4.5-air --type q4_k_m --dry-run");
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_NE(d.err.find("glm4moe, 47 layers, n_embd 4096, vocab 151552, q4_k_m, 801 tensors, 109.23 B parameters"),
+            std::string::npos)
+      << d.err;
+  Result d9 = run("tessera-gen", "--preset glm-4.5-air --type q4_k_m --layers 9 --dry-run");
+  ASSERT_EQ(d9.status, 0) << d9.err;
+  EXPECT_NE(d9.err.find("glm4moe, 9 layers"), std::string::npos) << d9.err;
+  Result one = run("tessera-gen", "--preset glm-4.5-air --layers 1 --dry-run");
+  EXPECT_NE(one.status, 0) << "one block is all NextN";
+  EXPECT_NE(one.err.find("NextN"), std::string::npos) << one.err;
+
+  std::string path = generate("--preset glm-4.5-air --layers 2 --experts 4 --experts-used 2 --vocab-size 1024 "
+                              "--type q4_0 --fast --quiet");
+  auto f = GgufFile::open(path);
+  auto t = by_name(*f);
+  const auto& md = f->metadata();
+  EXPECT_EQ(md.get_string("general.architecture"), "glm4moe");
+  EXPECT_EQ(md.get_int("glm4moe.block_count"), 2);
+  EXPECT_EQ(md.get_int("glm4moe.nextn_predict_layers"), 1);
+  EXPECT_EQ(md.get_int("glm4moe.leading_dense_block_count"), 1);
+  EXPECT_EQ(md.get_int("glm4moe.embedding_length"), 4096);
+  EXPECT_EQ(md.get_int("glm4moe.feed_forward_length"), 10944);
+  EXPECT_EQ(md.get_int("glm4moe.attention.head_count"), 96);
+  EXPECT_EQ(md.get_int("glm4moe.attention.head_count_kv"), 8);
+  EXPECT_EQ(md.get_int("glm4moe.attention.key_length"), 128);
+  EXPECT_EQ(md.get_int("glm4moe.rope.dimension_count"), 64);
+  EXPECT_EQ(md.get_float("glm4moe.rope.freq_base"), 1e6);
+  EXPECT_FLOAT_EQ(float(*md.get_float("glm4moe.attention.layer_norm_rms_epsilon")), 1e-5f);
+  EXPECT_EQ(md.get_int("glm4moe.expert_count"), 4);       // --experts 4
+  EXPECT_EQ(md.get_int("glm4moe.expert_used_count"), 2);  // --experts-used 2
+  EXPECT_EQ(md.get_int("glm4moe.expert_feed_forward_length"), 1408);
+  EXPECT_EQ(md.get_int("glm4moe.expert_shared_count"), 1);
+  EXPECT_EQ(md.get_int("glm4moe.expert_gating_func"), 2);
+  EXPECT_EQ(md.get_float("glm4moe.expert_weights_scale"), 1.0);
+  EXPECT_EQ(md.get_int("glm4moe.context_length"), 131072);
+  EXPECT_EQ(t.at("blk.0.attn_q.weight")->ne, (std::vector<int64_t>{4096, 96 * 128}));
+  EXPECT_EQ(t.at("blk.0.attn_q.bias")->ne, (std::vector<int64_t>{96 * 128}));
+  EXPECT_EQ(t.at("blk.0.attn_k.weight")->ne, (std::vector<int64_t>{4096, 8 * 128}));
+  EXPECT_EQ(t.at("blk.0.attn_v.bias")->ne, (std::vector<int64_t>{8 * 128}));
+  EXPECT_EQ(t.at("blk.0.attn_output.weight")->ne, (std::vector<int64_t>{96 * 128, 4096}));
+  EXPECT_EQ(t.count("blk.0.attn_q_norm.weight"), 0u) << "use_qk_norm false";
+  EXPECT_EQ(t.at("blk.0.ffn_gate.weight")->ne, (std::vector<int64_t>{4096, 10944}));
+  EXPECT_EQ(t.count("blk.0.ffn_gate_inp.weight"), 0u) << "layer 0 is dense";
+  EXPECT_EQ(t.count("blk.0.nextn.eh_proj.weight"), 0u);
+  EXPECT_EQ(t.at("blk.1.ffn_gate_inp.weight")->ne, (std::vector<int64_t>{4096, 4}));
+  EXPECT_EQ(t.at("blk.1.exp_probs_b.bias")->ne, (std::vector<int64_t>{4}));
+  EXPECT_EQ(t.at("blk.1.exp_probs_b.bias")->type, tessera::DType::F32);
+  EXPECT_EQ(t.at("blk.1.ffn_gate_exps.weight")->ne, (std::vector<int64_t>{4096, 1408, 4}));
+  EXPECT_EQ(t.at("blk.1.ffn_down_exps.weight")->ne, (std::vector<int64_t>{1408, 4096, 4}));
+  EXPECT_EQ(t.at("blk.1.ffn_up_shexp.weight")->ne, (std::vector<int64_t>{4096, 1408}));
+  EXPECT_EQ(t.at("blk.1.nextn.eh_proj.weight")->ne, (std::vector<int64_t>{2 * 4096, 4096}));
+  EXPECT_EQ(t.at("blk.1.nextn.shared_head_norm.weight")->ne, (std::vector<int64_t>{4096}));
+  EXPECT_EQ(t.count("output.weight"), 1u) << "untied embeddings";
+  for (const char* bias : {"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.1.exp_probs_b.bias"})
+    for (float b : values(*t.at(bias))) EXPECT_LT(std::fabs(b), 0.1f) << bias << ": biases are small";
+  for (float g : values(*t.at("blk.1.nextn.enorm.weight"))) EXPECT_NEAR(g, 1.f, 0.2f);
+  std::string why = cannot_run(path);
+  if (!why.empty()) GTEST_SKIP() << "structure only: tessera info says: " << why;
+  expect_finite_logits(path, 1024);
+}
+
 // llama.cpp's Q4_K_M without its 8-expert rules (the real models have 128 and 256
 // experts): attn_v / attn_qkv and ffn_down get Q6_K in the layers use_more_bits picks,
 // attn_k and attn_output stay Q4_K.
@@ -449,6 +593,27 @@ TEST(ModelGen, DeepQwen35MoeKeepsLogitsSane) {
   expect_finite_logits(path, 1024);
 }
 
+TEST(ModelGen, TinyGemma3AndGlm4MoeRunWithFiniteLogits) {
+  for (const char* arch : {"gemma3", "glm4moe"}) {
+    std::string path = generate(std::string("--preset ") + arch + "-tiny --type q4_k_m --quiet", std::string(arch) + ".gguf");
+    std::string why = cannot_run(path);
+    if (!why.empty()) GTEST_SKIP() << "structure only (see MatchesFixture): tessera info says: " << why;
+    expect_finite_logits(path, 1024);
+  }
+}
+
+TEST(ModelGen, DeepGemma3AndGlm4MoeKeepLogitsSane) {
+  // The depths of Gemma-3-27B (62 layers) and GLM-4.5-Air (46 + NextN), narrow so they run in seconds.
+  for (const char* arch : {"gemma3", "glm4moe"}) {
+    const std::string layers = std::string(arch) == "gemma3" ? "62" : "47";
+    std::string path = generate(std::string("--preset ") + arch + "-tiny --layers " + layers + " --type q8_0 --quiet",
+                                std::string(arch) + ".gguf");
+    std::string why = cannot_run(path);
+    if (!why.empty()) GTEST_SKIP() << "tessera info says: " << why;
+    expect_finite_logits(path, 1024);
+  }
+}
+
 TEST(ModelGen, RealTokenizerFromAVocabularyFile) {
   SKIP_WITHOUT_FIXTURES();
   const std::string vocab = std::string(TESSERA_FIXTURES_DIR) + "/vocab/ggml-vocab-qwen2.gguf";
@@ -502,7 +667,8 @@ TEST(ModelGen, HelpTellsPresetsAndArchitectures) {
   Result h = run("tessera-gen", "--help");
   ASSERT_EQ(h.status, 0);
   for (const char* p : {"default", "tiny", "tinyllama-1.1b", "llama2-7b", "qwen3moe-tiny", "qwen3-30b-a3b",
-                        "qwen35moe-tiny", "qwen3.5-35b-a3b", "llama", "qwen3moe", "qwen35moe", "q4_k_m"})
+                        "qwen35moe-tiny", "qwen3.5-35b-a3b", "gemma3-tiny", "gemma-3-27b", "glm4moe-tiny",
+                        "glm-4.5-air", "llama", "qwen3moe", "qwen35moe", "gemma3", "glm4moe", "q4_k_m"})
     EXPECT_NE(h.out.find(p), std::string::npos) << p;
   Result l = run("tessera-gen", "--list-presets");
   ASSERT_EQ(l.status, 0);

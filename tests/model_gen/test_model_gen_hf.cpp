@@ -424,6 +424,8 @@ TEST(HfFormat, RefusesWhatTheFolderCannotHold) {
   const Case cases[] = {
       {"--preset qwen35moe-tiny --type bf16 --format hf", "qwen35moe is not supported"},
       {"--preset qwen3.5-35b-a3b --type bf16 --format hf", "qwen35moe is not supported"},
+      {"--preset gemma3-tiny --type bf16 --format hf", "gemma3 is not supported"},
+      {"--preset glm4moe-tiny --type bf16 --format hf", "glm4moe is not supported"},
       {"--preset tiny --type q4_k --format hf", "f32, f16 or bf16"},
       {"--preset tiny --type q8_0 --format hf", "f32, f16 or bf16"},
       {"--preset tiny --format hf", "f32, f16 or bf16"},  // the default type is q8_0
@@ -547,7 +549,7 @@ TEST(HfFormat, HelpSaysWhatTheFolderHolds) {
   Result h = run("tessera-gen", "--help");
   ASSERT_EQ(h.status, 0);
   for (const char* s : {"--format", "--shard-size", "config.json", "model.safetensors.index.json", "no tokenizer.json",
-                        "qwen35moe is refused", "rotate-half", "f32, f16 or bf16"})
+                        "qwen35moe, gemma3 and glm4moe are refused", "rotate-half", "f32, f16 or bf16"})
     EXPECT_NE(h.out.find(s), std::string::npos) << s;
   // A dry run says how many files, writes nothing.
   const std::string out = scratch() + "/dry";

@@ -34,9 +34,9 @@ const char* torch_dtype(const std::string& ft) {
 }  // namespace
 
 void check_supported(const ModelShape& s, const std::string& file_type) {
-  if (s.arch == Arch::Qwen35Moe)
-    throw Error("--format hf: qwen35moe is not supported (tessera has no Hugging Face loader for it; "
-                "llama and qwen3moe presets only)");
+  if (s.arch != Arch::Llama && s.arch != Arch::Qwen3Moe)
+    throw Error(std::string("--format hf: ") + arch_name(s.arch) +
+                " is not supported (tessera has no Hugging Face loader for it; llama and qwen3moe presets only)");
   if (file_type != "f32" && file_type != "f16" && file_type != "bf16")
     throw Error("--format hf writes f32, f16 or bf16 weights (safetensors has no GGUF quantized types), not '" +
                 file_type + "'");

@@ -1,4 +1,4 @@
-// tessera-gen: writes a valid GGUF model (llama, qwen3moe or qwen35moe) with
+// tessera-gen: writes a valid GGUF model (llama, qwen3moe, qwen35moe, gemma3 or glm4moe) with
 // deterministic random weights in any supported weight format, or (--format hf) the
 // same model as a Hugging Face checkpoint folder (config.json + safetensors). Same
 // flags and seed -> same bytes, whatever the thread count. Used for the bundled default
@@ -60,7 +60,8 @@ void fill_row(const gen::TensorSpec& t, uint64_t seed, int64_t row, float* out) 
                : t.init == I::Embedding ? 1.0
                : t.init == I::Bias ? 0.5
                : t.init == I::NegExp ? 1.0 / std::sqrt(3.0)  // uniform(-1, 1)
-                                     : 0.1;
+               : t.init == I::SmallBias ? 0.05
+                                        : 0.1;
   double a = std::sqrt(3.0) * stdev;
   for (int64_t i = 0; i < n; ++i) {
     double u = double(splitmix64(s) >> 11) * 0x1.0p-53;  // [0, 1)
@@ -327,7 +328,8 @@ std::string types_help() {
 
 std::string hf_help() {
   return "--format hf: the same model as a Hugging Face checkpoint folder, for the llama and qwen3moe presets\n"
-         "(qwen35moe is refused: tessera has no Hugging Face loader for it) and --type f32, f16 or bf16 only:\n"
+         "(qwen35moe, gemma3 and glm4moe are refused: tessera has no Hugging Face loader for them) and --type\n"
+         "f32, f16 or bf16 only:\n"
          "  config.json       LlamaForCausalLM or Qwen3MoeForCausalLM, the shape's hyperparameters\n"
          "  *.safetensors     the weights under transformers' names (model.layers.N.self_attn.q_proj.weight,\n"
          "                    mlp.experts.E.gate_proj.weight, ...), [out, in] row-major; the values of the GGUF\n"
@@ -460,17 +462,20 @@ int main(int argc, char** argv) try {
      "--format hf: largest shard, as save_pretrained's max_shard_size (500MB, 5GB, 2GiB; GB = 10^9 bytes)")
     ("preset", po::value(&preset)->default_value(preset),
      "shape: default, tiny, tinyllama-1.1b, llama2-7b (llama); qwen3moe-tiny, qwen3-30b-a3b (qwen3moe); "
-     "qwen35moe-tiny, qwen3.5-35b-a3b, qwen3.5-397b-a17b (qwen35moe)")
+     "qwen35moe-tiny, qwen3.5-35b-a3b, qwen3.5-397b-a17b (qwen35moe); gemma3-tiny, gemma-3-27b (gemma3); "
+     "glm4moe-tiny, glm-4.5-air (glm4moe)")
     ("type", po::value(&type)->default_value(type), "weight types (see 'types' below)")
     ("vocab", po::value(&vocab_path),
      "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary; not with --format hf)")
     ("seed", po::value(&seed)->default_value(seed), "random seed of the weights")
-    ("layers", po::value<int64_t>(), "override: number of layers")
+    ("layers", po::value<int64_t>(), "override: number of layers (glm4moe: with the NextN layers, kept last)")
     ("embd", po::value<int64_t>(), "override: embedding size")
     ("heads", po::value<int64_t>(), "override: attention heads")
     ("kv-heads", po::value<int64_t>(), "override: key/value heads")
     ("head-dim", po::value<int64_t>(), "override: attention head size (default embd / heads for llama)")
-    ("ff", po::value<int64_t>(), "override: feed-forward size (MoE models: only the feed_forward_length key)")
+    ("ff", po::value<int64_t>(),
+     "override: feed-forward size (qwen MoE models: only the feed_forward_length key; glm4moe: the leading "
+     "dense layers)")
     ("experts", po::value<int64_t>(), "override (MoE): number of experts")
     ("experts-used", po::value<int64_t>(), "override (MoE): experts used per token")
     ("expert-ff", po::value<int64_t>(), "override (MoE): feed-forward size of each expert")
@@ -493,7 +498,8 @@ int main(int argc, char** argv) try {
                 << "Writes a GGUF model (or with --format hf the same model as a Hugging Face checkpoint folder,\n"
                 << "see below) with deterministic random weights (same flags and seed, same bytes, for any thread\n"
                 << "count), streaming one tensor at a time to the file: memory use stays at the size of the\n"
-                << "largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe.\n\n"
+                << "largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe, gemma3,\n"
+                << "glm4moe.\n\n"
                 << "presets:\n" << preset_table() << "\n" << types_help() << "\n" << hf_help() << "\n" << desc << "\n";
       return check_stdout();
     }
@@ -516,7 +522,7 @@ int main(int argc, char** argv) try {
   ov("head-dim", s.head_dim), ov("ff", s.n_ff), ov("vocab-size", s.n_vocab), ov("ctx", s.context_length);
   ov("experts", s.n_expert), ov("experts-used", s.n_expert_used), ov("expert-ff", s.n_ff_exp);
   ov("shared-ff", s.n_ff_shexp);
-  if (s.arch == gen::Arch::Llama &&
+  if (!gen::is_moe(s.arch) &&
       (vm.count("experts") || vm.count("experts-used") || vm.count("expert-ff") || vm.count("shared-ff")))
     throw Error("--experts, --experts-used, --expert-ff and --shared-ff need a MoE preset");
   if (s.arch != gen::Arch::Qwen35Moe && vm.count("shared-ff")) throw Error("--shared-ff needs a qwen35moe preset");

@@ -12,9 +12,13 @@ const char* arch_name(Arch a) {
     case Arch::Llama: return "llama";
     case Arch::Qwen3Moe: return "qwen3moe";
     case Arch::Qwen35Moe: return "qwen35moe";
+    case Arch::Gemma3: return "gemma3";
+    case Arch::Glm4Moe: return "glm4moe";
   }
   return "?";
 }
+
+bool is_moe(Arch a) { return a == Arch::Qwen3Moe || a == Arch::Qwen35Moe || a == Arch::Glm4Moe; }
 
 const std::vector<PresetInfo>& presets() {
   static const std::vector<PresetInfo> all = {
@@ -35,6 +39,16 @@ const std::vector<PresetInfo>& presets() {
        "Qwen/Qwen3.5-397B-A17B config.json (text_config): 60 layers, full attention every 4th, 4096 wide, "
        "GQA 32/2 x 256, rope 64 dims [11,11,10] base 1e7, delta-net 16 key / 64 value heads x 128, "
        "512 experts top-10 x 1024 + shared 1024, vocab 248320, ctx 262144 (--layers N for fewer)"},
+      {"gemma3-tiny", Arch::Gemma3, "the shape of the gemma3 fixtures (../shared/fixtures/models/gemma3-*.gguf)"},
+      {"gemma-3-27b", Arch::Gemma3,
+       "google/gemma-3-27b-it config.json (text_config): 62 layers, every 6th global, 5376 wide, GQA 32/16 x 128, "
+       "ff 21504, vocab 262208, sliding window 1024, rope 1e6 linear x8 (global) / 1e4 (local), ctx 131072, tied "
+       "(--layers N for fewer)"},
+      {"glm4moe-tiny", Arch::Glm4Moe, "the shape of the glm4moe fixtures (../shared/fixtures/models/glm4moe-*.gguf)"},
+      {"glm-4.5-air", Arch::Glm4Moe,
+       "zai-org/GLM-4.5-Air config.json: 46 layers + 1 NextN, 4096 wide, GQA 96/8 x 128, q/k/v biases, rope 64 "
+       "dims base 1e6, 1 dense layer ff 10944, then 128 experts top-8 x 1408 + 1 shared, vocab 151552, "
+       "ctx 131072 (--layers N for fewer)"},
   };
   return all;
 }
@@ -108,6 +122,56 @@ ModelShape preset(const std::string& name) {
     s.n_expert = 512, s.n_expert_used = 10, s.n_ff_exp = 1024, s.n_ff_shexp = 1024;
     s.full_attention_interval = 4, s.ssm_d_conv = 4, s.ssm_d_state = 128, s.ssm_n_group = 16, s.ssm_dt_rank = 64;
     s.n_vocab = 248320, s.context_length = 262144, s.rope_base = 10000000.f, s.rms_eps = 1e-6f;
+  } else if (name == "gemma3-tiny") {
+    s.arch = Arch::Gemma3;
+    s.name = "synthetic-gemma3";
+    s.n_layer = 6, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 64, s.n_ff = 256;
+    s.sliding_window = 8, s.rope_base_swa = 10000.f, s.rope_scale_linear = 8.f;
+    s.n_vocab = 1024, s.context_length = 32768, s.rope_base = 1000000.f, s.rms_eps = 1e-6f;
+    s.tied_output = true;
+  } else if (name == "gemma-3-27b") {
+    // google/gemma-3-27b-it, config.json's text_config (model_type gemma3_text):
+    // hidden_size 5376, num_hidden_layers 62, num_attention_heads 32,
+    // num_key_value_heads 16, head_dim 128, intermediate_size 21504, vocab_size 262208,
+    // sliding_window 1024 (five local layers, then a global one), rope_theta 1e6 with
+    // rope_scaling linear factor 8 (global layers), rope_local_base_freq 1e4,
+    // rms_norm_eps 1e-6, max_position_embeddings 131072, tied embeddings.
+    // query_pre_attn_scalar 168 (n_embd / n_head) has no GGUF key: readers infer it
+    // from the 62 layers, so a --layers cut gets 1/sqrt(head_dim). The vision tower is
+    // left out.
+    s.arch = Arch::Gemma3;
+    s.name = "synthetic-gemma-3-27b";
+    s.n_layer = 62, s.n_embd = 5376, s.n_head = 32, s.n_head_kv = 16, s.head_dim = 128, s.n_ff = 21504;
+    s.sliding_window = 1024, s.rope_base_swa = 10000.f, s.rope_scale_linear = 8.f;
+    s.n_vocab = 262208, s.context_length = 131072, s.rope_base = 1000000.f, s.rms_eps = 1e-6f;
+    s.tied_output = true;
+  } else if (name == "glm4moe-tiny") {
+    s.arch = Arch::Glm4Moe;
+    s.name = "synthetic-glm4moe";
+    s.n_layer = 4, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 256;
+    s.rope_dims = 32;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 32, s.n_expert_shared = 1;
+    s.n_dense_lead = 1, s.n_nextn = 1, s.expert_weights_scale = 2.5f, s.expert_weights_norm = true;
+    s.qk_norm = true;
+    s.n_vocab = 1024, s.context_length = 512, s.rope_base = 1000000.f, s.rms_eps = 1e-6f;
+  } else if (name == "glm-4.5-air") {
+    // zai-org/GLM-4.5-Air config.json (model_type glm4_moe): num_hidden_layers 46 and
+    // num_nextn_predict_layers 1 (block_count 47: the NextN layer is the last block),
+    // hidden_size 4096, num_attention_heads 96, num_key_value_heads 8, head_dim 128,
+    // partial_rotary_factor 0.5, attention_bias true, use_qk_norm false,
+    // intermediate_size 10944 (first_k_dense_replace 1 dense layer),
+    // moe_intermediate_size 1408, n_routed_experts 128, num_experts_per_tok 8,
+    // n_shared_experts 1, routed_scaling_factor 1.0, norm_topk_prob true, n_group and
+    // topk_group 1, vocab_size 151552, rope_theta 1e6, max_position_embeddings 131072,
+    // rms_norm_eps 1e-5, untied embeddings. --layers N keeps the NextN layer as the last.
+    s.arch = Arch::Glm4Moe;
+    s.name = "synthetic-glm-4.5-air";
+    s.n_layer = 47, s.n_embd = 4096, s.n_head = 96, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 10944;
+    s.rope_dims = 64;
+    s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 1408, s.n_expert_shared = 1;
+    s.n_dense_lead = 1, s.n_nextn = 1, s.expert_weights_scale = 1.f, s.expert_weights_norm = true;
+    s.qk_norm = false;
+    s.n_vocab = 151552, s.context_length = 131072, s.rope_base = 1000000.f, s.rms_eps = 1e-5f;
   } else {
     std::string all;
     for (const auto& n : preset_names()) all += (all.empty() ? "" : ", ") + n;
@@ -124,10 +188,24 @@ void validate(const ModelShape& s) {
   if (s.head_dim == 0 && s.n_embd % s.n_head) throw Error("embd must be a multiple of heads");
   if (s.head_size() % 2 || s.rope_size() % 2 || s.rope_size() > s.head_size())
     throw Error("the head size and the rope dimensions must be even, rope no larger than the head");
-  if (s.arch == Arch::Llama) return;
+  if (s.arch == Arch::Gemma3) {
+    if (s.sliding_window <= 0 || !(s.rope_base_swa > 0.f) || !(s.rope_scale_linear >= 0.f))
+      throw Error("gemma3: the sliding window and the local rope base must be positive");
+    return;
+  }
+  if (!is_moe(s.arch)) return;
   if (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_ff_exp <= 0)
     throw Error(std::string(arch_name(s.arch)) + ": experts, experts-used and expert-ff must be positive");
   if (s.n_expert_used > s.n_expert) throw Error("experts-used exceeds experts");
+  if (s.arch == Arch::Glm4Moe) {
+    if (s.n_nextn < 0 || s.n_nextn >= s.n_layer)
+      throw Error("glm4moe: " + std::to_string(s.n_layer) + " layers leave none beside the " +
+                  std::to_string(s.n_nextn) + " NextN layer(s), which block_count counts (--layers)");
+    if (s.n_dense_lead < 0 || s.n_dense_lead > s.n_layer - s.n_nextn)
+      throw Error("glm4moe: more leading dense layers than layers");
+    if (s.n_expert_shared < 0) throw Error("glm4moe: the shared expert count must not be negative");
+    return;
+  }
   if (s.arch != Arch::Qwen35Moe) return;
   if (s.n_ff_shexp <= 0 || s.full_attention_interval <= 0 || s.ssm_d_conv <= 0 || s.ssm_d_state <= 0 ||
       s.ssm_n_group <= 0 || s.ssm_dt_rank <= 0)
@@ -304,64 +382,159 @@ DType tensor_type(const std::string& ft_name, const std::string& name, const std
   return fit(t, ne[0]);
 }
 
-std::vector<TensorSpec> qwen_tensors(const ModelShape& s, const std::string& ft) {
+// One tensor before its dtype is chosen.
+struct RawTensor {
+  std::string name;
+  std::vector<int64_t> ne;
+  TensorSpec::Init init;
+};
+
+// A qwen3moe / qwen35moe block.
+std::vector<RawTensor> qwen_block(const ModelShape& s, int64_t l) {
   using I = TensorSpec::Init;
-  const int64_t E = s.n_embd, hd = s.head_size(), V = s.n_vocab, X = s.n_expert, FE = s.n_ff_exp;
+  const int64_t E = s.n_embd, hd = s.head_size(), X = s.n_expert, FE = s.n_ff_exp;
   const int64_t Q = s.n_head * hd, KV = s.n_head_kv * hd;
-  struct Raw {
-    std::string name;
-    std::vector<int64_t> ne;
-    I init;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  std::vector<RawTensor> g = {
+      {p + "attn_norm.weight", {E}, I::Norm},
+      {p + "ffn_gate_inp.weight", {E, X}, I::Matrix},
+      {p + "ffn_gate_exps.weight", {E, FE, X}, I::Matrix},
+      {p + "ffn_up_exps.weight", {E, FE, X}, I::Matrix},
+      {p + "ffn_down_exps.weight", {FE, E, X}, I::Matrix},
   };
-  std::vector<TensorSpec> out;
-  auto emit = [&](std::vector<Raw> group, int64_t layer) {
-    std::sort(group.begin(), group.end(), [](const Raw& a, const Raw& b) { return a.name < b.name; });
-    for (auto& r : group) out.push_back({r.name, r.ne, tensor_type(ft, r.name, r.ne, layer, s), r.init});
+  if (s.arch == Arch::Qwen3Moe) {
+    g.push_back({p + "ffn_norm.weight", {E}, I::Norm});
+  } else {
+    const int64_t FS = s.n_ff_shexp;
+    g.push_back({p + "post_attention_norm.weight", {E}, I::Norm});
+    g.push_back({p + "ffn_gate_inp_shexp.weight", {E}, I::Matrix});
+    g.push_back({p + "ffn_gate_shexp.weight", {E, FS}, I::Matrix});
+    g.push_back({p + "ffn_up_shexp.weight", {E, FS}, I::Matrix});
+    g.push_back({p + "ffn_down_shexp.weight", {FS, E}, I::Matrix});
+  }
+  if (s.is_recurrent(l)) {
+    const int64_t KD = s.ssm_key_dim(), VD = s.ssm_value_dim(), NV = s.ssm_dt_rank;
+    g.push_back({p + "attn_qkv.weight", {E, 2 * KD + VD}, I::Matrix});
+    g.push_back({p + "attn_gate.weight", {E, VD}, I::Matrix});
+    g.push_back({p + "ssm_conv1d.weight", {s.ssm_d_conv, s.ssm_conv_dim()}, I::Matrix});
+    g.push_back({p + "ssm_dt.bias", {NV}, I::Bias});
+    g.push_back({p + "ssm_a", {NV}, I::NegExp});
+    g.push_back({p + "ssm_alpha.weight", {E, NV}, I::Matrix});
+    g.push_back({p + "ssm_beta.weight", {E, NV}, I::Matrix});
+    g.push_back({p + "ssm_norm.weight", {s.ssm_d_state}, I::Norm});
+    g.push_back({p + "ssm_out.weight", {VD, E}, I::Matrix});
+  } else {
+    // qwen35moe's full-attention layers are gated: attn_q holds query and gate.
+    const int64_t QO = s.arch == Arch::Qwen35Moe ? 2 * Q : Q;
+    g.push_back({p + "attn_q.weight", {E, QO}, I::Matrix});
+    g.push_back({p + "attn_k.weight", {E, KV}, I::Matrix});
+    g.push_back({p + "attn_v.weight", {E, KV}, I::Matrix});
+    g.push_back({p + "attn_output.weight", {Q, E}, I::Matrix});
+    g.push_back({p + "attn_q_norm.weight", {hd}, I::Norm});
+    g.push_back({p + "attn_k_norm.weight", {hd}, I::Norm});
+  }
+  return g;
+}
+
+// A gemma3 block: norms before and after both the attention and the feed-forward, q/k
+// norms; local and global layers have the same tensors.
+std::vector<RawTensor> gemma3_block(const ModelShape& s, int64_t l) {
+  using I = TensorSpec::Init;
+  const int64_t E = s.n_embd, F = s.n_ff, hd = s.head_size();
+  const int64_t Q = s.n_head * hd, KV = s.n_head_kv * hd;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  return {
+      {p + "attn_norm.weight", {E}, I::Norm},
+      {p + "attn_q.weight", {E, Q}, I::Matrix},
+      {p + "attn_k.weight", {E, KV}, I::Matrix},
+      {p + "attn_v.weight", {E, KV}, I::Matrix},
+      {p + "attn_q_norm.weight", {hd}, I::Norm},
+      {p + "attn_k_norm.weight", {hd}, I::Norm},
+      {p + "attn_output.weight", {Q, E}, I::Matrix},
+      {p + "post_attention_norm.weight", {E}, I::Norm},
+      {p + "ffn_norm.weight", {E}, I::Norm},
+      {p + "ffn_gate.weight", {E, F}, I::Matrix},
+      {p + "ffn_up.weight", {E, F}, I::Matrix},
+      {p + "ffn_down.weight", {F, E}, I::Matrix},
+      {p + "post_ffw_norm.weight", {E}, I::Norm},
   };
-  std::vector<Raw> top = {{"token_embd.weight", {E, V}, I::Embedding}, {"output_norm.weight", {E}, I::Norm}};
-  if (!s.tied_output) top.push_back({"output.weight", {E, V}, I::Matrix});
-  emit(top, -1);
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    std::vector<Raw> g = {
-        {p + "attn_norm.weight", {E}, I::Norm},
-        {p + "ffn_gate_inp.weight", {E, X}, I::Matrix},
-        {p + "ffn_gate_exps.weight", {E, FE, X}, I::Matrix},
-        {p + "ffn_up_exps.weight", {E, FE, X}, I::Matrix},
-        {p + "ffn_down_exps.weight", {FE, E, X}, I::Matrix},
-    };
-    if (s.arch == Arch::Qwen3Moe) {
-      g.push_back({p + "ffn_norm.weight", {E}, I::Norm});
-    } else {
-      const int64_t FS = s.n_ff_shexp;
-      g.push_back({p + "post_attention_norm.weight", {E}, I::Norm});
-      g.push_back({p + "ffn_gate_inp_shexp.weight", {E}, I::Matrix});
+}
+
+// A glm4moe block: attention with q/k/v biases (q/k norms when the model has them),
+// post_attention_norm before the feed-forward (glm4moe has no ffn_norm), a dense
+// feed-forward in the leading layers and experts with a sigmoid router, its correction
+// bias and the shared experts in the others. A NextN layer is a full block plus the
+// projection of [embedding; hidden state] and its three norms.
+std::vector<RawTensor> glm4moe_block(const ModelShape& s, int64_t l) {
+  using I = TensorSpec::Init;
+  const int64_t E = s.n_embd, F = s.n_ff, hd = s.head_size(), X = s.n_expert, FE = s.n_ff_exp;
+  const int64_t Q = s.n_head * hd, KV = s.n_head_kv * hd;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  std::vector<RawTensor> g = {
+      {p + "attn_norm.weight", {E}, I::Norm},
+      {p + "attn_q.weight", {E, Q}, I::Matrix},
+      {p + "attn_q.bias", {Q}, I::SmallBias},
+      {p + "attn_k.weight", {E, KV}, I::Matrix},
+      {p + "attn_k.bias", {KV}, I::SmallBias},
+      {p + "attn_v.weight", {E, KV}, I::Matrix},
+      {p + "attn_v.bias", {KV}, I::SmallBias},
+      {p + "attn_output.weight", {Q, E}, I::Matrix},
+      {p + "post_attention_norm.weight", {E}, I::Norm},
+  };
+  if (s.qk_norm) {
+    g.push_back({p + "attn_q_norm.weight", {hd}, I::Norm});
+    g.push_back({p + "attn_k_norm.weight", {hd}, I::Norm});
+  }
+  if (l < s.n_dense_lead) {
+    g.push_back({p + "ffn_gate.weight", {E, F}, I::Matrix});
+    g.push_back({p + "ffn_up.weight", {E, F}, I::Matrix});
+    g.push_back({p + "ffn_down.weight", {F, E}, I::Matrix});
+  } else {
+    g.push_back({p + "ffn_gate_inp.weight", {E, X}, I::Matrix});
+    g.push_back({p + "exp_probs_b.bias", {X}, I::SmallBias});
+    g.push_back({p + "ffn_gate_exps.weight", {E, FE, X}, I::Matrix});
+    g.push_back({p + "ffn_up_exps.weight", {E, FE, X}, I::Matrix});
+    g.push_back({p + "ffn_down_exps.weight", {FE, E, X}, I::Matrix});
+    if (s.n_expert_shared > 0) {
+      // The shared experts side by side, as one feed-forward (llama.cpp's layout).
+      const int64_t FS = FE * s.n_expert_shared;
       g.push_back({p + "ffn_gate_shexp.weight", {E, FS}, I::Matrix});
       g.push_back({p + "ffn_up_shexp.weight", {E, FS}, I::Matrix});
       g.push_back({p + "ffn_down_shexp.weight", {FS, E}, I::Matrix});
     }
-    if (s.is_recurrent(l)) {
-      const int64_t KD = s.ssm_key_dim(), VD = s.ssm_value_dim(), NV = s.ssm_dt_rank;
-      g.push_back({p + "attn_qkv.weight", {E, 2 * KD + VD}, I::Matrix});
-      g.push_back({p + "attn_gate.weight", {E, VD}, I::Matrix});
-      g.push_back({p + "ssm_conv1d.weight", {s.ssm_d_conv, s.ssm_conv_dim()}, I::Matrix});
-      g.push_back({p + "ssm_dt.bias", {NV}, I::Bias});
-      g.push_back({p + "ssm_a", {NV}, I::NegExp});
-      g.push_back({p + "ssm_alpha.weight", {E, NV}, I::Matrix});
-      g.push_back({p + "ssm_beta.weight", {E, NV}, I::Matrix});
-      g.push_back({p + "ssm_norm.weight", {s.ssm_d_state}, I::Norm});
-      g.push_back({p + "ssm_out.weight", {VD, E}, I::Matrix});
-    } else {
-      // qwen35moe's full-attention layers are gated: attn_q holds query and gate.
-      const int64_t QO = s.arch == Arch::Qwen35Moe ? 2 * Q : Q;
-      g.push_back({p + "attn_q.weight", {E, QO}, I::Matrix});
-      g.push_back({p + "attn_k.weight", {E, KV}, I::Matrix});
-      g.push_back({p + "attn_v.weight", {E, KV}, I::Matrix});
-      g.push_back({p + "attn_output.weight", {Q, E}, I::Matrix});
-      g.push_back({p + "attn_q_norm.weight", {hd}, I::Norm});
-      g.push_back({p + "attn_k_norm.weight", {hd}, I::Norm});
+  }
+  if (s.is_nextn(l)) {
+    g.push_back({p + "nextn.eh_proj.weight", {2 * E, E}, I::Matrix});
+    g.push_back({p + "nextn.enorm.weight", {E}, I::Norm});
+    g.push_back({p + "nextn.hnorm.weight", {E}, I::Norm});
+    g.push_back({p + "nextn.shared_head_norm.weight", {E}, I::Norm});
+  }
+  return g;
+}
+
+// Every architecture but llama, in llama.cpp's quantizer order: the non-block tensors,
+// then block by block, each group by name.
+std::vector<TensorSpec> sorted_tensors(const ModelShape& s, const std::string& ft) {
+  using I = TensorSpec::Init;
+  const int64_t E = s.n_embd, V = s.n_vocab;
+  std::vector<TensorSpec> out;
+  auto emit = [&](std::vector<RawTensor> group, int64_t layer) {
+    std::sort(group.begin(), group.end(), [](const RawTensor& a, const RawTensor& b) { return a.name < b.name; });
+    for (auto& r : group) out.push_back({r.name, r.ne, tensor_type(ft, r.name, r.ne, layer, s), r.init});
+  };
+  // gemma3 scales the embeddings by sqrt(n_embd) and reuses them as the output: drawn
+  // as a matrix (std 1/sqrt(n_embd)), both the scaled input and the logits are of
+  // order one.
+  const I embd_init = s.arch == Arch::Gemma3 ? I::Matrix : I::Embedding;
+  std::vector<RawTensor> top = {{"token_embd.weight", {E, V}, embd_init}, {"output_norm.weight", {E}, I::Norm}};
+  if (!s.tied_output) top.push_back({"output.weight", {E, V}, I::Matrix});
+  emit(top, -1);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    switch (s.arch) {
+      case Arch::Gemma3: emit(gemma3_block(s, l), l); break;
+      case Arch::Glm4Moe: emit(glm4moe_block(s, l), l); break;
+      default: emit(qwen_block(s, l), l); break;
     }
-    emit(std::move(g), l);
   }
   return out;
 }
@@ -397,7 +570,7 @@ std::vector<TensorSpec> llama_tensors(const ModelShape& s, const std::string& ft
 
 std::vector<TensorSpec> model_tensors(const ModelShape& s, const std::string& ft) {
   file_type(ft);  // rejects an unknown type
-  return s.arch == Arch::Llama ? llama_tensors(s, ft) : qwen_tensors(s, ft);
+  return s.arch == Arch::Llama ? llama_tensors(s, ft) : sorted_tensors(s, ft);
 }
 
 void write_hparams(gguf::GgufWriter& w, const ModelShape& s) {
@@ -418,12 +591,33 @@ void write_hparams(gguf::GgufWriter& w, const ModelShape& s) {
   }
   u32("attention.key_length", s.head_size());
   u32("attention.value_length", s.head_size());
+  if (s.arch == Arch::Gemma3) {  // rope on the whole head: no rope.dimension_count
+    w.set_f32(a + ".rope.freq_base_swa", s.rope_base_swa);
+    if (s.rope_scale_linear > 0.f) {
+      w.set_string(a + ".rope.scaling.type", "linear");
+      w.set_f32(a + ".rope.scaling.factor", s.rope_scale_linear);
+    }
+    u32("attention.sliding_window", s.sliding_window);
+    return;
+  }
   u32("rope.dimension_count", s.rope_size());
   if (s.arch == Arch::Qwen35Moe)
     w.set_i32_array(a + ".rope.dimension_sections", {s.rope_sections.begin(), s.rope_sections.end()});
   u32("expert_count", s.n_expert);
   u32("expert_used_count", s.n_expert_used);
   u32("expert_feed_forward_length", s.n_ff_exp);
+  if (s.arch == Arch::Glm4Moe) {
+    u32("expert_shared_count", s.n_expert_shared);
+    u32("leading_dense_block_count", s.n_dense_lead);
+    u32("expert_gating_func", 2);  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+    w.set_f32(a + ".expert_weights_scale", s.expert_weights_scale);
+    w.set_bool(a + ".expert_weights_norm", s.expert_weights_norm);
+    // GLM-4.5 routes without expert groups (n_group and topk_group 1).
+    u32("expert_group_count", 1);
+    u32("expert_group_used_count", 1);
+    u32("nextn_predict_layers", s.n_nextn);
+    return;
+  }
   if (s.arch != Arch::Qwen35Moe) return;
   u32("expert_shared_feed_forward_length", s.n_ff_shexp);
   u32("ssm.conv_kernel", s.ssm_d_conv);

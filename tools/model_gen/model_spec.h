@@ -15,8 +15,9 @@ class GgufWriter;
 
 namespace tessera::gen {
 
-enum class Arch { Llama, Qwen3Moe, Qwen35Moe };
+enum class Arch { Llama, Qwen3Moe, Qwen35Moe, Gemma3, Glm4Moe };
 const char* arch_name(Arch a);  // the GGUF general.architecture string
+bool is_moe(Arch a);             // has routed experts (the --experts flags apply)
 
 struct ModelShape {
   Arch arch = Arch::Llama;
@@ -29,9 +30,24 @@ struct ModelShape {
   float rope_base = 10000.f, rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: the embedding is reused
 
-  // Mixture of experts (qwen3moe, qwen35moe).
+  // Mixture of experts (qwen3moe, qwen35moe, glm4moe).
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   int64_t n_ff_shexp = 0;  // qwen35moe: the shared expert
+
+  // gemma3: local sliding-window layers between global ones. The files do not record
+  // the pattern (every 6th layer global: llama.cpp and tessera assume it), only the
+  // window, the local layers' RoPE base and the global layers' linear RoPE scaling.
+  int64_t sliding_window = 0;
+  float rope_base_swa = 10000.f;
+  float rope_scale_linear = 0.f;  // 0: no rope.scaling keys
+
+  // glm4moe: the first n_dense_lead layers dense (n_ff wide), the others MoE with
+  // n_expert_shared shared experts of n_ff_exp beside the routed ones; the last n_nextn
+  // blocks are NextN (multi-token prediction) layers, counted in n_layer (block_count).
+  int64_t n_expert_shared = 0, n_dense_lead = 0, n_nextn = 0;
+  float expert_weights_scale = 1.f;  // routed_scaling_factor
+  bool expert_weights_norm = true;   // norm_topk_prob
+  bool qk_norm = true;               // glm4moe's use_qk_norm (the qwen and gemma3 files always have them)
 
   // qwen35moe: gated delta-net layers, with a gated full-attention layer every
   // full_attention_interval-th layer ((il + 1) % interval == 0).
@@ -51,6 +67,7 @@ struct ModelShape {
   bool is_recurrent(int64_t layer) const {
     return arch == Arch::Qwen35Moe && (layer + 1) % full_attention_interval != 0;
   }
+  bool is_nextn(int64_t layer) const { return arch == Arch::Glm4Moe && layer >= n_layer - n_nextn; }
 };
 
 struct PresetInfo {
@@ -72,8 +89,9 @@ struct TensorSpec {
   DType type;
   // How the values are drawn: Matrix uniform with std 1/sqrt(ne[0]) (fan-in), Embedding
   // std 1, Norm 1 +- a little, Bias std 0.5, NegExp -exp(uniform(-1, 1)) (ssm_a, the
-  // delta-net decay A = -exp(A_log), always negative).
-  enum class Init { Matrix, Embedding, Norm, Bias, NegExp } init;
+  // delta-net decay A = -exp(A_log), always negative), SmallBias std 0.05 (glm4moe's
+  // q/k/v biases and expert-score correction: a nudge, not a shift of the activations).
+  enum class Init { Matrix, Embedding, Norm, Bias, NegExp, SmallBias } init;
   int64_t nelements_rows() const {
     int64_t r = 1;
     for (size_t i = 1; i < ne.size(); ++i) r *= ne[i];
@@ -86,7 +104,7 @@ struct TensorSpec {
 // q3_k q4_k q5_k q6_k mxfp4 (one type apart from the output); mxfp4_moe (llama.cpp's
 // MXFP4_MOE: expert tensors MXFP4, every other matrix Q8_0).
 std::vector<std::string> file_type_names();
-// The tensors of a model: llama in its historical order; the qwen architectures in
+// The tensors of a model: llama in its historical order; the other architectures in
 // llama.cpp's quantizer order (non-block tensors, then layer by layer, each by name).
 std::vector<TensorSpec> model_tensors(const ModelShape& s, const std::string& file_type);
 std::vector<TensorSpec> llama_tensors(const ModelShape& s, const std::string& file_type);
