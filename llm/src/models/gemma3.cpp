@@ -30,8 +30,7 @@ class Gemma3Model final : public Model {
     i.name = desc.name;
     read_decoder_hparams(w, i, {131072, 1e-6f, 1000000.f});
     i.n_ff = w.hp_size("feed_forward_length");
-    window_ = w.hp_size("attention.sliding_window", 4096);
-    if (window_ > INT32_MAX) w.refuse("attention.sliding_window", std::to_string(window_), "exceeds 2^31 - 1");
+    window_ = read_sliding_window(w, 4096);
     // Which layers are local: attention.sliding_window_pattern as one flag per layer
     // (true: local) or as a period N (every N-th layer global); absent, a period of 6
     // (llama.cpp's default for gemma3 files, which do not record it).
@@ -52,10 +51,8 @@ class Gemma3Model final : public Model {
       for (int64_t l = 0; l < i.n_layer; ++l) local[size_t(l)] = (l + 1) % pattern != 0;
     }
     local_base_ = w.hp_positive_float("rope.freq_base_swa", 10000.f);
-    if (auto type = w.hp_string("rope.scaling.type"); type && *type != "none") {
-      if (*type != "linear") throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");
-      i.rope_freq_scale = 1.f / w.hp_positive_float("rope.scaling.factor", 1.f);
-    }
+    if (read_rope_scaling(w, i).ext_factor != 0.f)
+      throw Error(arch + ": rope scaling type 'yarn' is not supported");
     // Queries are scaled by 1/sqrt(query_pre_attn_scalar): the head size, except in the
     // 27B model (62 layers), where it is n_embd / n_head (as llama.cpp infers it).
     const float pre_attn = i.n_layer == 62 ? float(i.n_embd / i.n_head) : float(i.head_dim);
@@ -106,7 +103,7 @@ class Gemma3Model final : public Model {
       s.rope_base = L.local ? local_base_ : info_.rope_freq_base;
       s.rope_scale = L.local ? 1.f : info_.rope_freq_scale;
       s.scale = attn_scale_;
-      s.window = L.local ? int32_t(window_) : 0;
+      s.window = L.local ? window_ : 0;
       int32_t att = self_attention(g, L.attn, info_, kv, int(l), b, x, pos, s);
       x = g.add(x, g.rms_norm(att, g.input(L.attn_post_norm), info_.rms_eps));
       const int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);
@@ -118,7 +115,7 @@ class Gemma3Model final : public Model {
 
  private:
   ModelInfo info_;
-  int64_t window_ = 0;
+  int32_t window_ = 0;
   float local_base_ = 10000.f, attn_scale_ = 1.f;
   std::vector<float> embd_scale_;  // sqrt(n_embd) in every column (the embeddings' scale)
   EmbeddingWeights embd_;

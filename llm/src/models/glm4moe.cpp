@@ -37,11 +37,7 @@ class Glm4MoeModel final : public Model {
     n_dense_ = w.hp_int("leading_dense_block_count", 0);
     if (n_dense_ < 0 || n_dense_ > i.n_layer)
       w.refuse("leading_dense_block_count", std::to_string(n_dense_), "must be 0 .. the number of layers");
-    i.n_expert = w.hp_size("expert_count");
-    i.n_expert_used = w.hp_size("expert_used_count");
-    if (i.n_expert_used > i.n_expert)
-      w.refuse("expert_used_count", std::to_string(i.n_expert_used), "exceeds expert_count " + std::to_string(i.n_expert));
-    i.n_ff = w.hp_size("expert_feed_forward_length");
+    read_expert_hparams(w, i);
     const int64_t n_ff_dense = w.hp_size("feed_forward_length");
     const int64_t n_shared = w.hp_int("expert_shared_count", 0);
     if (n_shared != 1)

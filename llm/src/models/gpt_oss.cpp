@@ -38,15 +38,8 @@ class GptOssModel final : public Model {
     i.architecture = arch;
     i.name = desc.name;
     read_decoder_hparams(w, i, {131072, 1e-5f, 150000.f});
-    i.n_expert = w.hp_size("expert_count");
-    i.n_expert_used = w.hp_size("expert_used_count");
-    if (i.n_expert_used > i.n_expert)
-      w.refuse("expert_used_count", std::to_string(i.n_expert_used), "exceeds expert_count " + std::to_string(i.n_expert));
-    i.n_ff = w.hp_has("expert_feed_forward_length") || !w.hp_has("feed_forward_length")
-                 ? w.hp_size("expert_feed_forward_length")
-                 : w.hp_size("feed_forward_length");
-    window_ = w.hp_size("attention.sliding_window", 128);
-    if (window_ > INT32_MAX) w.refuse("attention.sliding_window", std::to_string(window_), "exceeds 2^31 - 1");
+    read_expert_hparams(w, i);
+    window_ = read_sliding_window(w, 128);
     yarn_ = read_rope_scaling(w, i);
 
     embd_ = load_embedding(w, i);
@@ -101,7 +94,7 @@ class GptOssModel final : public Model {
       s.rope_base = info_.rope_freq_base;
       s.rope_scale = info_.rope_freq_scale;
       s.yarn = yarn_;
-      s.window = L.local ? int32_t(window_) : 0;
+      s.window = L.local ? window_ : 0;
       s.sinks = g.input(L.sinks);
       const int32_t att = g.add(self_attention(g, L.attn, info_, kv, int(l), b, x, pos, s), g.input(L.bo));
       x = g.add(x, att);
@@ -135,7 +128,7 @@ class GptOssModel final : public Model {
   }
 
   ModelInfo info_;
-  int64_t window_ = 0;
+  int32_t window_ = 0;
   RopeYarn yarn_;
   EmbeddingWeights embd_;
   std::vector<GptOssLayer> layers_;

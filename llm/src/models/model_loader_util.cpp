@@ -200,6 +200,22 @@ RopeYarn read_rope_scaling(const WeightSource& w, ModelInfo& i) {
   return yarn;
 }
 
+void read_expert_hparams(const WeightSource& w, ModelInfo& i) {
+  i.n_expert = w.hp_size("expert_count");
+  i.n_expert_used = w.hp_size("expert_used_count");
+  if (i.n_expert_used > i.n_expert)
+    w.refuse("expert_used_count", std::to_string(i.n_expert_used), "exceeds expert_count " + std::to_string(i.n_expert));
+  i.n_ff = w.hp_has("expert_feed_forward_length") || !w.hp_has("feed_forward_length")
+               ? w.hp_size("expert_feed_forward_length")
+               : w.hp_size("feed_forward_length");
+}
+
+int32_t read_sliding_window(const WeightSource& w, int64_t fallback) {
+  const int64_t window = w.hp_size("attention.sliding_window", fallback);
+  if (window > INT32_MAX) w.refuse("attention.sliding_window", std::to_string(window), "exceeds 2^31 - 1");
+  return int32_t(window);
+}
+
 static std::string shape_str(const int64_t* ne, size_t n) {
   std::ostringstream s;
   s << '[';

@@ -37,6 +37,12 @@ void read_decoder_hparams(const WeightSource& w, ModelInfo& info, const DecoderD
 // says otherwise, correction dimensions from original_context_length). Other types are
 // refused. Call after read_decoder_hparams (it reads rope_dims and rope_freq_base).
 RopeYarn read_rope_scaling(const WeightSource& w, ModelInfo& info);
+// A routed mixture of experts' sizes: expert_count, expert_used_count (at most the
+// count) and the expert width, expert_feed_forward_length (feed_forward_length in
+// files that give only that).
+void read_expert_hparams(const WeightSource& w, ModelInfo& info);
+// attention.sliding_window (`fallback` when absent), at most 2^31 - 1.
+int32_t read_sliding_window(const WeightSource& w, int64_t fallback);
 
 // Reads an architecture's hyperparameters and weights from a model description
 // (tessera's names; model_description.h). Messages name what the file calls them.

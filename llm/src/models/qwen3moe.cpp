@@ -23,14 +23,7 @@ class Qwen3MoeModel final : public Model {
     i.name = desc.name;
     // Checked against the tensor table before anything is sized (model_loader_util.h).
     read_decoder_hparams(w, i, {4096, 1e-6f, 1000000.f});
-    i.n_expert = w.hp_size("expert_count");
-    i.n_expert_used = w.hp_size("expert_used_count");
-    i.n_ff = w.hp_has("expert_feed_forward_length") || !w.hp_has("feed_forward_length")
-                 ? w.hp_size("expert_feed_forward_length")
-                 : w.hp_size("feed_forward_length");
-    if (i.n_expert_used > i.n_expert)
-      w.refuse("expert_used_count", std::to_string(i.n_expert_used),
-               "exceeds expert_count " + std::to_string(i.n_expert));
+    read_expert_hparams(w, i);
 
     embd_ = load_embedding(w, i);
     const int64_t E = i.n_embd;
