@@ -52,6 +52,11 @@ const PluginRecord& by_file(const PluginRegistry& r, const std::string& filename
   throw std::runtime_error("no record for file " + filename);
 }
 
+// A plugin configuration that searches `dir` alone.
+PluginConfig only_folder(const std::string& dir) {
+  return PluginConfig::from_string("[plugins]\npaths = [\"" + dir + "\"]\ndefault_paths = false\n", "/");
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -287,8 +292,7 @@ TEST_F(PluginAbi, APluginWithTheOtherStdStringAbiLoadsAndRuns) {
 // build of the same source is (the host asks it, and it declines by its own rule).
 TEST_F(PluginAbi, AnAbi3PluginLoadsAndRunsButIsNotGivenThePagedKvOps) {
   for (const std::string& dir : {kAbi3Dir, kAbiDir}) {
-    PluginRegistry reg(
-        PluginConfig::from_string("[plugins]\npaths = [\"" + dir + "\"]\ndefault_paths = false\n", "/"));
+    PluginRegistry reg(only_folder(dir));
     const std::string file = dir == kAbi3Dir ? "test_example_abi3.so" : "test_oldstring.so";
     const PluginRecord& r = by_file(reg, file);
     ASSERT_TRUE(r.usable) << r.reason;
@@ -347,8 +351,7 @@ TEST_F(PluginAbi, AnAbi3PluginLoadsAndRunsButIsNotGivenThePagedKvOps) {
 TEST_F(PluginAbi, OlderGenerationsGetTheirNodeLayoutAndNoneOfAbi5sParameters) {
   for (const auto& [dir, file, abi] : {std::tuple<std::string, std::string, int>{kAbi3Dir, "test_example_abi3.so", 3},
                                        {kAbi4Dir, "test_example_abi4.so", 4}}) {
-    PluginRegistry reg(
-        PluginConfig::from_string("[plugins]\npaths = [\"" + dir + "\"]\ndefault_paths = false\n", "/"));
+    PluginRegistry reg(only_folder(dir));
     const PluginRecord& r = by_file(reg, file);
     ASSERT_TRUE(r.usable) << r.reason;
     std::shared_ptr<Backend> be = reg.create_backend("example_cpu", nullptr);
