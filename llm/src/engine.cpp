@@ -45,7 +45,7 @@ void check_vectors_finite(const ModelFile& file) {
 Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0");
   if (opt.quantize) detail::check_quantize_target(*opt.quantize);  // before reading the file
-  pool_ = std::make_unique<FastPool>(opt.threads);
+  pool_ = opt.pool ? opt.pool : std::make_shared<FastPool>(opt.threads);
 
   OpenedModel opened = open_model_file(registry, opt.model_path);
   loader_ = opened.loader;

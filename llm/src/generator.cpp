@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "tessera/drafter.h"
 #include "tessera/engine.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -27,6 +28,13 @@ struct Generator::Seq {
   std::optional<KvCache::SeqId> kv;
   std::vector<KvCache::PageKey> keys;  // prefix-cache keys of the full pages computed so far
   int64_t step_tokens = 0;  // tokens fed in the current step
+  // Speculative decoding: this step's tokens when it verifies a draft (its next token,
+  // then the proposals), the copy of its KV sequence taken before the step when
+  // recurrent state must be restorable, and the acceptance measured so far.
+  std::vector<int32_t> feed, proposals;
+  std::optional<KvCache::SeqId> checkpoint;
+  double acceptance = 0.8;  // optimistic at first: speculation was asked for
+  int steps_without_draft = 0;
 
   Seq(uint64_t i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling), tokens(req.prompt) {}
   int64_t remaining() const { return int64_t(tokens.size()) - computed; }
@@ -59,7 +67,8 @@ KvCache::PageKey page_key(KvCache::PageKey before, std::span<const int32_t> toke
 
 }  // namespace
 
-Generator::Generator(Engine& engine, const GeneratorOptions& o) : engine_(engine), kv_(engine.kv()) {
+Generator::Generator(Engine& engine, const GeneratorOptions& o)
+    : engine_(engine), kv_(engine.kv()), drafter_(o.drafter) {
   budget_ = o.batch_tokens > 0 ? o.batch_tokens : engine.batch_tokens();
   max_running_ = o.max_running > 0 ? o.max_running : std::max(1, kv_.total_pages() * kv_.config().page_tokens /
                                                                       int(std::max<int64_t>(1, engine.n_ctx())));
@@ -113,6 +122,8 @@ uint64_t Generator::add(GenerationRequest r) {
   if (r.prompt.empty()) throw Error("the prompt is empty");
   if (r.max_tokens < 1) throw Error("max_tokens must be at least 1, got " + std::to_string(r.max_tokens));
   if (r.logprobs < -1) throw Error("logprobs must be -1 (off) or >= 0, got " + std::to_string(r.logprobs));
+  if (r.spec_max < 0) throw Error("the speculative draft length must be >= 0, got " + std::to_string(r.spec_max));
+  if (r.spec_max > 0 && !drafter_) r.spec_max = 0;  // no drafter: plain decoding
   const int64_t V = engine_.n_vocab();
   for (int32_t t : r.prompt)
     if (t < 0 || t >= V)
@@ -154,6 +165,10 @@ bool Generator::cancel(uint64_t id) {
 }
 
 void Generator::release(Seq& s) {
+  if (drafter_ && s.req.spec_max > 0) drafter_->release(s.id);
+  if (s.checkpoint) kv_.free_sequence(*s.checkpoint);
+  s.checkpoint.reset();
+  s.feed.clear();
   if (s.kv) kv_.free_sequence(*s.kv);  // registered full pages stay cached
   s.kv.reset();
   s.computed = 0;
@@ -260,6 +275,7 @@ std::vector<GenerationEvent> Generator::step() {
     batch.push_back(&s);
     --budget;
   }
+  if (drafter_ && budget > 0) draft(batch, budget);
   // 2. The next chunk of every running sequence still prefilling, then
   // 3. newly admitted sequences, first come first served.
   auto chunk = [&](Seq& s) {
@@ -292,6 +308,10 @@ std::vector<GenerationEvent> Generator::step() {
   std::vector<Engine::Chunk> chunks;
   chunks.reserve(batch.size());
   for (Seq* s : batch) {
+    if (!s->feed.empty()) {
+      chunks.push_back({*s->kv, s->feed, Engine::Logits::All});
+      continue;
+    }
     const bool last = s->computed + s->step_tokens == int64_t(s->tokens.size());
     chunks.push_back({*s->kv, std::span<const int32_t>(s->tokens.data() + s->computed, size_t(s->step_tokens)),
                       last ? Engine::Logits::Last : Engine::Logits::None});
@@ -308,27 +328,33 @@ std::vector<GenerationEvent> Generator::step() {
   std::vector<Seq*> finished;
   for (size_t i = 0; i < batch.size(); ++i) {
     Seq& s = *batch[i];
+    if (!s.feed.empty()) {
+      // Verify the draft: the row of each fed token gives the next one, until the
+      // sampler rejects a proposal (its replacement is the step's last token) or all
+      // are accepted (the last row gives one more).
+      const size_t n = s.feed.size() - 1;
+      int accepted = 0;
+      for (size_t j = 0; j <= n; ++j) {
+        const std::span<const float> row_logits = logits.subspan(row++ * V, V);
+        bool ok = false;
+        const int32_t tok = j < n ? s.sampler.verify(row_logits, s.feed[j + 1], ok) : s.sampler.sample(row_logits);
+        if (j < n) s.acceptance = 0.9 * s.acceptance + (ok ? 0.1 : 0.0);
+        if (emit(s, tok, row_logits, events) || !ok) {
+          row += n - j;  // the rows after it are not read
+          break;
+        }
+        ++accepted;
+      }
+      settle_draft(s, accepted);
+      register_full_pages(s);
+      if (events.back().finish != FinishReason::None) finished.push_back(&s);
+      continue;
+    }
     s.computed += s.step_tokens;
     register_full_pages(s);
     if (chunks[i].logits != Engine::Logits::Last) continue;
     const std::span<const float> row_logits = logits.subspan(row++ * V, V);
-    const int32_t tok = s.sampler.sample(row_logits);
-    s.sampler.accept(tok);
-    s.sampler.count_generated(tok);
-    ++s.generated;
-    GenerationEvent ev{s.id, tok, FinishReason::None, std::nullopt};
-    if (is_stop(s, tok)) {
-      ev.finish = FinishReason::Stop;
-      ev.token = -1;  // a stop token is not part of the text (nor of the log-probabilities)
-    } else {
-      // Only requests that ask pay for the log-softmax (one pass over the vocabulary).
-      if (s.req.logprobs >= 0) ev.logprobs = token_logprobs(row_logits, tok, s.req.logprobs);
-      if (s.generated >= s.req.max_tokens) ev.finish = FinishReason::Length;
-      else if (int64_t(s.tokens.size()) + 1 > engine_.n_ctx()) ev.finish = FinishReason::ContextFull;
-    }
-    s.tokens.push_back(tok);
-    events.push_back(std::move(ev));
-    if (events.back().finish != FinishReason::None) finished.push_back(&s);
+    if (emit(s, s.sampler.sample(row_logits), row_logits, events)) finished.push_back(&s);
   }
   for (Seq* s : finished) {
     retire(*s);
@@ -336,6 +362,93 @@ std::vector<GenerationEvent> Generator::step() {
     running_.erase(it);
   }
   return events;
+}
+
+bool Generator::emit(Seq& s, int32_t tok, std::span<const float> row_logits, std::vector<GenerationEvent>& events) {
+  s.sampler.accept(tok);
+  s.sampler.count_generated(tok);
+  ++s.generated;
+  GenerationEvent ev{s.id, tok, FinishReason::None, std::nullopt};
+  if (is_stop(s, tok)) {
+    ev.finish = FinishReason::Stop;
+    ev.token = -1;  // a stop token is not part of the text (nor of the log-probabilities)
+  } else {
+    // Only requests that ask pay for the log-softmax (one pass over the vocabulary).
+    if (s.req.logprobs >= 0) ev.logprobs = token_logprobs(row_logits, tok, s.req.logprobs);
+    if (s.generated >= s.req.max_tokens) ev.finish = FinishReason::Length;
+    else if (int64_t(s.tokens.size()) + 1 > engine_.n_ctx()) ev.finish = FinishReason::ContextFull;
+  }
+  s.tokens.push_back(tok);
+  events.push_back(std::move(ev));
+  return events.back().finish != FinishReason::None;
+}
+
+// Proposals for the decoding sequences of the batch that speculate: each asks for the
+// draft length its measured acceptance makes worth it, within the step's budget, its
+// context, its token limit and the free KV pages.
+void Generator::draft(std::vector<Seq*>& batch, int64_t& budget) {
+  std::vector<DraftRequest> requests;
+  std::vector<Seq*> asking;
+  for (Seq* s : batch) {
+    if (s->req.spec_max <= 0) continue;
+    int64_t k = choose_draft_length(s->acceptance, drafter_->relative_cost(), s->req.spec_max);
+    // When drafting does not pay, one token is still drafted every kProbeEvery steps,
+    // so a sequence whose drafts become good again is noticed.
+    constexpr int kProbeEvery = 16;
+    if (k == 0 && ++s->steps_without_draft >= kProbeEvery) k = 1;
+    if (k == 0) continue;
+    s->steps_without_draft = 0;
+    k = std::min({k, budget, engine_.n_ctx() - int64_t(s->tokens.size()), int64_t(s->req.max_tokens - s->generated - 1)});
+    if (k < 1) continue;
+    s->proposals.clear();
+    requests.push_back({s->id, s->tokens, int(k), &s->proposals});
+    asking.push_back(s);
+  }
+  if (requests.empty()) return;
+  drafter_->propose(requests);
+  for (size_t i = 0; i < asking.size(); ++i) {
+    Seq& s = *asking[i];
+    int64_t n = std::min<int64_t>({int64_t(s.proposals.size()), requests[i].max_tokens, budget});
+    if (n < 1) continue;
+    // Recurrent state exists only at the sequence's end: a fork keeps it (and shares
+    // the pages) for the case that a proposal is rejected.
+    if (kv_.has_recurrent()) s.checkpoint = kv_.fork_sequence(*s.kv);
+    while (n > 0 && !reserve(s, s.computed + 1 + n)) n /= 2;
+    if (n == 0) {
+      if (s.checkpoint) kv_.free_sequence(*s.checkpoint);
+      s.checkpoint.reset();
+      continue;
+    }
+    s.feed.assign(1, s.tokens.back());
+    s.feed.insert(s.feed.end(), s.proposals.begin(), s.proposals.begin() + n);
+    s.step_tokens = 1 + n;
+    budget -= n;
+  }
+}
+
+// After a verified draft: the KV cache keeps the fed tokens up to the last accepted
+// proposal. Without recurrent layers the positions past it are dropped; with them,
+// unless every proposal was accepted, the sequence goes back to the copy taken before
+// the step and the next step recomputes the accepted tokens.
+void Generator::settle_draft(Seq& s, int accepted) {
+  const int n = int(s.feed.size()) - 1;
+  ++stats_.spec_steps;
+  stats_.drafted_tokens += n;
+  stats_.accepted_tokens += accepted;
+  if (s.checkpoint) {
+    if (accepted == n) {
+      kv_.free_sequence(*s.checkpoint);
+      s.computed += 1 + n;
+    } else {
+      kv_.free_sequence(*s.kv);
+      s.kv = *s.checkpoint;
+    }
+    s.checkpoint.reset();
+  } else {
+    s.computed += 1 + accepted;
+    kv_.truncate(*s.kv, s.computed);
+  }
+  s.feed.clear();
 }
 
 }  // namespace tessera

@@ -161,7 +161,11 @@ void Sampler::count_generated(int32_t token) {
   generated_.emplace_back(token, 1);
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+// Fills cand_ with the tokens a draw chooses among, after the logit biases, the
+// penalties, top-k, top-p and min-p: ids in descending logit order (ascending id on
+// ties), every one possible. Returns the greedy choice instead (cand_ then unordered)
+// when the temperature is <= 0, else -1.
+int32_t Sampler::candidates(std::span<const float> logits) {
   if (logits.empty()) throw Error("sampler: empty logits row");
   if (logits.size() > size_t(std::numeric_limits<int32_t>::max()))
     throw Error("sampler: logits row of " + std::to_string(logits.size()) + " entries is too long");
@@ -249,23 +253,58 @@ int32_t Sampler::sample(std::span<const float> logits) {
     k = keep;
     cand_.resize(k);
   }
+  return -1;
+}
 
-  // Temperature, softmax weights and the draw.
-  const double inv_t = 1.0 / double(p_.temperature);
-  auto weight = [&](size_t i) { return std::exp((double(cand_[i].logit) - max_l) * inv_t); };
-  double total = 0.0;
-  for (size_t i = 0; i < k; ++i) total += weight(i);
+// The temperature-scaled softmax weight of candidate i (unnormalised).
+double Sampler::weight(size_t i) const {
+  return std::exp((double(cand_[i].logit) - double(cand_[0].logit)) * (1.0 / double(p_.temperature)));
+}
+
+// A draw among cand_ with their weights, leaving out token `skip` (-1: none);
+// `total` is the sum of the weights drawn among.
+int32_t Sampler::draw(double total, int32_t skip) {
   const double u = double(rng_() >> 11) * 0x1.0p-53;
   const double target = u * total;
   double cum = 0.0;
+  const size_t k = cand_.size();
   for (size_t i = 0; i < k; ++i) {
+    if (cand_[i].id == skip) continue;
     cum += weight(i);
     if (target < cum) return cand_[i].id;
   }
   // Rounding left target at the very top: the last token with positive weight.
   for (size_t i = k; i-- > 0;)
-    if (weight(i) > 0.0) return cand_[i].id;
+    if (cand_[i].id != skip && weight(i) > 0.0) return cand_[i].id;
   return cand_[0].id;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  const int32_t greedy = candidates(logits);
+  if (greedy >= 0) return greedy;
+  double total = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) total += weight(i);
+  return draw(total, -1);
+}
+
+int32_t Sampler::verify(std::span<const float> logits, int32_t draft, bool& accepted) {
+  const int32_t greedy = candidates(logits);
+  if (greedy >= 0) {
+    accepted = greedy == draft;
+    return greedy;
+  }
+  double total = 0.0, w_draft = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    const double w = weight(i);
+    total += w;
+    if (cand_[i].id == draft) w_draft = w;
+  }
+  // The draft is a point mass q: accept it with probability min(1, p/q) = p(draft);
+  // otherwise draw from the residual max(p - q, 0), which is p without the draft.
+  const double u = double(rng_() >> 11) * 0x1.0p-53;
+  accepted = u * total < w_draft;
+  if (accepted) return draft;
+  return draw(total - w_draft, draft);
 }
 
 }  // namespace tessera

@@ -75,3 +75,39 @@ test('a conversation the template refuses is a 400 with its message', async () =
     assert.equal(code, 0, 'the server did not shut down cleanly:\n' + s.stderr());
   }
 });
+
+test('--spec ngram: greedy answers equal plain ones, per-request speculative.n_max, /metrics counts drafts', async () => {
+  // qwen3-q4_k_m's greedy output repeats itself, so n-gram lookup drafts and is accepted.
+  const model = path.join(h.FIXTURES, 'models', 'qwen3-q4_k_m.gguf');
+  const plain = await h.startServer(['-m', model, '--threads', '1']);
+  const body = { prompt: [5, 6, 7, 8, 9], max_tokens: 60, temperature: 0, ignore_eos: true };
+  let expected;
+  try {
+    const r = await h.postJson(plain.url + '/v1/completions', body);
+    assert.equal(r.status, 200, r.text);
+    expected = r.json.choices[0].text;
+    const refused = await h.postJson(plain.url + '/v1/completions', { ...body, 'speculative.n_max': 4 });
+    assert.equal(refused.status, 400, refused.text);
+    assert.equal(refused.json.error.param, 'speculative.n_max');
+  } finally {
+    assert.equal(await plain.stop(), 0, plain.stderr());
+  }
+  const s = await h.startServer(['-m', model, '--threads', '1', '--parallel', '4', '--spec', 'ngram']);
+  try {
+    const answers = await Promise.all([
+      h.postJson(s.url + '/v1/completions', body),
+      h.postJson(s.url + '/v1/completions', { ...body, 'speculative.n_max': 0 }),
+      h.postJson(s.url + '/v1/completions', { ...body, 'speculative.n_max': 3 }),
+    ]);
+    for (const r of answers) {
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.choices[0].text, expected);
+    }
+    assert.ok(await h.metric(s.url, 'tessera_spec_drafted_tokens_total') > 0, 'nothing drafted');
+    assert.ok(await h.metric(s.url, 'tessera_spec_accepted_tokens_total') > 0, 'nothing accepted');
+    const bad = await h.postJson(s.url + '/v1/completions', { ...body, 'speculative.n_max': 65 });
+    assert.equal(bad.status, 400, bad.text);
+  } finally {
+    assert.equal(await s.stop(), 0, s.stderr());
+  }
+});

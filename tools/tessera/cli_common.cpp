@@ -59,6 +59,36 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
     ("help,h", "show this help");
 }
 
+void add_spec_options(po::options_description& desc, SpecOptions& s) {
+  desc.add_options()
+    ("spec", po::value(&s.spec)->value_name("KIND"),
+     "speculative decoding: `ngram` drafts from earlier occurrences of the last tokens (prompt lookup), "
+     "`draft:PATH` from a smaller model with the same vocabulary, `none` decodes one token per step; greedy "
+     "output is unchanged and sampled output keeps its distribution (docs/speculative.md)")
+    ("spec-max", po::value(&s.spec_max)->default_value(8),
+     "with --spec: drafted tokens verified per step at most (the number adapts to the acceptance)");
+}
+
+std::unique_ptr<Drafter> make_drafter(const PluginRegistry& reg, const CommonOptions& o, const SpecOptions& s,
+                                      const Engine& target) {
+  if (s.spec_max < 1 || s.spec_max > 64) throw Error("--spec-max must be between 1 and 64");
+  if (!s.enabled()) return nullptr;
+  if (s.spec == "ngram") return make_ngram_drafter();
+  if (s.spec.rfind("draft:", 0) == 0) {
+    EngineOptions eo;
+    eo.model_path = s.spec.substr(6);
+    if (eo.model_path.empty()) throw Error("--spec draft:PATH needs the draft model's path");
+    if (!std::filesystem::exists(eo.model_path)) throw Error("--spec: " + eo.model_path + ": no such file");
+    if (!o.backend.empty()) eo.backends = split(o.backend, ',');
+    eo.strict_backends = o.strict_backend;
+    return make_draft_model_drafter(reg, eo, target);
+  }
+  if (s.spec == "mtp")
+    throw Error("--spec mtp is not available yet: tessera does not run a file's multi-token-prediction layers; "
+                "use --spec ngram or --spec draft:PATH");
+  throw Error("--spec: '" + printable(s.spec, 40) + "' is not a drafter; use none, ngram or draft:PATH");
+}
+
 void add_sampling_options(po::options_description& desc, SamplerParams& sp) {
   desc.add_options()
     ("temp", po::value(&sp.temperature)->default_value(0.8f, "0.8"), "temperature (0 = greedy)")

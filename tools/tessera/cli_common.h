@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/drafter.h"
 #include "tessera/engine.h"
 #include "tessera/model_file.h"
 #include "tessera/plugin_registry.h"
@@ -36,6 +37,18 @@ struct CommonOptions {
 // Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx,
 // --batch, --check-tensors, --expert-cache and --quantize.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model);
+
+// Speculative decoding (drafter.h): --spec and --spec-max.
+struct SpecOptions {
+  std::string spec;  // empty: not asked for; none, ngram or draft:PATH
+  int spec_max = 8;
+  bool enabled() const { return !spec.empty() && spec != "none"; }
+};
+void add_spec_options(po::options_description& desc, SpecOptions& s);
+// The drafter --spec names, or null for none (throws tessera::Error naming a bad value
+// or an unusable draft model). A draft model runs on the target's backends and pool.
+std::unique_ptr<Drafter> make_drafter(const PluginRegistry& reg, const CommonOptions& o, const SpecOptions& s,
+                                      const Engine& target);
 
 // Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n with
 // llama.cpp's defaults (decision 7).

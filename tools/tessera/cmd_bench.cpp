@@ -43,6 +43,7 @@
 #include "tessera/engine.h"
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
+#include "tessera/generator.h"
 #include "tessera/hwprobe.h"
 #include "tessera/membw.h"
 #include "tessera/model.h"
@@ -184,10 +185,12 @@ int cmd_bench(int argc, char** argv) {
     ("profile", po::bool_switch(&profile), "after the timed runs, print the time per op type and backend of one "
                                            "prefill step and one decode step (nodes then run one by one, unfused)")
     ("json", po::bool_switch(&json), "print the results as one JSON object");
+  SpecOptions spec;
+  add_spec_options(desc, spec);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv,
-             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--parallel N] [--threads N] [--backend NAME] "
+             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--parallel N] [--spec KIND] [--threads N] [--backend NAME] "
              "[--json]",
              desc, nullptr, vm))
     return 0;
@@ -197,6 +200,11 @@ int cmd_bench(int argc, char** argv) {
   if (peak_runs < 0) throw Error("--peak-runs must be >= 0");
   if (o.parallel < 1) throw Error("--parallel must be >= 1");
   const int n_par = o.parallel;
+  // --spec (none included): decode generates greedily through the Generator, so the
+  // tokens fed are the model's own and drafts can be verified against them.
+  const bool generated_decode = !spec.spec.empty();
+  if (generated_decode && n_par > 1) throw Error("--spec measures one sequence; leave out --parallel");
+  if (generated_decode && n_prompt < 1) throw Error("--spec needs a prompt: -p must be >= 1");
   // The context is sized to the prompt and generation (decision 8), but never silently
   // beyond what the model was trained for: past it, --ctx must say so (issue 24).
   const int64_t needed = int64_t(n_prompt) + n_gen + 1;
@@ -214,6 +222,7 @@ int cmd_bench(int argc, char** argv) {
                 std::to_string(n_gen) + " (" + std::to_string(needed) + " positions needed)");
   }
   auto engine = make_engine(*reg, o);
+  const std::unique_ptr<Drafter> drafter = make_drafter(*reg, o, spec, *engine);
   const ModelInfo& mi = engine->model().info();
   const CpuFeatures& cpu = cpu_features();
   std::mt19937 rng(1234);
@@ -326,6 +335,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t xs_tokens = 0;
   TransferStats decode_transfers;  // host <-> device bytes over the timed decode steps
   int64_t decode_tokens = 0;
+  int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;  // --spec: over the timed decode runs
   auto xs_now = [&] { return engine->expert_stream() ? engine->expert_stream()->stats() : ExpertStreamStats{}; };
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
@@ -342,7 +352,34 @@ int cmd_bench(int argc, char** argv) {
     const ExpertStreamStats xs0 = xs_now();
     const TransferStats tr0 = engine->transfers();
     auto t1 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n_gen; ++i) {
+    if (generated_decode && n_gen > 0) {
+      // The Generator runs its own sequence: it prefills the prompt again (untimed) and
+      // the clock starts at its first token.
+      engine->reset();
+      GeneratorOptions go;
+      go.drafter = drafter.get();
+      go.prefix_cache = false;
+      Generator gen(*engine, go);
+      GenerationRequest req;
+      req.prompt = prompt;
+      req.sampling.temperature = 0;
+      req.max_tokens = n_gen + 1;  // the first comes from the prompt's logits
+      req.ignore_eos = true;
+      req.spec_max = drafter ? spec.spec_max : 0;
+      gen.add(std::move(req));
+      int produced = 0;
+      while (!gen.idle() && produced == 0)
+        for (const GenerationEvent& ev : gen.step()) produced += ev.token >= 0 || ev.finish != FinishReason::None;
+      const Generator::Stats before = gen.stats();
+      t1 = std::chrono::steady_clock::now();
+      while (!gen.idle()) gen.step();
+      if (r > 0) {
+        spec_steps += gen.stats().steps - before.steps;
+        spec_drafted += gen.stats().drafted_tokens - before.drafted_tokens;
+        spec_accepted += gen.stats().accepted_tokens - before.accepted_tokens;
+      }
+    }
+    for (int i = 0; i < (generated_decode ? 0 : n_gen); ++i) {
       if (n_par > 1) {
         parallel_decode_step();
         continue;
@@ -536,6 +573,20 @@ int cmd_bench(int argc, char** argv) {
                     "median (%.0f-%.0f)\n",
                     barrier.executors, barrier.median_ns, barrier.min_ns, barrier.max_ns);
     }
+  }
+  if (generated_decode && spec_steps > 0) {
+    const double acceptance = spec_drafted > 0 ? double(spec_accepted) / double(spec_drafted) : 0.0;
+    const double per_step = double(decode_tokens) / double(spec_steps);
+    j["spec"] = {{"drafter", drafter ? drafter->name() : "none"},
+                 {"max_tokens", drafter ? spec.spec_max : 0},
+                 {"drafted_tokens", spec_drafted},
+                 {"accepted_tokens", spec_accepted},
+                 {"acceptance_rate", acceptance},
+                 {"tokens_per_step", per_step}};
+    if (!json)
+      std::printf("speculative %s: %lld drafted, %lld accepted (%.1f%%); %.2f tokens per decode step\n",
+                  drafter ? drafter->name().c_str() : "none (the model's own greedy tokens, one per step)",
+                  (long long)spec_drafted, (long long)spec_accepted, 100.0 * acceptance, per_step);
   }
   if (const ExpertStream* xs = engine->expert_stream()) {
     const ExpertStreamStats all = xs->stats();

@@ -45,6 +45,8 @@ int cmd_chat(int argc, char** argv) {
     ("n-predict,n", po::value(&n_predict)->default_value(512), "tokens per answer at most")
     ("seed", po::value(&seed)->default_value(-1), "random seed (-1 = random)");
   add_sampling_options(desc, sp);
+  SpecOptions spec;
+  add_spec_options(desc, spec);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv,
@@ -68,7 +70,10 @@ int cmd_chat(int argc, char** argv) {
   if (template_text.empty())
     throw Error(engine->file().path() + " has no chat template (tokenizer.chat_template); give one with --chat-template");
   auto render = server::make_chat_renderer(template_text, tok);
-  Generator gen(*engine);
+  const std::unique_ptr<Drafter> drafter = make_drafter(*reg, o, spec, *engine);
+  GeneratorOptions go;
+  go.drafter = drafter.get();
+  Generator gen(*engine, go);
 
   std::signal(SIGINT, on_sigint);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -112,6 +117,7 @@ int cmd_chat(int argc, char** argv) {
     req.prompt = prompt;
     req.sampling = sp;
     req.sampling.seed = sp.seed + uint64_t(turn);
+    req.spec_max = drafter ? spec.spec_max : 0;
     req.max_tokens = int(std::min<int64_t>(n_predict, engine->n_ctx() - int64_t(prompt.size())));
     const int64_t reused_before = gen.stats().prefix_tokens_reused;
     const uint64_t id = gen.add(std::move(req));

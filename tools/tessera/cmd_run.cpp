@@ -62,6 +62,8 @@ int cmd_run(int argc, char** argv) {
     ("profile", po::bool_switch(&profile), "print the time per op type and backend of the first prefill step and of "
                                            "the first decode step (nodes then run one by one, unfused)");
   add_sampling_options(desc, sp);
+  SpecOptions spec;
+  add_spec_options(desc, spec);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv, "usage: tessera run [-m MODEL] -p TEXT [-n N] [sampling options] [--backend NAME]", desc,
@@ -73,6 +75,7 @@ int cmd_run(int argc, char** argv) {
 
   auto reg = make_registry(o);
   auto engine = make_engine(*reg, o);
+  const std::unique_ptr<Drafter> drafter = make_drafter(*reg, o, spec, *engine);
   const Tokenizer& tok = engine->tokenizer();
   std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() && !no_bos);
   if (ids.empty()) throw Error("the prompt is empty after tokenization (use a non-empty -p)");
@@ -93,12 +96,16 @@ int cmd_run(int argc, char** argv) {
   int generated = 0;
   double t_prefill = 0, t_decode = 0;
   std::vector<std::pair<std::string, OpProfile>> profiles;
+  Generator::Stats stats;
   if (n_predict > 0) {
-    Generator gen(*engine);
+    GeneratorOptions go;
+    go.drafter = drafter.get();
+    Generator gen(*engine, go);
     GenerationRequest req;
     req.prompt = ids;
     req.sampling = sp;
     req.max_tokens = n_predict;
+    req.spec_max = drafter ? spec.spec_max : 0;
     gen.add(std::move(req));
     OpProfile prof;
     bool prefill_profiled = false, decode_profiled = false, first = true;
@@ -141,6 +148,7 @@ int cmd_run(int argc, char** argv) {
       }
     }
     t_decode = generated > 1 ? seconds_since(t0) : 0.0;
+    stats = gen.stats();
   } else {  // -n 0: the prefill alone
     auto t0 = std::chrono::steady_clock::now();
     prefill_with_progress(*engine, ids);
@@ -158,6 +166,11 @@ int cmd_run(int argc, char** argv) {
                ids.size(), t_prefill, t_prefill > 0 ? double(ids.size()) / t_prefill : 0.0, generated, decoded,
                t_decode, decoded > 0 && t_decode > 0 ? double(decoded) / t_decode : 0.0,
                (unsigned long long)sp.seed, engine->threads());
+  if (drafter)
+    std::fprintf(stderr, "[speculative (%s): %lld steps verified %lld drafted tokens, %lld accepted (%.0f%%)]\n",
+                 drafter->name().c_str(), (long long)stats.spec_steps, (long long)stats.drafted_tokens,
+                 (long long)stats.accepted_tokens,
+                 stats.drafted_tokens > 0 ? 100.0 * double(stats.accepted_tokens) / double(stats.drafted_tokens) : 0.0);
   return 0;
 }
 

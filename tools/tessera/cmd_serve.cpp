@@ -114,6 +114,8 @@ int cmd_serve(int argc, char** argv) {
     ("shutdown-timeout", po::value(&shutdown_timeout)->default_value(30),
      "on SIGTERM/SIGINT: seconds running requests have to finish; then each is ended (a stream with its final "
      "chunk, finish_reason \"length\", and [DONE]) and the process exits 0");
+  SpecOptions spec;
+  add_spec_options(desc, spec);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv,
@@ -176,6 +178,7 @@ int cmd_serve(int argc, char** argv) {
   };
 
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<Drafter> drafter;  // after the engine (a draft model shares its pool), before the worker
   std::unique_ptr<server::EngineWorker> worker;
   try {
     auto reg = make_registry(o);
@@ -197,8 +200,11 @@ int cmd_serve(int argc, char** argv) {
       mc.render_chat = server::make_chat_renderer(template_text, *mc.tokenizer);
       mc.tool_format = server::detect_tool_call_format(template_text);
     }
+    drafter = make_drafter(*reg, o, spec, *engine);
+    mc.spec_max = drafter ? spec.spec_max : 0;
     GeneratorOptions go;
     go.max_running = o.parallel;
+    go.drafter = drafter.get();
     worker = std::make_unique<server::EngineWorker>(*engine, go, size_t(queue), metrics);
     api.attach(worker.get(), &metrics, std::move(mc));
   } catch (...) {

@@ -38,6 +38,10 @@ struct EngineOptions {
   std::vector<std::string> backends;
   bool strict_backends = false;  // only `backends`: a node none of them runs is an error
   int threads = 0;         // executors for the FastPool; 0 = all hardware threads
+  // Run on this worker pool instead of making one of `threads` executors: two engines
+  // that take turns (a speculative draft model and its target) share one, so neither's
+  // idle workers compete with the other's.
+  std::shared_ptr<FastPool> pool;
   int64_t n_ctx = 0;       // KV positions per sequence; 0 = min(model context length, 4096)
   int page_tokens = 16;    // KV cache page size
   int max_sequences = 1;   // sequences holding KV at once: the pool has n_ctx * max_sequences positions
@@ -83,6 +87,7 @@ class Engine {
   const Tokenizer* tokenizer_if_any() const { return tokenizer_.get(); }
   const Scheduler& scheduler() const { return *scheduler_; }
   int threads() const;
+  const std::shared_ptr<FastPool>& pool() const { return pool_; }
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_vocab() const;
 
@@ -144,7 +149,7 @@ class Engine {
   // out holds NaN or infinity, or is degenerate (every value equal).
   void check_logits(int64_t rows) const;
 
-  std::unique_ptr<FastPool> pool_;
+  std::shared_ptr<FastPool> pool_;
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<Model> model_;

@@ -11,6 +11,11 @@
 // model with recurrent layers shares exact whole prefixes instead: a finished
 // sequence is kept (its pages and its recurrent state at its end) and a prompt that
 // extends its tokens forks it (decision 38).
+// Speculative decoding (drafter.h): a decoding request with spec_max > 0 feeds the
+// drafter's proposals after its next token in the same step (they count against the
+// budget), keeps what its sampler accepts and rolls the rest back: KV positions are
+// truncated; recurrent layers' state is restored from a copy taken before the step and
+// the accepted tokens are recomputed in the next one (decision 102).
 // Not thread-safe: one thread adds, cancels and steps.
 #pragma once
 #include <cstdint>
@@ -25,6 +30,7 @@
 namespace tessera {
 
 class Engine;
+class Drafter;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids (BOS included if wanted); not empty
@@ -36,6 +42,9 @@ struct GenerationRequest {
   // most likely tokens at that position (token_logprobs in sampler.h: the model's raw
   // distribution). -1: off, and nothing is computed.
   int logprobs = -1;
+  // Speculative decoding: at most this many drafted tokens verified per step (0: off;
+  // needs GeneratorOptions::drafter). The draft length adapts to the acceptance.
+  int spec_max = 0;
 };
 
 enum class FinishReason : uint8_t {
@@ -63,6 +72,7 @@ struct GeneratorOptions {
   int max_running = 0;       // sequences decoding at once; 0 = the engine's max_sequences
   bool prefix_cache = true;  // share full KV pages of equal prefixes (recurrent models: whole prefixes)
   int kept_sequences = 0;    // recurrent models: finished sequences kept for reuse; 0 = max_running
+  Drafter* drafter = nullptr;  // proposes tokens for requests with spec_max > 0 (not owned)
 };
 
 class Generator {
@@ -90,6 +100,9 @@ class Generator {
     int64_t prefix_tokens_reused = 0;  // prompt tokens whose KV came from the prefix cache
     int64_t preemptions = 0;
     int64_t max_step_tokens = 0;
+    // Speculative decoding: steps of a sequence that verified a draft, the tokens
+    // drafted and those accepted.
+    int64_t spec_steps = 0, drafted_tokens = 0, accepted_tokens = 0;
   };
   const Stats& stats() const { return stats_; }
   bool prefix_cache_enabled() const { return prefix_cache_ || keep_finished_ > 0; }
@@ -112,9 +125,14 @@ class Generator {
   void release(Seq& s);
   void register_full_pages(Seq& s);
   bool is_stop(const Seq& s, int32_t token) const;
+  void draft(std::vector<Seq*>& batch, int64_t& budget);
+  // Appends a sampled token to s with its event; true when it ends the generation.
+  bool emit(Seq& s, int32_t token, std::span<const float> row, std::vector<GenerationEvent>& events);
+  void settle_draft(Seq& s, int accepted);
 
   Engine& engine_;
   KvCache& kv_;
+  Drafter* drafter_ = nullptr;
   int64_t budget_ = 0;
   int max_running_ = 0;
   bool prefix_cache_ = false;  // page sharing through the KV pool's registry

@@ -50,6 +50,13 @@ class Sampler {
   explicit Sampler(const SamplerParams& p);
   // Pick the next token from one row of logits (does not record it).
   int32_t sample(std::span<const float> logits);
+  // Speculative decoding: the token at a position whose drafted token was `draft`.
+  // Greedy: the argmax, accepted when it equals the draft. Otherwise the draft (a
+  // point mass) is accepted with the probability the sampler gives it, and a rejected
+  // draft is replaced by a draw from the sampler's distribution without it, so the
+  // returned tokens follow the same distribution as sample() (Leviathan et al.). Does
+  // not record the token.
+  int32_t verify(std::span<const float> logits, int32_t draft, bool& accepted);
   // Record a token for the repetition penalty (prompt tokens and generated ones).
   void accept(int32_t token);
   // Record a generated token for the presence and frequency penalties.
@@ -67,6 +74,9 @@ class Sampler {
   std::vector<Keyed> keyed_;  // sort_by_logit's work buffers (two halves)
   // cand_ (in ascending id order) into descending logit, ascending id on ties.
   void sort_by_logit();
+  int32_t candidates(std::span<const float> logits);
+  double weight(size_t i) const;
+  int32_t draw(double total, int32_t skip);
 };
 
 }  // namespace tessera

@@ -139,6 +139,8 @@ void EngineWorker::run() {
     metrics_.requests_waiting = int64_t(pending_.load());
     metrics_.kv_pages_used = engine_.kv().total_pages() - engine_.kv().free_pages();
     metrics_.prefix_cache_hit_tokens_total = gen_.stats().prefix_tokens_reused;
+    metrics_.spec_drafted_tokens_total = gen_.stats().drafted_tokens;
+    metrics_.spec_accepted_tokens_total = gen_.stats().accepted_tokens;
     const Engine::PlanCacheStats plans = engine_.plan_cache();
     metrics_.plan_cache_hits_total = int64_t(plans.hits);
     metrics_.plan_cache_misses_total = int64_t(plans.misses);

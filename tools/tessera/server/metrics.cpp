@@ -50,6 +50,10 @@ std::string Metrics::render() const {
   out += gauge("tessera_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_total);
   out += gauge("tessera_prefix_cache_hit_tokens_total", "counter",
                "Prompt tokens whose KV came from the prefix cache.", prefix_cache_hit_tokens_total);
+  out += gauge("tessera_spec_drafted_tokens_total", "counter", "Tokens proposed by the speculative drafter.",
+               spec_drafted_tokens_total);
+  out += gauge("tessera_spec_accepted_tokens_total", "counter", "Drafted tokens the verification accepted.",
+               spec_accepted_tokens_total);
   out += gauge("tessera_requests_total", "counter", "Generation requests accepted.", requests_total);
   out += gauge("tessera_request_errors_total", "counter", "Requests answered with an error.", request_errors_total);
   out += gauge("tessera_plan_cache_hits_total", "counter",

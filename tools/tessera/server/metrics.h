@@ -33,6 +33,8 @@ struct Metrics {
   // HTTP limits (GuardedServer): connections served now, connections answered 503
   // beyond --max-connections, requests refused for their size or for arriving too slowly.
   std::atomic<int64_t> http_connections_open{0}, http_connections_refused_total{0}, http_requests_refused_total{0};
+  // Speculative decoding: tokens drafted and tokens the verification accepted.
+  std::atomic<int64_t> spec_drafted_tokens_total{0}, spec_accepted_tokens_total{0};
   // Requests cancelled because their client went away.
   std::atomic<int64_t> requests_cancelled_total{0};
   Histogram time_to_first_token, inter_token_latency;

@@ -131,6 +131,15 @@ void parse_sampling(const json& body, const ModelContext& m, ParsedRequest& r, b
       bad("response_format", "only {\"type\": \"text\"} is supported as 'response_format'", "unsupported_parameter");
   }
   get(body, "ignore_eos", r.gen.ignore_eos);
+  // Speculative decoding per request, under llama.cpp's server's name for it.
+  r.gen.spec_max = m.spec_max;
+  if (int n = 0; get(body, "speculative.n_max", n)) {
+    if (n < 0 || n > 64) bad("speculative.n_max", "'speculative.n_max' must be in [0, 64]");
+    if (n > 0 && m.spec_max == 0)
+      bad("speculative.n_max", "this server decodes without a drafter (start it with --spec to speculate)",
+          "unsupported_parameter");
+    r.gen.spec_max = n;
+  }
   get(body, "stream", r.stream);
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) bad("stream_options", "'stream_options' must be an object", "invalid_type");

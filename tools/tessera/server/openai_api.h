@@ -47,6 +47,9 @@ struct ModelContext {
   std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools)> render_chat;
   // How the template's model writes tool calls (detect_tool_call_format).
   ToolCallFormat tool_format = ToolCallFormat::None;
+  // Speculative decoding: the server's --spec-max when it has a drafter (--spec), the
+  // default of a request's "speculative.n_max"; 0 = no drafter (only 0 is accepted).
+  int spec_max = 0;
 };
 
 // Log-probabilities: at most this many alternatives per token (completions'
