@@ -107,7 +107,16 @@ bool parse(int argc, char** argv, const char* usage, po::options_description& de
     if (positional) p.positional(*positional);
     po::store(p.run(), vm);
     if (vm.count("help")) {
-      std::cout << usage << "\n\n" << desc << "\n";
+      // Longer than stdio's buffer: written and checked here, while errno still says
+      // why a write failed.
+      std::ostringstream help;
+      help << usage << "\n\n" << desc << "\n";
+      const std::string text = help.str();
+      errno = 0;
+      if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+        const int e = errno;
+        throw Error(std::string("cannot write to standard output: ") + (e ? std::strerror(e) : "write error"));
+      }
       return false;
     }
     po::notify(vm);
