@@ -433,7 +433,7 @@ ModelContext model_context(const Tokenizer& tok) {
 }
 
 ParsedRequest chat(const ModelContext& m, const std::string& body) {
-  return parse_chat_request(json::parse(body), ojson::parse(body), m);
+  return parse_chat_request(RequestJson::parse(body), m);
 }
 
 int status_of(const std::function<void()>& f, std::string* param = nullptr) {
@@ -449,10 +449,10 @@ int status_of(const std::function<void()>& f, std::string* param = nullptr) {
 TEST(Requests, LogprobsFields) {
   FakeTokenizer tok({"<ctl>", "a", "b"});
   const ModelContext m = model_context(tok);
-  ParsedRequest r = parse_completion_request(json::parse(R"({"prompt": [1, 2], "logprobs": 3})"), m);
+  ParsedRequest r = parse_completion_request(RequestJson::parse(R"({"prompt": [1, 2], "logprobs": 3})"), m);
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.gen.logprobs, 3);
-  r = parse_completion_request(json::parse(R"({"prompt": [1, 2], "logprobs": null})"), m);
+  r = parse_completion_request(RequestJson::parse(R"({"prompt": [1, 2], "logprobs": null})"), m);
   EXPECT_EQ(r.gen.logprobs, -1);
   r = chat(m, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 20})");
   EXPECT_EQ(r.gen.logprobs, 20);
@@ -463,16 +463,16 @@ TEST(Requests, LogprobsFields) {
   std::string param;
   for (const char* b : {R"({"prompt": [1], "logprobs": 21})", R"({"prompt": [1], "logprobs": -1})",
                         R"({"prompt": [1], "logprobs": true})", R"({"prompt": [1], "echo": true})"}) {
-    EXPECT_EQ(status_of([&] { parse_completion_request(json::parse(b), m); }, &param), 400) << b;
+    EXPECT_EQ(status_of([&] { parse_completion_request(RequestJson::parse(b), m); }, &param), 400) << b;
   }
   EXPECT_EQ(param, "echo");
   for (const char* b : {R"({"prompt": [1], "echo": false})", R"({"prompt": [1], "best_of": 1, "suffix": ""})",
                         R"({"prompt": [1], "response_format": {"type": "text"}})"})
-    EXPECT_EQ(status_of([&] { parse_completion_request(json::parse(b), m); }), 200) << b;
+    EXPECT_EQ(status_of([&] { parse_completion_request(RequestJson::parse(b), m); }), 200) << b;
   for (const char* b : {R"({"prompt": [1], "best_of": 2})", R"({"prompt": [1], "suffix": "end"})",
                         R"({"prompt": [1], "response_format": {"type": "json_object"}})",
                         R"({"prompt": [1], "response_format": "json"})"})
-    EXPECT_EQ(status_of([&] { parse_completion_request(json::parse(b), m); }), 400) << b;
+    EXPECT_EQ(status_of([&] { parse_completion_request(RequestJson::parse(b), m); }), 400) << b;
   for (const char* b : {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
                         R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
                         R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})"})
@@ -527,18 +527,18 @@ TEST(Requests, MaxTokensLimitCapsMinusOneAndLargerValues) {
   FakeTokenizer tok({"<ctl>", "a", "b"});
   ModelContext m = model_context(tok);  // n_ctx 64
   // Without a limit: -1 is the rest of the context.
-  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": -1})"), m).gen.max_tokens, 62);
+  EXPECT_EQ(parse_completion_request(RequestJson::parse(R"({"prompt": [1, 2], "max_tokens": -1})"), m).gen.max_tokens, 62);
   EXPECT_EQ(chat(m, R"({"messages": [{"role": "user", "content": "x"}]})").gen.max_tokens, 63);  // chat's default
   m.max_tokens_limit = 10;
-  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": -1})"), m).gen.max_tokens, 10);
-  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": 50})"), m).gen.max_tokens, 10);
-  EXPECT_EQ(parse_completion_request(json::parse(R"({"prompt": [1, 2], "max_tokens": 7})"), m).gen.max_tokens, 7);
+  EXPECT_EQ(parse_completion_request(RequestJson::parse(R"({"prompt": [1, 2], "max_tokens": -1})"), m).gen.max_tokens, 10);
+  EXPECT_EQ(parse_completion_request(RequestJson::parse(R"({"prompt": [1, 2], "max_tokens": 50})"), m).gen.max_tokens, 10);
+  EXPECT_EQ(parse_completion_request(RequestJson::parse(R"({"prompt": [1, 2], "max_tokens": 7})"), m).gen.max_tokens, 7);
   EXPECT_EQ(chat(m, R"({"messages": [{"role": "user", "content": "x"}]})").gen.max_tokens, 10);
   EXPECT_EQ(chat(m, R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 30})").gen.max_tokens, 10);
   // The limit is not a way around the context: a prompt that leaves no room still fails.
   m.max_tokens_limit = 100;
   std::string param;
-  EXPECT_EQ(status_of([&] { parse_completion_request(json::parse(R"({"prompt": [1], "max_tokens": 80})"), m); }, &param),
+  EXPECT_EQ(status_of([&] { parse_completion_request(RequestJson::parse(R"({"prompt": [1], "max_tokens": 80})"), m); }, &param),
             400);
   EXPECT_EQ(param, "max_tokens");
 }

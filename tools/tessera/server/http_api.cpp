@@ -185,9 +185,8 @@ void HttpApi::install(httplib::Server& svr) {
       auto in_flight = std::make_shared<InFlight>(in_flight_);
       ParsedRequest parsed;
       try {
-        json body = json::parse(req.body);
-        parsed = chat ? parse_chat_request(body, nlohmann::ordered_json::parse(req.body), r->model)
-                      : parse_completion_request(body, r->model);
+        const RequestJson body = RequestJson::parse(req.body);
+        parsed = chat ? parse_chat_request(body, r->model) : parse_completion_request(body, r->model);
       } catch (const json::exception& e) {
         ++r->metrics->request_errors_total;
         send_error(res, 400, error_body(std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "",

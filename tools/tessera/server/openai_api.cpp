@@ -28,7 +28,7 @@ namespace {
 
 // A field that may be absent or null; if present it must have the right type.
 template <typename T>
-bool get(const json& body, const char* key, T& out) {
+bool get(const RequestJson& body, const char* key, T& out) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return false;
   if constexpr (std::is_same_v<T, bool>) {
@@ -48,7 +48,7 @@ bool get(const json& body, const char* key, T& out) {
   return true;
 }
 
-void parse_sampling(const json& body, const ModelContext& m, ParsedRequest& r, bool chat) {
+void parse_sampling(const RequestJson& body, const ModelContext& m, ParsedRequest& r, bool chat) {
   if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
   SamplerParams& sp = r.gen.sampling;
   // OpenAI's defaults: temperature 1 and top_p 1, nothing else truncating.
@@ -186,7 +186,7 @@ std::vector<int32_t> tokenize(const ModelContext& m, const std::string& text, bo
 
 }  // namespace
 
-ParsedRequest parse_completion_request(const json& body, const ModelContext& m) {
+ParsedRequest parse_completion_request(const RequestJson& body, const ModelContext& m) {
   ParsedRequest r;
   if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
   auto it = body.find("prompt");
@@ -209,13 +209,13 @@ ParsedRequest parse_completion_request(const json& body, const ModelContext& m) 
   return r;
 }
 
-ParsedRequest parse_chat_request(const json& body, const nlohmann::ordered_json& ordered, const ModelContext& m) {
+ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m) {
   using ojson = nlohmann::ordered_json;
   ParsedRequest r;
   r.chat = true;
   if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
-  auto it = ordered.find("messages");
-  if (it == ordered.end() || it->is_null()) bad("messages", "'messages' is required", "missing_required_parameter");
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) bad("messages", "'messages' is required", "missing_required_parameter");
   if (!it->is_array() || it->empty()) bad("messages", "'messages' must be a non-empty array", "invalid_type");
   ojson messages = ojson::array();
   for (const auto& msg : *it) {
@@ -255,7 +255,7 @@ ParsedRequest parse_chat_request(const json& body, const nlohmann::ordered_json&
     messages.push_back(std::move(out));
   }
   ojson tools = nullptr;
-  if (auto t = ordered.find("tools"); t != ordered.end() && !t->is_null()) {
+  if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) bad("tools", "'tools' must be an array", "invalid_type");
     for (const auto& tool : *t) {
       if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function")

@@ -71,10 +71,11 @@ struct ParsedRequest {
   bool parallel_tool_calls = true;  // false: only the first call is returned
 };
 
-ParsedRequest parse_completion_request(const nlohmann::json& body, const ModelContext& m);
-// `ordered` is the same body parsed with its key order kept (for the template).
-ParsedRequest parse_chat_request(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
-                                 const ModelContext& m);
+// A request body, parsed once with its key order kept (a chat template's tojson prints
+// the client's order).
+using RequestJson = nlohmann::ordered_json;
+ParsedRequest parse_completion_request(const RequestJson& body, const ModelContext& m);
+ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m);
 
 // "stop" or "length" (OpenAI's finish reasons).
 const char* openai_finish_reason(FinishReason r, bool stop_string);
