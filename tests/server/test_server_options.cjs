@@ -111,3 +111,34 @@ test('--spec ngram: greedy answers equal plain ones, per-request speculative.n_m
     assert.equal(await s.stop(), 0, s.stderr());
   }
 });
+
+test('/tokenize and /detokenize: llama.cpp fields, round trip, pieces, errors', async () => {
+  const s = await h.startServer(['-m', MODEL, '--threads', '1']);
+  try {
+    const text = 'Hello world, hello tokens';
+    let r = await h.postJson(s.url + '/tokenize', { content: text });
+    assert.equal(r.status, 200, r.text);
+    const ids = r.json.tokens;
+    assert.ok(ids.length > 0 && ids.every(Number.isInteger), r.text);
+    // The same ids a completion's prompt gets (no BOS unless asked for).
+    r = await h.postJson(s.url + '/tokenize', { content: text, add_special: true });
+    assert.ok(r.json.tokens.length >= ids.length, r.text);
+    r = await h.postJson(s.url + '/detokenize', { tokens: ids });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.content, text);
+    r = await h.postJson(s.url + '/tokenize', { content: text, with_pieces: true });
+    assert.deepEqual(r.json.tokens.map((t) => t.id), ids);
+    assert.equal(r.json.tokens.map((t) => t.piece).join('').trim(), text);
+    // Errors name the field.
+    r = await h.postJson(s.url + '/tokenize', { content: 5 });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.param, 'content');
+    r = await h.postJson(s.url + '/detokenize', { tokens: [1, 1e9] });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.param, 'tokens');
+    r = await h.postJson(s.url + '/detokenize', { tokens: 'x' });
+    assert.equal(r.status, 400);
+  } finally {
+    assert.equal(await s.stop(), 0, s.stderr());
+  }
+});

@@ -8,6 +8,7 @@
 
 #include "server/answer_stream.h"
 #include "server/guarded_server.h"
+#include "server/tokenize_api.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::server {
@@ -283,6 +284,24 @@ void HttpApi::install(httplib::Server& svr) {
   };
   svr.Post("/v1/completions", generate(false));
   svr.Post("/v1/chat/completions", generate(true));
+
+  // llama.cpp's tokenizer endpoints: answered here, without the engine's worker.
+  auto tokenizer_route = [ready_or_503](json (*respond)(const RequestJson&, const ModelContext&)) {
+    return [ready_or_503, respond](const httplib::Request& req, httplib::Response& res) {
+      auto r = ready_or_503(res);
+      if (!r) return;
+      try {
+        res.set_content(dump(respond(RequestJson::parse(req.body), r->model)), "application/json");
+      } catch (const json::exception& e) {
+        send_error(res, 400, error_body(std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "",
+                                        "invalid_json"));
+      } catch (const ApiError& e) {
+        send_error(res, e.status, error_body(e));
+      }
+    };
+  };
+  svr.Post("/tokenize", tokenizer_route(&tokenize_response));
+  svr.Post("/detokenize", tokenizer_route(&detokenize_response));
 }
 
 }  // namespace tessera::server
