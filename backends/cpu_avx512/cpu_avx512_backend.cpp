@@ -179,7 +179,7 @@ class CpuAvx512Backend final : public Backend {
 
   std::string name() const override { return "cpu_avx512"; }
 
-  // A matrix the kernels read in its own layout (issue #20's formats, F16, BF16, F32):
+  // A matrix the kernels read in its own layout (the format-kernel types, F16, BF16, F32):
   // copied as it is into huge pages, which stream faster than a model file's 4 KiB
   // page-cache pages, and the tensor points at the copy (the same layout, so every
   // reader may use it; the engine hands the original's pages back). 2-D contiguous
@@ -276,7 +276,7 @@ class CpuAvx512Backend final : public Backend {
       const Node& n = nodes[k];
       if (n.op == Op::MatMul && k + 1 < end && nodes[k + 1].op == Op::MatMul) {
         const ProductGroup grp = next_.node == k ? next_ : find_group(graph, k, end);
-        if (grp.n == 0) {  // products of issue #20's formats (row kernels) as one dispatch
+        if (grp.n == 0) {  // products of the format-kernel types (row kernels) as one dispatch
           const Tensor* rws[kMaxGroup];
           const Tensor* rdsts[kMaxGroup];
           const int rn = row_group(graph, k, end, rws, rdsts);
@@ -338,8 +338,7 @@ class CpuAvx512Backend final : public Backend {
   // docs/performance.md). Every element is computed by the same code whatever the
   // split, so results do not depend on the thread count.
   static constexpr int64_t kParCheap = 32768;  // Add, Mul, RmsNorm, Rope, GetRows, KvWrite
-  // Silu, SwiGlu, Softmax (exp16): one 2048-element SwiGlu row takes 0.9 us alone and
-  // 1.4 us split, 5632 elements 2.5 us alone and 2.2 us split (BM_SmallOp, 2 vCPUs).
+  // Silu, SwiGlu, Softmax (exp16): splitting pays from a few thousand elements.
   static constexpr int64_t kParExp = 4096;
 
   bool pool_split() const { return pool_ && pool_.executorCount() > 1; }
@@ -880,7 +879,7 @@ class CpuAvx512Backend final : public Backend {
     const Tensor* swiglu = nullptr;
   };
   // Consecutive products (from node k, up to kMaxGroup) over one x whose weights are of
-  // one of issue #20's formats (GGUF layout, row kernels), one dtype and K, with the
+  // one of the format-kernel types (GGUF layout, row kernels), one dtype and K, with the
   // same non-overlap conditions as matmul_group: q/k and gate/up of an IQ4_XS or Q3_K
   // model then wait once for the slower executor, as repacked groups do (decision 25).
   int row_group(const Graph& g, size_t k, size_t end, const Tensor** ws, const Tensor** dsts) const {
@@ -974,8 +973,8 @@ class CpuAvx512Backend final : public Backend {
   // gate, up order: a graph may hold up's product first (the order in which a
   // builder's function arguments were evaluated, as in `swiglu(matmul(..), matmul(..))`).
   // Only for several tokens (prefill): in decode each executor then alternates between
-  // two weight streams instead of streaming one product, and TinyLlama Q4_0 decode was
-  // 2-26% slower in 5 of 5 alternations (decision 31).
+  // two weight streams instead of streaming one product, which made decode slower
+  // (decision 31).
   const Tensor* fused_swiglu(const Graph& g, size_t k, size_t end, ProductGroup& grp) {
     const size_t j = k + size_t(grp.n);
     if (grp.n != 2 || j >= end || grp.rps[0]->N != grp.rps[1]->N) return nullptr;
@@ -1005,7 +1004,7 @@ class CpuAvx512Backend final : public Backend {
   static constexpr size_t kIdlePrefetchBytes = 256 << 10;
   //
   // Also requests the RmsNorm weights of the ops up to that product into the caller's
-  // cache (they are cold each token: 2048 floats took rms_norm 2.4 us instead of 1.3).
+  // cache (they are cold each token, which made rms_norm markedly slower).
   // Called before each product's dispatch, so both complete while it streams.
   void prepare_next_product(const Graph& g, size_t from, size_t first, size_t end) {
     const int execs = pool_ ? pool_.executorCount() : 1;
@@ -1027,7 +1026,7 @@ class CpuAvx512Backend final : public Backend {
       if (j >= from) next_.node = j;  // a product of this call still to come
     }
     if (next_.n == 0 && j >= from && j < end && nodes[j].op == Op::MatMul && nodes[j].src[0] >= 0) {
-      // A product of issue #20's formats (row kernels on the GGUF layout): the start of
+      // A product of the format-kernel types (row kernels on the GGUF layout): the start of
       // each worker's share of its rows, as for a repacked one. Only for a product of
       // this call (the tensor is the caller's; see row_hints_).
       const Tensor& w = g.tensor(nodes[j].src[0]);
@@ -1407,7 +1406,7 @@ class CpuAvx512Backend final : public Backend {
   WorkSplit split_;     // the items of the current product dispatch
   ProductGroup next_;  // the next product's group, found for its idle prefetch
   // An idle-prefetch hint points into a GGUF-layout weight (a row-kernel product of
-  // issue #20's formats): cancelled at the end of the execute call, since that memory
+  // the format-kernel types): cancelled at the end of the execute call, since that memory
   // is the caller's and may be freed after it.
   bool row_hints_ = false;
   bool repack_ = true;

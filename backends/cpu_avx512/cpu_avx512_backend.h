@@ -39,12 +39,12 @@ bool usable(std::string* why = nullptr);
 std::unique_ptr<Backend> make_backend(PoolRef pool, bool repack = true, int decode_tiles = 0,
                                       int decode_prefetch = -1);
 
-// 4 on AMD family 0x1A (Zen 5), where 4 tiles side by side decoded faster, else 1 (on
-// Zen 4 one tile at a time was faster): decision 32.
+// 4 on AMD family 0x1A, where 4 tiles side by side decoded faster, else 1 (one tile at
+// a time was faster on the others measured): decision 32.
 int default_decode_tiles();
 
-// True on AMD family 0x1A (Zen 5), where software prefetch made decode faster; false
-// elsewhere (on Zen 4 it made one core's stream 13-30% slower): decision 35.
+// True on AMD family 0x1A, where software prefetch made decode faster; false elsewhere
+// (it slowed one core's stream on the others measured): decision 35.
 bool default_decode_prefetch();
 
 }  // namespace tessera::cpu_avx512

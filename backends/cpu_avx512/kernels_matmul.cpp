@@ -127,7 +127,7 @@ void prep_bf16(const float* x, int64_t K, uint16_t* y) {
 }
 
 // The F16 scales of up to 16 consecutive blocks (stride BS bytes), as floats. Plain
-// 16-bit loads through a small buffer: a vpgatherdd costs more on Zen 4.
+// 16-bit loads through a small buffer: cheaper than a vpgatherdd.
 template <int64_t BS>
 inline __m512 block_scales(const uint8_t* w, int64_t cb) {
   alignas(32) uint16_t h[16];
@@ -621,7 +621,7 @@ DotFn pick(DType wt) {
     case DType::Q4_K: return &dot_q45_k<NC, false>;
     case DType::Q5_K: return &dot_q45_k<NC, true>;
     case DType::Q6_K: return &dot_q6_k<NC>;
-    default: return format_dot(wt, NC);  // issue #20's formats (kernels_matmul_formats.cpp)
+    default: return format_dot(wt, NC);  // the format-kernel types (kernels_matmul_formats.cpp)
   }
 }
 
@@ -693,7 +693,7 @@ void matmul_rows(const MatMulJob& j, int64_t r0, int64_t r1) {
       const Dot2Fn g = nc == 4 ? g4 : nc == 3 ? g3 : nc == 2 ? g2 : g1;
       float res[8];
       int64_t r = rb;
-      // Decode of issue #20's 256-blocks: 2 rows per pass (each row computed as alone).
+      // Decode of the format-kernel 256-blocks: 2 rows per pass (each row computed as alone).
       const RowDot2Fn d2 = j.M == 1 ? format_dot2(j.wt) : nullptr;
       if (d2)
         for (; r + 2 <= re; r += 2) {

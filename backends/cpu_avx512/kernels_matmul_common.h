@@ -21,10 +21,10 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 using quant::QK_K;
 
-// Software prefetch distance (bytes ahead in the weight stream). On the Zen 5 VM the
-// row kernels' decode needed it (Q4_0 2-thread decode 16 -> 21+ GB/s); the repacked
-// kernels make it optional in decode (MatMulJob::decode_prefetch, decision 35: on Zen 4
-// it held the core's L1 miss buffers and slowed the stream).
+// Software prefetch distance (bytes ahead in the weight stream). The row kernels'
+// decode needs it where the hardware prefetchers fall short; the repacked kernels make
+// it optional in decode (MatMulJob::decode_prefetch, decision 35: on other cores it
+// holds the L1 miss buffers and slows the stream).
 #ifndef PF_DIST
 #define PF_DIST 2048
 #endif
@@ -135,7 +135,7 @@ void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst);
 // (Q6_K: natural order and 16-element sums; Q4_K / Q5_K: their chunk order, 32-element sums).
 void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst);
 
-// ---- Row kernels of issue #20's formats (kernels_matmul_formats.cpp) -------------
+// ---- Row kernels of the format-kernel types (kernels_matmul_formats.cpp) ---------
 // Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K and IQ4_XS weights in their GGUF layout
 // against activations quantized exactly as quant::quantize_row of vec_dot_type(wt)
 // (Q8_1, Q8_0 or Q8_K) and laid out for the kernel (see the file's comment).

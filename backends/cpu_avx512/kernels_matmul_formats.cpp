@@ -1,4 +1,4 @@
-// AVX-512 row kernels of issue #20's weight formats (compiled with the kernel flags):
+// AVX-512 row kernels of the format-kernel weight types (compiled with the kernel flags):
 // Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (blocks of 32) and Q2_K, Q3_K, IQ4_XS (blocks of
 // 256). Like the row kernels of kernels_matmul.cpp, every weight row is dequantized in
 // registers against an activation column converted once to the reference's vec_dot

@@ -81,8 +81,7 @@ inline __m512i act_chunk(const int8_t* p) {
 // G consecutive tiles (decode: NC = 1) or NC columns of one tile (prefill) per call;
 // res is [G][NC][16]. Decode walks G tiles side by side so that each activation block
 // is loaded once per G tiles: a tile of K >= 4096 outgrows L1, and reloading the
-// activation from L2 per tile cost a third of the kernel's speed (TinyLlama's down
-// projection, K = 5632: 18 -> 27 GB/s on one core, measured with 4 tiles).
+// activation from L2 per tile slowed the kernel markedly (docs/performance.md).
 template <bool Q4, int NC, int G, bool PF = true>
 void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_t K, float* res) {
   static_assert(NC == 1 || G == 1);
@@ -94,8 +93,7 @@ void tile_dot(const uint8_t* tile, int64_t nb, const uint8_t* const* act, int64_
   const __m512i lowmask = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(char(0x80));
   // Decode (one column) reads each weight once: where it prefetches (PF), a
   // non-temporal request keeps the stream from evicting the activations, KV rows and
-  // outputs (Zen 5: TinyLlama Q4_0 decode +2-4%, every one of 9 alternations); prefill
-  // re-reads a tile per 4 columns, so it keeps T0.
+  // outputs (docs/performance.md); prefill re-reads a tile per 4 columns, so it keeps T0.
   constexpr auto kHint = NC == 1 ? _MM_HINT_NTA : _MM_HINT_T0;  // enum _mm_hint (GCC) or int (clang)
   const float* dy[NC];
   const int32_t* cy[NC];

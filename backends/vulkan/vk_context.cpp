@@ -199,7 +199,7 @@ std::string cache_dir();
 // What the probe's answer depends on, from cheap stat() calls only: the allow flag, the
 // loader's environment, the GPU device nodes, the driver manifests (name, size, mtime)
 // and this plugin file. Creating a Vulkan instance loads every installed driver (Mesa's
-// pull in LLVM): ~50-150 ms that every tessera process would pay in its plugin scan.
+// pull in LLVM): a cost every tessera process would pay in its plugin scan.
 std::string probe_fingerprint(bool allow_cpu) {
   namespace fs = std::filesystem;
   std::string fp = std::string("tessera-vulkan-probe-1|cpu=") + (allow_cpu ? "1" : "0");

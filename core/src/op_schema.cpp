@@ -77,7 +77,7 @@ int64_t block_elems(DType t) { return dtype_traits(t).block_elems; }
 
 
 // The plan-time contract: returns an empty string when the node is fine, the reason
-// otherwise. (Moved here from cpu_scalar, which held it until issue 21.)
+// otherwise.
 
 class Checker {
  public:

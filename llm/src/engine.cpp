@@ -85,7 +85,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   std::vector<std::string> names = opt.backends.empty() ? registry.ranked_backends() : opt.backends;
   if (names.empty()) throw Error("no usable backend plugin found (see `tessera backends`)");
   // Naming backends chooses who runs what they can; the reference backend stays the
-  // last resort for the rest (issue 21), unless the caller asked for those alone.
+  // last resort for the rest, unless the caller asked for those alone.
   constexpr const char* kReference = "cpu_scalar";
   if (!opt.backends.empty() && !opt.strict_backends &&
       std::find(names.begin(), names.end(), kReference) == names.end()) {
@@ -93,7 +93,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     if (ref && ref->usable && ref->kind == "backend") names.push_back(kReference);
   }
   // A backend whose plugin fails to create (its create() returns NULL) is skipped with
-  // a warning and the next one by rank takes its nodes (issue 24); a name that is
+  // a warning and the next one by rank takes its nodes; a name that is
   // unknown or unusable, or the only backend asked for, is still an error.
   std::vector<std::shared_ptr<Backend>> backends;
   std::string failed;
@@ -110,7 +110,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     }
   }
   if (backends.empty()) throw Error("no backend could be created: " + failed);
-  // Routed experts streamed from the file (issue 22) when asked, or by default when
+  // Routed experts streamed from the file when asked, or by default when
   // the model does not fit in the memory budget; their bytes are never all resident,
   // so no backend repacks them, and a device backend (which keeps a copy of every
   // weight it reads) cannot run with them.
@@ -270,7 +270,7 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
   return logits_;
 }
 
-// NaN or infinite logits are never handed on as if they were a distribution (issue 24):
+// NaN or infinite logits are never handed on as if they were a distribution:
 // a NaN weight or an overflow gives all-NaN rows that samplers would turn into token 0
 // or garbage without a word. Nor is a row whose values are all equal (decision 92): no
 // model produces one, but a zeroed hidden state does, and greedy sampling would then

@@ -1,5 +1,5 @@
 // Routed-expert weights streamed from the model file into a bounded cache, for MoE
-// models larger than memory (issue 22).
+// models larger than memory.
 //
 // Each expert tensor (blk.N.ffn_{gate,up,down}_exps) gets an address-space
 // reservation as large as the tensor, laid out exactly like the file's bytes, so the

@@ -41,7 +41,7 @@ std::unique_ptr<Model> Model::load(const ModelFile& file) {
     if (arch != a.name) continue;
     std::unique_ptr<Model> m = a.make(desc);
     // A tensor the architecture does not read is reported, never ignored silently: it
-    // may be a feature this build lacks (issue 24), or a sign of a wrong architecture.
+    // may be a feature this build lacks, or a sign of a wrong architecture.
     std::unordered_set<std::string_view> used;
     for (const Tensor* t : m->weights()) used.insert(t->name);
     const std::vector<std::string> skipped = m->skipped_tensors();

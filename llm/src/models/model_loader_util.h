@@ -47,7 +47,7 @@ int32_t read_sliding_window(const WeightSource& w, int64_t fallback);
 // Reads an architecture's hyperparameters and weights from a model description
 // (tessera's names; model_description.h). Messages name what the file calls them.
 //
-// Hostile files (issue 24): a hyperparameter is a claim the tensor table must back.
+// Hostile files: a hyperparameter is a claim the tensor table must back.
 // Before an architecture sizes anything from a value it reads it through one of the
 // checked getters below, which refuse (tessera::Error naming the key and the value)
 //  - a layer count above the number of layers whose tensors exist (blk.N.*),
