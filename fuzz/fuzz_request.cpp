@@ -1,5 +1,5 @@
-// libFuzzer target: any bytes as the JSON body of POST /v1/completions and POST
-// /v1/chat/completions, through the server's request parser (sampling parameters,
+// libFuzzer target: any bytes as the JSON body of POST /v1/completions, POST
+// /v1/chat/completions, /tokenize and /detokenize, through the server's request parser (sampling parameters,
 // stop strings, logprobs, tools, messages rendered by a ChatML template with tools).
 // The only allowed failures are a JSON parse error and an ApiError (a 4xx answer);
 // an accepted request must be one the engine can run: its prompt and answer fit the
@@ -13,6 +13,7 @@
 
 #include "server/chat_prompt.h"
 #include "server/openai_api.h"
+#include "server/tokenize_api.h"
 #include "tessera/tokenizer.h"
 
 namespace {
@@ -100,19 +101,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return m;
   }();
   const std::string body(reinterpret_cast<const char*>(data), size);
-  nlohmann::json j;
-  nlohmann::ordered_json ordered;
+  tessera::server::RequestJson body_json;
   try {
-    j = nlohmann::json::parse(body);
-    ordered = nlohmann::ordered_json::parse(body);
+    body_json = tessera::server::RequestJson::parse(body);
   } catch (const nlohmann::json::exception&) {
     return 0;  // the server's 400 invalid_json
   }
-  for (bool chat : {false, true}) {
+  for (int route = 0; route < 4; ++route) {
     try {
-      const auto r = chat ? tessera::server::parse_chat_request(j, ordered, model)
-                          : tessera::server::parse_completion_request(j, model);
-      check_request(r, model);
+      switch (route) {
+        case 0: check_request(tessera::server::parse_completion_request(body_json, model), model); break;
+        case 1: check_request(tessera::server::parse_chat_request(body_json, model), model); break;
+        case 2: (void)tessera::server::tokenize_response(body_json, model); break;
+        default: (void)tessera::server::detokenize_response(body_json, model); break;
+      }
     } catch (const tessera::server::ApiError& e) {
       check(e.status >= 400 && e.status < 500, "an ApiError that is not a 4xx");
     } catch (const nlohmann::json::exception& e) {
