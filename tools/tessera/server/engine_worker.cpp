@@ -73,11 +73,11 @@ void EngineWorker::run() {
       end_all = end_all_;
     }
     if (end_all) {
-      for (auto& job : fresh) job->push({-1, FinishReason::Length, {}, {}});
+      for (auto& job : fresh) job->push(Job::Event::ended(FinishReason::Length));
       fresh.clear();
       for (auto& job : active_) {
         gen_.cancel(job->id_);
-        job->push({-1, FinishReason::Length, {}, {}});
+        job->push(Job::Event::ended(FinishReason::Length));
       }
       active_.clear();
     }
@@ -89,14 +89,14 @@ void EngineWorker::run() {
         ++metrics_.requests_total;
         active_.push_back(job);
       } catch (const Error& e) {
-        job->push({-1, FinishReason::None, e.what(), {}});
+        job->push(Job::Event::failed(e.what()));
       }
     }
     // Clients that went away: their sequences and pages are released now.
     for (auto it = active_.begin(); it != active_.end();) {
       if ((*it)->cancelled()) {
         gen_.cancel((*it)->id_);
-        (*it)->push({-1, FinishReason::Cancelled, {}, {}});
+        (*it)->push(Job::Event::ended(FinishReason::Cancelled));
         it = active_.erase(it);
       } else {
         ++it;
@@ -110,7 +110,7 @@ void EngineWorker::run() {
         // The engine failed: every request in flight gets the error.
         for (auto& job : active_) {
           gen_.cancel(job->id_);
-          job->push({-1, FinishReason::None, e.what(), {}});
+          job->push(Job::Event::failed(e.what()));
         }
         active_.clear();
       }
@@ -127,8 +127,9 @@ void EngineWorker::run() {
         }
         job.last_token_ = now;
         ++metrics_.generated_tokens_total;
-        job.push({ev.token, ev.finish, {}, std::move(ev.logprobs)});
-        if (ev.finish != FinishReason::None) active_.erase(it);
+        const bool done = ev.finish != FinishReason::None;
+        job.push(Job::Event::of(std::move(ev)));
+        if (done) active_.erase(it);
       }
     }
     {
@@ -147,7 +148,7 @@ void EngineWorker::run() {
   }
   for (auto& job : active_) {
     gen_.cancel(job->id_);
-    job->push({-1, FinishReason::None, "the server is shutting down", {}});
+    job->push(Job::Event::failed("the server is shutting down"));
   }
   active_.clear();
 }

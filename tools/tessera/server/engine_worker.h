@@ -26,11 +26,24 @@ namespace tessera::server {
 // One request's generation as the handler sees it.
 class Job {
  public:
-  struct Event {
-    int32_t token = -1;  // a generated token (-1: none, e.g. only a finish)
-    FinishReason finish = FinishReason::None;
-    std::string error;   // set if the engine failed
-    std::optional<TokenLogprobs> logprobs;  // when the request asked for them
+  // The Generator's event (a token and/or a finish), or the engine's failure.
+  struct Event : GenerationEvent {
+    std::string error;  // set if the engine failed (then no token)
+    static Event of(GenerationEvent e) {
+      Event x;
+      static_cast<GenerationEvent&>(x) = std::move(e);
+      return x;
+    }
+    static Event ended(FinishReason why) {
+      Event x;
+      x.finish = why;
+      return x;
+    }
+    static Event failed(std::string why) {
+      Event x;
+      x.error = std::move(why);
+      return x;
+    }
   };
   explicit Job(GenerationRequest r) : request(std::move(r)) {}
   // Wait for the next events (up to `timeout`); returns them (maybe none).
