@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -340,10 +341,34 @@ int cmd_bench(int argc, char** argv) {
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
     for (auto& t : prompt) t = pick(rng);
+    // --spec: one Generator request prefills the prompt (until its first token) and
+    // then decodes greedily; the engine's own sequence is not used.
+    std::optional<Generator> gen;
+    Generator::Stats gen_before;
     auto t0 = std::chrono::steady_clock::now();
-    if (n_par > 1) parallel_prefill();
-    else if (n_prompt > 0) prefill_with_progress(*engine, prompt);  // progress on a terminal only
-    else engine->eval(std::span<const int32_t>(prompt.data(), 1), false);
+    if (generated_decode) {
+      GeneratorOptions go;
+      go.drafter = drafter.get();
+      go.prefix_cache = false;
+      gen.emplace(*engine, go);
+      GenerationRequest req;
+      req.prompt = prompt;
+      req.sampling.temperature = 0;
+      req.max_tokens = n_gen + 1;  // the first comes from the prompt's logits
+      req.ignore_eos = true;
+      req.spec_max = drafter ? spec.spec_max : 0;
+      gen->add(std::move(req));
+      bool first = false;
+      while (!gen->idle() && !first)
+        for (const GenerationEvent& ev : gen->step()) first = first || ev.token >= 0 || ev.finish != FinishReason::None;
+      gen_before = gen->stats();
+    } else if (n_par > 1) {
+      parallel_prefill();
+    } else if (n_prompt > 0) {
+      prefill_with_progress(*engine, prompt);  // progress on a terminal only
+    } else {
+      engine->eval(std::span<const int32_t>(prompt.data(), 1), false);
+    }
     double dt_p = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (probe_peak && r > 0) {  // outside the timed decode below
       let_engine_sleep();
@@ -352,31 +377,12 @@ int cmd_bench(int argc, char** argv) {
     const ExpertStreamStats xs0 = xs_now();
     const TransferStats tr0 = engine->transfers();
     auto t1 = std::chrono::steady_clock::now();
-    if (generated_decode && n_gen > 0) {
-      // The Generator runs its own sequence: it prefills the prompt again (untimed) and
-      // the clock starts at its first token.
-      engine->reset();
-      GeneratorOptions go;
-      go.drafter = drafter.get();
-      go.prefix_cache = false;
-      Generator gen(*engine, go);
-      GenerationRequest req;
-      req.prompt = prompt;
-      req.sampling.temperature = 0;
-      req.max_tokens = n_gen + 1;  // the first comes from the prompt's logits
-      req.ignore_eos = true;
-      req.spec_max = drafter ? spec.spec_max : 0;
-      gen.add(std::move(req));
-      int produced = 0;
-      while (!gen.idle() && produced == 0)
-        for (const GenerationEvent& ev : gen.step()) produced += ev.token >= 0 || ev.finish != FinishReason::None;
-      const Generator::Stats before = gen.stats();
-      t1 = std::chrono::steady_clock::now();
-      while (!gen.idle()) gen.step();
+    if (gen) {
+      while (!gen->idle()) gen->step();
       if (r > 0) {
-        spec_steps += gen.stats().steps - before.steps;
-        spec_drafted += gen.stats().drafted_tokens - before.drafted_tokens;
-        spec_accepted += gen.stats().accepted_tokens - before.accepted_tokens;
+        spec_steps += gen->stats().steps - gen_before.steps;
+        spec_drafted += gen->stats().drafted_tokens - gen_before.drafted_tokens;
+        spec_accepted += gen->stats().accepted_tokens - gen_before.accepted_tokens;
       }
     }
     for (int i = 0; i < (generated_decode ? 0 : n_gen); ++i) {
