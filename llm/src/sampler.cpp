@@ -256,6 +256,9 @@ int32_t Sampler::candidates(std::span<const float> logits) {
   return -1;
 }
 
+// A uniform double in [0, 1) from the seeded generator (53 random bits).
+double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
+
 // The temperature-scaled softmax weight of candidate i (unnormalised).
 double Sampler::weight(size_t i) const {
   return std::exp((double(cand_[i].logit) - double(cand_[0].logit)) * (1.0 / double(p_.temperature)));
@@ -264,8 +267,7 @@ double Sampler::weight(size_t i) const {
 // A draw among cand_ with their weights, leaving out token `skip` (-1: none);
 // `total` is the sum of the weights drawn among.
 int32_t Sampler::draw(double total, int32_t skip) {
-  const double u = double(rng_() >> 11) * 0x1.0p-53;
-  const double target = u * total;
+  const double target = uniform() * total;
   double cum = 0.0;
   const size_t k = cand_.size();
   for (size_t i = 0; i < k; ++i) {
@@ -301,8 +303,7 @@ int32_t Sampler::verify(std::span<const float> logits, int32_t draft, bool& acce
   }
   // The draft is a point mass q: accept it with probability min(1, p/q) = p(draft);
   // otherwise draw from the residual max(p - q, 0), which is p without the draft.
-  const double u = double(rng_() >> 11) * 0x1.0p-53;
-  accepted = u * total < w_draft;
+  accepted = uniform() * total < w_draft;
   if (accepted) return draft;
   return draw(total - w_draft, draft);
 }

@@ -75,6 +75,7 @@ class Sampler {
   // cand_ (in ascending id order) into descending logit, ascending id on ties.
   void sort_by_logit();
   int32_t candidates(std::span<const float> logits);
+  double uniform();
   double weight(size_t i) const;
   int32_t draw(double total, int32_t skip);
 };

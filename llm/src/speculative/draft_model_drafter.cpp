@@ -22,12 +22,6 @@ int32_t argmax(std::span<const float> row) {
   return int32_t(best);
 }
 
-double product_weight_bytes(const Engine& e) {
-  double b = 0;
-  for (const Tensor* t : e.product_weights()) b += double(t->nbytes());
-  return b;
-}
-
 class DraftModelDrafter final : public Drafter {
  public:
   DraftModelDrafter(const PluginRegistry& registry, EngineOptions o, const Engine& target) {
@@ -46,8 +40,8 @@ class DraftModelDrafter final : public Drafter {
                   ") has recurrent layers, whose state cannot be rolled back to the tokens the target accepts; "
                   "use an attention-only draft model");
     // Decode is bound by reading the weights: the byte ratio prices a drafted token.
-    const double tb = product_weight_bytes(target);
-    cost_ = tb > 0 ? product_weight_bytes(*engine_) / tb + 0.05 : 0.5;
+    const double tb = double(target.memory_plan().needs.weights);
+    cost_ = tb > 0 ? double(engine_->memory_plan().needs.weights) / tb + 0.05 : 0.5;
   }
   ~DraftModelDrafter() override {
     for (auto& [id, s] : seqs_) engine_->kv().free_sequence(s.kv);
