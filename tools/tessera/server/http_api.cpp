@@ -35,6 +35,22 @@ std::string new_id(const char* prefix) {
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
+// Runs `handle`, which reads the request body: a body that is not JSON, or an ApiError,
+// is answered here with its 4xx. False when it was.
+template <typename F>
+bool read_request(httplib::Response& res, F&& handle) {
+  try {
+    handle();
+    return true;
+  } catch (const json::exception& e) {
+    send_error(res, 400, error_body(std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "",
+                                    "invalid_json"));
+  } catch (const ApiError& e) {
+    send_error(res, e.status, error_body(e));
+  }
+  return false;
+}
+
 // Counts one generation response from its handler until its last byte is written
 // (a streamed one's provider holds it).
 struct InFlight {
@@ -185,17 +201,11 @@ void HttpApi::install(httplib::Server& svr) {
       }
       auto in_flight = std::make_shared<InFlight>(in_flight_);
       ParsedRequest parsed;
-      try {
-        const RequestJson body = RequestJson::parse(req.body);
-        parsed = chat ? parse_chat_request(body, r->model) : parse_completion_request(body, r->model);
-      } catch (const json::exception& e) {
+      if (!read_request(res, [&] {
+            const RequestJson body = RequestJson::parse(req.body);
+            parsed = chat ? parse_chat_request(body, r->model) : parse_completion_request(body, r->model);
+          })) {
         ++r->metrics->request_errors_total;
-        send_error(res, 400, error_body(std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "",
-                                        "invalid_json"));
-        return;
-      } catch (const ApiError& e) {
-        ++r->metrics->request_errors_total;
-        send_error(res, e.status, error_body(e));
         return;
       }
       ResponseIds ids{new_id(chat ? "chatcmpl" : "cmpl"),
@@ -290,14 +300,9 @@ void HttpApi::install(httplib::Server& svr) {
     return [ready_or_503, respond](const httplib::Request& req, httplib::Response& res) {
       auto r = ready_or_503(res);
       if (!r) return;
-      try {
+      read_request(res, [&] {
         res.set_content(dump(respond(RequestJson::parse(req.body), r->model)), "application/json");
-      } catch (const json::exception& e) {
-        send_error(res, 400, error_body(std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "",
-                                        "invalid_json"));
-      } catch (const ApiError& e) {
-        send_error(res, e.status, error_body(e));
-      }
+      });
     };
   };
   svr.Post("/tokenize", tokenizer_route(&tokenize_response));

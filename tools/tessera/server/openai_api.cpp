@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "server/request_fields.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::server {
@@ -21,32 +22,6 @@ json error_body(const std::string& message, const std::string& type, const std::
 json error_body(const ApiError& e) { return error_body(e.what(), e.type, e.param, e.code); }
 
 namespace {
-
-[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  throw ApiError(400, message, param, code);
-}
-
-// A field that may be absent or null; if present it must have the right type.
-template <typename T>
-bool get(const RequestJson& body, const char* key, T& out) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return false;
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!it->is_boolean()) bad(key, std::string("'") + key + "' must be a boolean", "invalid_type");
-    out = it->get<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer()) bad(key, std::string("'") + key + "' must be an integer", "invalid_type");
-    const int64_t v = it->get<int64_t>();
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      bad(key, std::string("'") + key + "' is out of range");
-    out = T(v);
-  } else {
-    if (!it->is_number()) bad(key, std::string("'") + key + "' must be a number", "invalid_type");
-    out = it->get<T>();
-    if (!std::isfinite(double(out))) bad(key, std::string("'") + key + "' must be finite");
-  }
-  return true;
-}
 
 void parse_sampling(const RequestJson& body, const ModelContext& m, ParsedRequest& r, bool chat) {
   if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");

@@ -1,6 +1,7 @@
 // POST /tokenize and /detokenize (see tokenize_api.h).
 #include "server/tokenize_api.h"
 
+#include "server/request_fields.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::server {
@@ -8,15 +9,9 @@ namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  throw ApiError(400, message, param, code);
-}
-
 bool flag(const RequestJson& body, const char* key, bool fallback) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) bad(key, std::string("'") + key + "' must be a boolean", "invalid_type");
-  return it->get<bool>();
+  get(body, key, fallback);
+  return fallback;
 }
 
 bool valid_utf8(const std::string& s) {
