@@ -312,6 +312,23 @@ TEST(ModelGen, Qwen35MoeLayersAlternateAndHoldSaneValues) {
       << "matrices have std 1/sqrt(fan-in)";
 }
 
+// A big preset as --list-presets names it (its name and `source`, the config it copies),
+// and its dry run: the whole model's `summary` line ("<arch>, N layers, ..."), and a
+// 9-layer cut.
+void expect_preset_dry_runs(const std::string& preset, const std::string& source, const std::string& summary) {
+  Result l = run("tessera-gen", "--list-presets");
+  ASSERT_EQ(l.status, 0);
+  EXPECT_NE(l.out.find(preset), std::string::npos) << l.out;
+  EXPECT_NE(l.out.find(source), std::string::npos) << l.out;
+  Result d = run("tessera-gen", "--preset " + preset + " --type q4_k_m --dry-run");
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_NE((d.out + d.err).find(summary), std::string::npos) << d.out << d.err;
+  Result d9 = run("tessera-gen", "--preset " + preset + " --type q4_k_m --layers 9 --dry-run");
+  ASSERT_EQ(d9.status, 0) << d9.err;
+  const std::string arch = summary.substr(0, summary.find(','));
+  EXPECT_NE((d9.out + d9.err).find(arch + ", 9 layers"), std::string::npos) << d9.out << d9.err;
+}
+
 // Issue 22: the Qwen3.5-397B-A17B shape from its published config.json. The dry run of the
 // whole preset pins every size at once: 396,346,350,336 parameters = 2 x 248320 x 4096
 // (embedding, untied output) + 4096 (output norm) + 60 x (512 experts x 3 x 4096 x 1024
@@ -321,20 +338,9 @@ TEST(ModelGen, Qwen35MoeLayersAlternateAndHoldSaneValues) {
 // gate 4096 x 16384, k / v 4096 x 512, out 8192 x 4096, q / k norms 256). A 4-layer cut
 // with 4 experts (2 used) is generated (--fast, q4_0: about 400 MB) for the keys and shapes.
 TEST(ModelGen, Qwen35_397bPresetShape) {
-  Result l = run("tessera-gen", "--list-presets");
-  ASSERT_EQ(l.status, 0);
-  EXPECT_NE(l.out.find("qwen3.5-397b-a17b"), std::string::npos) << l.out;
-  EXPECT_NE(l.out.find("Qwen/Qwen3.5-397B-A17B config.json"), std::string::npos) << l.out;
-
-  Result d = run("tessera-gen", "--preset qwen3.5-397b-a17b --type q4_k_m --dry-run");
-  ASSERT_EQ(d.status, 0) << d.err;
-  const std::string all = d.out + d.err;
-  EXPECT_NE(all.find("qwen35moe, 60 layers, n_embd 4096, vocab 248320, q4_k_m, 1098 tensors, 396.35 B parameters"),
-            std::string::npos)
-      << all;
-  Result d9 = run("tessera-gen", "--preset qwen3.5-397b-a17b --type q4_k_m --layers 9 --dry-run");
-  ASSERT_EQ(d9.status, 0) << d9.err;
-  EXPECT_NE((d9.out + d9.err).find("9 layers"), std::string::npos) << d9.out << d9.err;
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "qwen3.5-397b-a17b", "Qwen/Qwen3.5-397B-A17B config.json",
+      "qwen35moe, 60 layers, n_embd 4096, vocab 248320, q4_k_m, 1098 tensors, 396.35 B parameters"));
 
   std::string path = generate("--preset qwen3.5-397b-a17b --layers 4 --experts 4 --experts-used 2 --vocab-size 1024 "
                               "--type q4_0 --fast --quiet");
@@ -405,18 +411,9 @@ TEST(ModelGen, Qwen3MoeBigPresetShape) {
 // x 21504 + four norms 4 x 5376 + q / k norms 2 x 128). A 1-layer cut with a small
 // vocabulary is generated (--fast, q4_0: about 230 MB) for the keys and shapes.
 TEST(ModelGen, Gemma3_27bPresetShape) {
-  Result l = run("tessera-gen", "--list-presets");
-  ASSERT_EQ(l.status, 0);
-  EXPECT_NE(l.out.find("google/gemma-3-27b-it config.json"), std::string::npos) << l.out;
-
-  Result d = run("tessera-gen", "--preset gemma-3-27b --type q4_k_m --dry-run");
-  ASSERT_EQ(d.status, 0) << d.err;
-  EXPECT_NE(d.err.find("gemma3, 62 layers, n_embd 5376, vocab 262208, q4_k_m, 808 tensors, 27.01 B parameters"),
-            std::string::npos)
-      << d.err;
-  Result d9 = run("tessera-gen", "--preset gemma-3-27b --type q4_k_m --layers 9 --dry-run");
-  ASSERT_EQ(d9.status, 0) << d9.err;
-  EXPECT_NE(d9.err.find("gemma3, 9 layers"), std::string::npos) << d9.err;
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "gemma-3-27b", "google/gemma-3-27b-it config.json",
+      "gemma3, 62 layers, n_embd 5376, vocab 262208, q4_k_m, 808 tensors, 27.01 B parameters"));
   Result moe = run("tessera-gen", "--preset gemma-3-27b --experts 4 --dry-run");
   EXPECT_NE(moe.status, 0);
   EXPECT_NE(moe.err.find("MoE preset"), std::string::npos) << moe.err;
@@ -466,18 +463,9 @@ TEST(ModelGen, Gemma3_27bPresetShape) {
 // dense layer, then the NextN layer) with 4 experts is generated (--fast, q4_0: about
 // 270 MB).
 TEST(ModelGen, Glm45AirPresetShape) {
-  Result l = run("tessera-gen", "--list-presets");
-  ASSERT_EQ(l.status, 0);
-  EXPECT_NE(l.out.find("zai-org/GLM-4.5-Air config.json"), std::string::npos) << l.out;
-
-  Result d = run("tessera-gen", "--preset glm-4.5-air --type q4_k_m --dry-run");
-  ASSERT_EQ(d.status, 0) << d.err;
-  EXPECT_NE(d.err.find("glm4moe, 47 layers, n_embd 4096, vocab 151552, q4_k_m, 801 tensors, 109.23 B parameters"),
-            std::string::npos)
-      << d.err;
-  Result d9 = run("tessera-gen", "--preset glm-4.5-air --type q4_k_m --layers 9 --dry-run");
-  ASSERT_EQ(d9.status, 0) << d9.err;
-  EXPECT_NE(d9.err.find("glm4moe, 9 layers"), std::string::npos) << d9.err;
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "glm-4.5-air", "zai-org/GLM-4.5-Air config.json",
+      "glm4moe, 47 layers, n_embd 4096, vocab 151552, q4_k_m, 801 tensors, 109.23 B parameters"));
   Result one = run("tessera-gen", "--preset glm-4.5-air --layers 1 --dry-run");
   EXPECT_NE(one.status, 0) << "one block is all NextN";
   EXPECT_NE(one.err.find("NextN"), std::string::npos) << one.err;
