@@ -2,13 +2,18 @@
 // completions of a ~50-word prompt with a fixed answer length; reports the aggregate
 // generated tokens/s and the time to first token (p50, p99).
 //   node bench/server_load.cjs URL [clients=8] [requests_per_client=2] [max_tokens=64] [salt=0] [stagger_ms=0]
+//                              [temperature=0.7] [spec_n_max=0]
 // (a different salt gives different prompts: no prefix-cache hits across runs; with
 // stagger_ms client c starts c * stagger_ms after the first, so the batch's mix of
-// prefill and decode changes from step to step instead of moving in lockstep)
+// prefill and decode changes from step to step instead of moving in lockstep; with
+// spec_n_max > 0 the odd clients ask for speculative decoding with that many drafted
+// tokens and the even ones turn it off, on a server started with --spec)
 'use strict';
-const [url, clients = '8', perClient = '2', maxTokens = '64', salt = '0', staggerMs = '0'] = process.argv.slice(2);
+const [url, clients = '8', perClient = '2', maxTokens = '64', salt = '0', staggerMs = '0', temperature = '0.7',
+       specNMax = '0'] = process.argv.slice(2);
 if (!url) {
-  console.error('usage: node bench/server_load.cjs URL [clients] [requests_per_client] [max_tokens] [salt] [stagger_ms]');
+  console.error('usage: node bench/server_load.cjs URL [clients] [requests_per_client] [max_tokens] [salt] [stagger_ms] ' +
+                '[temperature] [spec_n_max]');
   process.exit(2);
 }
 const words = 'the of and to in a is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their has been would when who will more if no out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man'.split(' ');
@@ -23,12 +28,13 @@ function prompt(seed) {
   return out.join(' ');
 }
 
-async function one(seed) {
+async function one(seed, client) {
   const t0 = performance.now();
+  const body = { prompt: prompt(seed), max_tokens: Number(maxTokens), temperature: Number(temperature), seed,
+                 ignore_eos: true, stream: true, stream_options: { include_usage: true } };
+  if (Number(specNMax) > 0) body['speculative.n_max'] = client % 2 ? Number(specNMax) : 0;
   const r = await fetch(url + '/v1/completions', {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt: prompt(seed), max_tokens: Number(maxTokens), temperature: 0.7, seed,
-                           ignore_eos: true, stream: true, stream_options: { include_usage: true } }),
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
   });
   if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
   const dec = new TextDecoder();
@@ -54,7 +60,7 @@ async function one(seed) {
   const results = await Promise.all(Array.from({ length: C }, async (_, c) => {
     if (Number(staggerMs) > 0) await new Promise((r) => setTimeout(r, c * Number(staggerMs)));
     const out = [];
-    for (let k = 0; k < R; ++k) out.push(await one(c * 1000 + k));
+    for (let k = 0; k < R; ++k) out.push(await one(c * 1000 + k, c));
     return out;
   }));
   const wall = (performance.now() - t0) / 1000;
