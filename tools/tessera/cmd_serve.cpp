@@ -23,6 +23,7 @@
 #include "cli_common.h"
 #include "server/chat_prompt.h"
 #include "server/engine_worker.h"
+#include "server/grammar_cache.h"
 #include "server/guarded_server.h"
 #include "server/http_api.h"
 #include "server/tool_calls.h"
@@ -190,6 +191,7 @@ int cmd_serve(int argc, char** argv) {
     mc.n_vocab = engine->n_vocab();
     mc.n_ctx = engine->n_ctx();
     mc.max_tokens_limit = max_tokens_limit;
+    mc.grammars = std::make_shared<server::GrammarCache>(std::make_shared<const TokenVocabulary>(*mc.tokenizer));
     // The file's name without .gguf, or a checkpoint folder's whole name ("Qwen3-0.6B").
     std::filesystem::path mp = std::filesystem::path(engine->file().path()).lexically_normal();
     if (!mp.has_filename()) mp = mp.parent_path();  // "folder/"

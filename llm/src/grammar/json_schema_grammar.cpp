@@ -20,7 +20,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // The generic JSON rules, written once and referred to by name.
-constexpr const char* kJsonRules = R"(ws ::= [ \t\n]{0,20}
+constexpr const char* kJsonRules = R"(ws ::= "" | " " | "\n" [ \t]{0,20}
 json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 json-string ::= "\"" json-char* "\""
 json-int ::= "-"? ("0" | [1-9] [0-9]{0,15})
@@ -45,17 +45,20 @@ const std::set<std::string>& annotations() {
 
 class SchemaConverter {
  public:
-  explicit SchemaConverter(const json& root) : root_(root) {}
+  SchemaConverter(const json& root, const std::string& rule, const JsonSchemaOptions& o)
+      : root_(root), rule_(rule), strict_(o.strict) {}
 
   std::string convert() {
-    const std::string top = visit(root_, "root-value");
-    std::string out = "root ::= " + top + "\n";
+    const std::string top = visit(root_, rule_ + "-value");
+    std::string out = rule_ + " ::= " + top + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kJsonRules;
+    return out;
   }
 
  private:
   const json& root_;
+  const std::string rule_;
+  const bool strict_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> ref_rules_;  // "$ref" target -> its rule
 
@@ -64,7 +67,7 @@ class SchemaConverter {
     for (char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '-';
     if (base.empty()) base = "r";
     std::string name = base;
-    for (int n = 2; rules_.count(name) || name.rfind("json-", 0) == 0 || name == "ws" || name == "root"; ++n)
+    for (int n = 2; rules_.count(name) || name.rfind("json-", 0) == 0 || name == "ws" || name == rule_; ++n)
       name = base + "-" + std::to_string(n);
     rules_[name] = body;
     return name;
@@ -82,7 +85,7 @@ class SchemaConverter {
           "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
           "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
           "exclusiveMaximum", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
-      if (!known.count(k) && !annotations().count(k)) refuse("the keyword '" + k + "' is not supported");
+      if (!known.count(k) && !annotations().count(k) && strict_) refuse("the keyword '" + k + "' is not supported");
     }
     if (auto r = s.find("$ref"); r != s.end()) return ref(*r);
     if (auto e = s.find("enum"); e != s.end()) {
@@ -141,7 +144,7 @@ class SchemaConverter {
     std::string name;
     if (target == "#") {
       def = &root_;
-      name = "root-value";
+      name = rule_ + "-value";
     } else {
       for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
         const std::string p = prefix;
@@ -155,7 +158,7 @@ class SchemaConverter {
     }
     if (!def) refuse("'$ref' '" + target + "' does not name a definition of this schema (#, #/$defs/NAME)");
     // Named before it is visited, so that a reference inside it refers back.
-    const std::string rule = new_rule("ref-" + name, "");
+    const std::string rule = new_rule(rule_ + "-ref-" + name, "");
     ref_rules_[target] = rule;
     rules_[rule] = visit(*def, name);
     return rule;
@@ -265,12 +268,21 @@ class SchemaConverter {
     if (auto f = s.find("format"); f != s.end()) {
       if (!f->is_string()) refuse("'format' must be a string");
       if (s.contains("pattern") || has_len) refuse("'format' together with 'pattern' or lengths is not supported");
-      return new_rule(hint, "\"\\\"\" " + format(f->get<std::string>()) + " \"\\\"\"");
+      const std::string body = format(f->get<std::string>(), strict_);
+      if (body.empty()) return "json-string";
+      return new_rule(hint, "\"\\\"\" " + body + " \"\\\"\"");
     }
     if (auto p = s.find("pattern"); p != s.end()) {
       if (!p->is_string()) refuse("'pattern' must be a string");
       if (has_len) refuse("'pattern' together with 'minLength' or 'maxLength' is not supported");
-      return new_rule(hint, "\"\\\"\" " + gbnf::regex(p->get<std::string>(), "json-char") + " \"\\\"\"");
+      std::string body;
+      try {
+        body = gbnf::regex(p->get<std::string>(), "json-char");
+      } catch (const GrammarError&) {
+        if (strict_) throw;
+        return "json-string";  // not regular: not enforced
+      }
+      return new_rule(hint, "\"\\\"\" " + body + " \"\\\"\"");
     }
     if (!has_len) return "json-string";
     const size_t min = count(s, "minLength", 0), max = count(s, "maxLength", SIZE_MAX);
@@ -280,7 +292,8 @@ class SchemaConverter {
     return new_rule(hint, "\"\\\"\" json-char" + reps + " \"\\\"\"");
   }
 
-  static std::string format(const std::string& f) {
+  // The grammar of a format's text; empty when not strict and the format is unknown.
+  static std::string format(const std::string& f, bool strict) {
     const std::string date = R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))";
     const std::string time =
         R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))";
@@ -289,17 +302,19 @@ class SchemaConverter {
     if (f == "date-time") return "(" + date + " \"T\" " + time + ")";
     if (f == "uuid")
       return R"(([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}))";
+    if (!strict) return "";
     refuse("the string format '" + f + "' is not supported (date, time, date-time, uuid are)");
   }
 
-  static std::optional<int64_t> bound(const json& s, const char* key, bool integer_only) {
+  std::optional<int64_t> bound(const json& s, const char* key, bool integer_only) const {
     auto it = s.find(key);
     if (it == s.end()) return std::nullopt;
     if (it->is_number_integer()) return it->get<int64_t>();
     if (it->is_number_float()) {
       const double v = it->get<double>();
       if (std::floor(v) == v && std::fabs(v) < 9e18) return int64_t(v);
-      if (!integer_only) refuse("'" + std::string(key) + "' " + it->dump() + " on a number: only integer bounds are supported");
+      if (!integer_only && strict_)
+        refuse("'" + std::string(key) + "' " + it->dump() + " on a number: only integer bounds are supported");
       return std::nullopt;
     }
     refuse("'" + std::string(key) + "' must be a number");
@@ -328,7 +343,7 @@ class SchemaConverter {
       if (!lo && !hi) return "json-int";
       return new_rule(hint, gbnf::integer_range(lo, hi));
     }
-    if (s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum"))
+    if ((s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) && strict_)
       refuse("'exclusiveMinimum' and 'exclusiveMaximum' are supported on integers only");
     lo = bound(s, "minimum", false);
     hi = bound(s, "maximum", false);
@@ -365,14 +380,23 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_json) {
+std::string json_schema_rules(std::string_view schema_json, const std::string& rule, const JsonSchemaOptions& o) {
   json schema;
   try {
     schema = json::parse(schema_json);
   } catch (const json::exception& e) {
     throw GrammarError(std::string("JSON schema: not valid JSON: ") + e.what());
   }
-  return SchemaConverter(schema).convert();
+  return SchemaConverter(schema, rule, o).convert();
+}
+
+std::string json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaOptions& o) {
+  return json_schema_rules(schema_json, "root", o) + kJsonRules;
+}
+
+const std::string& json_common_gbnf() {
+  static const std::string k = kJsonRules;
+  return k;
 }
 
 std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kJsonRules; }
