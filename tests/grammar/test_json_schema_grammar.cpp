@@ -63,6 +63,9 @@ TEST(JsonSchemaGrammar, AdditionalProperties) {
   EXPECT_TRUE(ok(g, R"({"id": 3})"));
   EXPECT_TRUE(ok(g, R"({"id": 3, "k": "v", "k2": "w"})"));
   EXPECT_FALSE(ok(g, R"({"id": 3, "k": 4})"));
+  auto none = schema(R"({"type":"object","properties":{}})");
+  EXPECT_TRUE(ok(none, "{}"));
+  EXPECT_FALSE(ok(none, R"({"a": 1})"));
   auto map = schema(R"({"type":"object","additionalProperties":{"type":"integer"}})");
   EXPECT_TRUE(ok(map, R"({})"));
   EXPECT_TRUE(ok(map, R"({"a": 1, "b": -2})"));

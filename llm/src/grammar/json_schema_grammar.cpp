@@ -184,8 +184,8 @@ class SchemaConverter {
       }
     }
     if (!required.empty()) refuse("'required' names '" + *required.begin() + "', which 'properties' does not define");
-    // additionalProperties: absent means none when properties are listed (what
-    // structured output wants), any value otherwise.
+    // additionalProperties: absent means none when there is a "properties" (even an
+    // empty one: what structured output and tool parameters mean), any value otherwise.
     std::optional<std::string> extra;
     if (auto a = s.find("additionalProperties"); a != s.end()) {
       if (a->is_boolean()) {
@@ -193,7 +193,7 @@ class SchemaConverter {
       } else {
         extra = visit(*a, hint + "-additional");
       }
-    } else if (props.empty()) {
+    } else if (!s.contains("properties")) {
       extra = "json-value";
     }
     auto kv = [](const std::string& key, const std::string& value) { return key + " ws \":\" ws " + value; };
