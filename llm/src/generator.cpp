@@ -54,6 +54,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::Length: return "length";
     case FinishReason::ContextFull: return "context_full";
     case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Failed: return "failed";
   }
   return "unknown";
 }
@@ -361,7 +362,22 @@ std::vector<GenerationEvent> Generator::step() {
     register_full_pages(s);
     if (chunks[i].logits != Engine::Logits::Last) continue;
     const std::span<const float> row_logits = logits.subspan(row++ * V, V);
-    if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
+    if (!s.grammar) {
+      if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
+      continue;
+    }
+    // A grammar that cannot go on (too ambiguous, or nothing it allows is possible)
+    // ends its own request, not the step.
+    try {
+      if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
+    } catch (const Error& e) {
+      GenerationEvent ev;
+      ev.id = s.id;
+      ev.finish = FinishReason::Failed;
+      ev.error = e.what();
+      events.push_back(std::move(ev));
+      finished.push_back(&s);
+    }
   }
   for (Seq* s : finished) {
     retire(*s);
@@ -375,7 +391,9 @@ bool Generator::emit(Seq& s, int32_t tok, std::span<const float> row_logits, std
   s.sampler.accept(tok);
   s.sampler.count_generated(tok);
   ++s.generated;
-  GenerationEvent ev{s.id, tok, FinishReason::None, std::nullopt};
+  GenerationEvent ev;
+  ev.id = s.id;
+  ev.token = tok;
   if (is_stop(s, tok)) {
     ev.finish = FinishReason::Stop;
     ev.token = -1;  // a stop token is not part of the text (nor of the log-probabilities)

@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tessera/kv_cache.h"
@@ -59,6 +60,7 @@ enum class FinishReason : uint8_t {
   Length,       // max_tokens generated
   ContextFull,  // the sequence reached the context size
   Cancelled,
+  Failed,  // the request could not go on (its grammar): GenerationEvent::error says why
 };
 const char* finish_reason_name(FinishReason r);
 
@@ -72,6 +74,7 @@ struct GenerationEvent {
   int32_t token = -1;
   FinishReason finish = FinishReason::None;
   std::optional<TokenLogprobs> logprobs;
+  std::string error;  // with FinishReason::Failed
 };
 
 struct GeneratorOptions {

@@ -27,8 +27,8 @@ namespace tessera::server {
 class Job {
  public:
   // The Generator's event (a token and/or a finish), or the engine's failure.
+  // error (GenerationEvent's) is also set when the engine failed: then no token.
   struct Event : GenerationEvent {
-    std::string error;  // set if the engine failed (then no token)
     static Event of(GenerationEvent e) {
       Event x;
       static_cast<GenerationEvent&>(x) = std::move(e);
@@ -41,6 +41,7 @@ class Job {
     }
     static Event failed(std::string why) {
       Event x;
+      x.finish = FinishReason::Failed;
       x.error = std::move(why);
       return x;
     }
