@@ -77,6 +77,12 @@ printf '%s' '{"messages": [{"role": "system", "content": "Be brief."}, {"role": 
   >"$seeds/request/chat.json"
 printf '%s' '{"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "21"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}], "tool_choice": "auto", "parallel_tool_calls": false}' \
   >"$seeds/request/chat-tools.json"
+printf '%s' '{"messages": [{"role": "user", "content": "Who?"}], "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": -3, "maximum": 120}, "tags": {"type": "array", "items": {"enum": ["a", 1, null]}, "maxItems": 2}, "when": {"type": "string", "format": "date"}, "code": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"}}, "required": ["name"], "additionalProperties": false}}}}' \
+  >"$seeds/request/chat-json-schema.json"
+printf '%s' '{"prompt": "x", "grammar": "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\" | [^\\x00-\\x1f]{1,3}"}' \
+  >"$seeds/request/completion-grammar.json"
+printf '%s' '{"messages": [{"role": "user", "content": "Weather?"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}, "required": ["city"]}}}], "tool_choice": "required"}' \
+  >"$seeds/request/chat-tool-required.json"
 
 declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536 [safetensors]=65536 [request]=65536)
 status=0
