@@ -113,7 +113,16 @@ void EngineWorker::step_embeddings(std::vector<std::shared_ptr<EmbeddingJob>>& f
   }
   if (!embed_job_) return;
   try {
-    if (!embed_batch_->step()) return;
+    bool done = false;
+    try {
+      done = embed_batch_->step();
+    } catch (const KvPagesExhausted&) {
+      // Finished sequences kept for reuse (recurrent models) give their pages back first.
+      if (gen_.kept_sequences() == 0) throw;
+      gen_.release_kept_sequences();
+      done = embed_batch_->step();
+    }
+    if (!done) return;
   } catch (const KvPagesExhausted& e) {
     return fail(e.what(), true);
   } catch (const std::exception& e) {
