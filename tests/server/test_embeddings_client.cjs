@@ -143,6 +143,25 @@ test('bad requests are 400s naming the field', async () => {
   await assert.rejects(client.embeddings.create({ model: 'm', input: '' }), OpenAI.BadRequestError);
 });
 
+test('a client that goes away mid-request is cancelled and its KV pages freed', async () => {
+  // 1024 inputs of about 250 tokens: seconds of work on any machine.
+  const input = Array.from({ length: 1024 }, (_, i) => `${i} ${TEXTS[i % 3]} `.repeat(6));
+  const cancelled = await h.metric(server.url, 'tessera_requests_cancelled_total');
+  const answered = await h.metric(server.url, 'tessera_embedding_requests_total');
+  const abort = new AbortController();
+  const req = fetch(server.url + '/v1/embeddings', { method: 'POST', signal: abort.signal,
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input }) });
+  await h.waitFor(async () => (await h.metric(server.url, 'tessera_kv_pages_used')) > 0);
+  abort.abort();
+  await assert.rejects(req);
+  assert.ok(await h.waitFor(async () => (await h.metric(server.url, 'tessera_requests_cancelled_total')) === cancelled + 1),
+            'not cancelled');
+  assert.ok(await h.waitFor(async () => (await h.metric(server.url, 'tessera_kv_pages_used')) === 0), 'KV pages still held');
+  assert.equal(await h.metric(server.url, 'tessera_embedding_requests_total'), answered);
+  const r = await client.embeddings.create({ model: 'm', input: 'still serving' });
+  assert.equal(r.data.length, 1);
+});
+
 test('a streaming greedy completion gives the same text while embeddings run beside it', async () => {
   const prompt = 'In the beginning there was';
   const req = { model: 'm', prompt, max_tokens: 160, temperature: 0, ignore_eos: true };
