@@ -270,7 +270,7 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
   const int64_t rows = want_rows ? int64_t(out_rows_.size()) : 0;
   const int64_t width = hidden ? n_embd() : V;
   if (lt.type != DType::F32 || lt.ne[0] != width || lt.ne[1] != int64_t(out_rows_.size()))
-    throw Error(hidden ? "internal: hidden-state tensor has the wrong shape" : "internal: logits tensor has the wrong shape");
+    throw Error(std::string("internal: ") + (hidden ? "hidden-state" : "logits") + " tensor has the wrong shape");
   logits_.resize(size_t(rows * width));
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(&logits_[size_t(r * width)], lt.row<float>(r), size_t(width) * sizeof(float));

@@ -99,7 +99,8 @@ std::string base64_f32(std::span<const float> v) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (size_t i = 0; i < bytes.size(); i += 3) {
     const size_t n = std::min<size_t>(3, bytes.size() - i);
-    const uint32_t w = uint32_t(bytes[i]) << 16 | (n > 1 ? uint32_t(bytes[i + 1]) << 8 : 0) | (n > 2 ? bytes[i + 2] : 0);
+    const uint32_t w =
+        uint32_t(bytes[i]) << 16 | (n > 1 ? uint32_t(bytes[i + 1]) << 8 : 0) | (n > 2 ? bytes[i + 2] : 0);
     out += kAlphabet[(w >> 18) & 63];
     out += kAlphabet[(w >> 12) & 63];
     out += n > 1 ? kAlphabet[(w >> 6) & 63] : '=';

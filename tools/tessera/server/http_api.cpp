@@ -305,7 +305,9 @@ void HttpApi::install(httplib::Server& svr) {
     }
     InFlight in_flight(in_flight_);
     EmbeddingRequest parsed;
-    if (!read_request(res, [&] { parsed = parse_embedding_request(RequestJson::parse(req.body), r->model, r->embeddings); })) {
+    if (!read_request(res, [&] {
+          parsed = parse_embedding_request(RequestJson::parse(req.body), r->model, r->embeddings);
+        })) {
       ++r->metrics->request_errors_total;
       return;
     }
