@@ -159,6 +159,7 @@ int cmd_serve(int argc, char** argv) {
   server::Metrics metrics;
   server::GuardedServer svr(limits, metrics);
   server::HttpApi api(api_key);
+  svr.set_tcp_nodelay(true);
   api.install(svr);
   if (port == 0) {
     port = svr.bind_to_any_port(host);
