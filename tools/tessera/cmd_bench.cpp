@@ -37,6 +37,7 @@
 #include "tessera/expert_stream.h"
 
 #include "cli_common.h"
+#include "cli_grammar.h"
 #include "tessera/backend.h"
 #include "tessera/compute_peak.h"
 #include "tessera/dispatch_probe.h"
@@ -45,6 +46,7 @@
 #include "tessera/error.h"
 #include "tessera/fast_pool.h"
 #include "tessera/generator.h"
+#include "tessera/grammar.h"
 #include "tessera/hwprobe.h"
 #include "tessera/membw.h"
 #include "tessera/model.h"
@@ -188,11 +190,13 @@ int cmd_bench(int argc, char** argv) {
     ("json", po::bool_switch(&json), "print the results as one JSON object");
   SpecOptions spec;
   add_spec_options(desc, spec);
+  GrammarOptions grammar;
+  add_grammar_options(desc, grammar);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv,
-             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--parallel N] [--spec KIND] [--threads N] [--backend NAME] "
-             "[--json]",
+             "usage: tessera bench [-m MODEL] [-p 512] [-n 128] [-r 5] [--parallel N] [--spec KIND] [--json-schema S] "
+             "[--threads N] [--backend NAME] [--json]",
              desc, nullptr, vm))
     return 0;
   if (n_prompt < 0 || n_gen < 0 || reps < 1) throw Error("-p and -n must be >= 0 and -r >= 1");
@@ -201,11 +205,15 @@ int cmd_bench(int argc, char** argv) {
   if (peak_runs < 0) throw Error("--peak-runs must be >= 0");
   if (o.parallel < 1) throw Error("--parallel must be >= 1");
   const int n_par = o.parallel;
-  // --spec (none included): decode generates greedily through the Generator, so the
-  // tokens fed are the model's own and drafts can be verified against them.
-  const bool generated_decode = !spec.spec.empty();
-  if (generated_decode && n_par > 1) throw Error("--spec measures one sequence; leave out --parallel");
-  if (generated_decode && n_prompt < 1) throw Error("--spec needs a prompt: -p must be >= 1");
+  // --spec (none included) and a grammar: decode generates greedily through the
+  // Generator, so the tokens fed are the model's own (drafts can be verified against
+  // them, a grammar's masks are computed for them).
+  const bool constrained = !grammar.grammar_file.empty() || !grammar.grammar.empty() || !grammar.json_schema.empty();
+  const bool generated_decode = !spec.spec.empty() || constrained;
+  const char* why_generated = constrained ? "a grammar" : "--spec";
+  if (generated_decode && n_par > 1)
+    throw Error(std::string(why_generated) + " measures one sequence; leave out --parallel");
+  if (generated_decode && n_prompt < 1) throw Error(std::string(why_generated) + " needs a prompt: -p must be >= 1");
   // The context is sized to the prompt and generation (decision 8), but never silently
   // beyond what the model was trained for: past it, --ctx must say so (issue 24).
   const int64_t needed = int64_t(n_prompt) + n_gen + 1;
@@ -224,6 +232,8 @@ int cmd_bench(int argc, char** argv) {
   }
   auto engine = make_engine(*reg, o);
   const std::unique_ptr<Drafter> drafter = make_drafter(*reg, o, spec, *engine);
+  const std::shared_ptr<GrammarConstraint> constraint = make_grammar(grammar, engine->tokenizer());
+  GrammarConstraint::Stats grammar_stats;  // over the timed decode runs, each with a fresh cache
   const ModelInfo& mi = engine->model().info();
   const CpuFeatures& cpu = cpu_features();
   std::mt19937 rng(1234);
@@ -345,6 +355,7 @@ int cmd_bench(int argc, char** argv) {
     // then decodes greedily; the engine's own sequence is not used.
     std::optional<Generator> gen;
     Generator::Stats gen_before;
+    const std::shared_ptr<GrammarConstraint> rep_constraint = constraint ? constraint->fresh() : nullptr;
     auto t0 = std::chrono::steady_clock::now();
     if (generated_decode) {
       GeneratorOptions go;
@@ -357,6 +368,7 @@ int cmd_bench(int argc, char** argv) {
       req.max_tokens = n_gen + 1;  // the first comes from the prompt's logits
       req.ignore_eos = true;
       req.spec_max = drafter ? spec.spec_max : 0;
+      req.grammar = rep_constraint;
       gen->add(std::move(req));
       bool first = false;
       while (!gen->idle() && !first)
@@ -378,7 +390,22 @@ int cmd_bench(int argc, char** argv) {
     const TransferStats tr0 = engine->transfers();
     auto t1 = std::chrono::steady_clock::now();
     if (gen) {
-      while (!gen->idle()) gen->step();
+      int decoded = 0;
+      while (!gen->idle())
+        for (const GenerationEvent& ev : gen->step()) {
+          if (ev.finish == FinishReason::Failed) throw Error(ev.error);
+          decoded += ev.token >= 0;
+          if (ev.finish == FinishReason::Stop && decoded < n_gen)
+            throw Error("the grammar ended the answer after " + std::to_string(decoded + 1) + " tokens, before -n " +
+                        std::to_string(n_gen) + ": give one that goes on (a JSON array of strings, say) or a "
+                        "smaller -n");
+        }
+      if (r > 0 && rep_constraint) {
+        const GrammarConstraint::Stats st = rep_constraint->stats();
+        grammar_stats.states += st.states;
+        grammar_stats.mask_hits += st.mask_hits;
+        grammar_stats.mask_misses += st.mask_misses;
+      }
       if (r > 0) {
         spec_steps += gen->stats().steps - gen_before.steps;
         spec_drafted += gen->stats().drafted_tokens - gen_before.drafted_tokens;
@@ -593,6 +620,16 @@ int cmd_bench(int argc, char** argv) {
       std::printf("speculative %s: %lld drafted, %lld accepted (%.1f%%); %.2f tokens per decode step\n",
                   drafter ? drafter->name().c_str() : "none (the model's own greedy tokens, one per step)",
                   (long long)spec_drafted, (long long)spec_accepted, 100.0 * acceptance, per_step);
+  }
+  if (constraint) {
+    j["grammar"] = {{"states", grammar_stats.states},
+                    {"masks_computed", grammar_stats.mask_misses},
+                    {"masks_from_cache", grammar_stats.mask_hits}};
+    if (!json)
+      std::printf("grammar: %llu states, %llu token masks computed, %llu taken from the cache (timed runs, each "
+                  "with an empty cache)\n",
+                  (unsigned long long)grammar_stats.states, (unsigned long long)grammar_stats.mask_misses,
+                  (unsigned long long)grammar_stats.mask_hits);
   }
   if (const ExpertStream* xs = engine->expert_stream()) {
     const ExpertStreamStats all = xs->stats();

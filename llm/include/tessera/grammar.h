@@ -128,6 +128,10 @@ class GrammarConstraint {
     uint64_t states = 0, mask_hits = 0, mask_misses = 0;
   };
   Stats stats() const;
+  // A constraint on the same grammar and vocabulary with nothing cached yet.
+  std::shared_ptr<GrammarConstraint> fresh() const {
+    return std::make_shared<GrammarConstraint>(grammar_, vocab_);
+  }
 
  private:
   friend class GrammarMatcher;
