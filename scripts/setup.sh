@@ -43,8 +43,11 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
-# The official OpenAI client for the server tests, into the build tree (not committed).
-if [ ! -f "$BUILD_DIR/node/node_modules/openai/package.json" ]; then
-  mkdir -p "$BUILD_DIR/node"
-  npm install --prefix "$BUILD_DIR/node" --no-audit --no-fund --loglevel=error openai@4.95.0 >/dev/null
-fi
+# The official OpenAI client for the server tests, and ajv (JSON Schema validation of
+# structured output), into the build tree (not committed).
+for pkg in openai@4.95.0 ajv@8.17.1; do
+  if [ ! -f "$BUILD_DIR/node/node_modules/${pkg%@*}/package.json" ]; then
+    mkdir -p "$BUILD_DIR/node"
+    npm install --prefix "$BUILD_DIR/node" --no-audit --no-fund --loglevel=error "$pkg" >/dev/null
+  fi
+done
