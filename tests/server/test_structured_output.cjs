@@ -15,6 +15,14 @@ if (why) {
   process.exit(77);
 }
 const OpenAI = require(path.join(h.NODE_MODULES, 'openai'));
+// ajv (scripts/setup.sh installs it) validates every answer against its schema too.
+let validate = null;
+try {
+  const Ajv = require(path.join(h.NODE_MODULES, 'ajv'));
+  validate = (schema, value) => new Ajv({ strict: false }).compile(schema)(value);
+} catch {
+  console.log('# ajv not installed: answers are checked by hand only');
+}
 const MODEL = path.join(h.FIXTURES, 'models', 'llama-q8_0.gguf');
 const TEMPLATE = path.join(h.FIXTURES, 'chat_templates', 'templates', 'Qwen-Qwen3-0.6B.jinja');
 
@@ -41,6 +49,7 @@ const PERSON = {
 
 function checkPerson(text) {
   const p = JSON.parse(text);  // throws if not JSON
+  if (validate) assert.ok(validate(PERSON, p), 'ajv: ' + text);
   assert.deepEqual(Object.keys(p).filter((k) => !Object.hasOwn(PERSON.properties, k)), [], text);
   const order = Object.keys(PERSON.properties).filter((k) => Object.hasOwn(p, k));
   assert.deepEqual(Object.keys(p), order, 'properties in the schema\'s order: ' + text);
@@ -124,6 +133,7 @@ function checkCall(call) {
     return;
   }
   assert.equal(call.function.name, 'get_weather');
+  if (validate) assert.ok(validate(TOOLS[0].function.parameters, args), 'ajv: ' + call.function.arguments);
   assert.ok(typeof args.city === 'string' && [...args.city].length >= 1 && [...args.city].length <= 10, call.function.arguments);
   assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, call.function.arguments);
   if ('unit' in args) assert.ok(['celsius', 'fahrenheit'].includes(args.unit));

@@ -321,7 +321,7 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
     }
   }
   get(body, "parallel_tool_calls", r.parallel_tool_calls);
-  if (forced) {
+  if (forced && m.render_chat) {  // without a template the request is refused below
     if (!parse_calls) bad("tool_choice", "'tool_choice' forces a tool call, but the request has no 'tools'");
     try {
       r.tool_grammar = tool_call_gbnf(m.tool_format, json(tools), forced_name, r.parallel_tool_calls);
