@@ -22,7 +22,8 @@ fi
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON \
   -DTESSERA_NODE_MODULES_DIR="$PWD/build/node/node_modules" >/dev/null
 cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture_logits test_speculative test_server_units tessera \
-  tessera-gen default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good -j"$(nproc)"
+  tessera-gen default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good test_grammar test_generator_grammar \
+  -j"$(nproc)"
 echo "== GGUF, CLI, hardening, fixture (cpu_scalar) and server tests under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -L 'gguf|server|cli|hardening' -j"$(nproc)" --output-on-failure --timeout 600
@@ -30,9 +31,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # run every code path under the sanitizers; their comparison with each
 # other (BatchedPrefillMatchesTokenByToken) runs in the full suite only. Speculative
 # decoding's rollback (KV truncation, recurrent state restored from a fork) runs under
-# them with drafts right and wrong on every architecture.
+# them with drafts right and wrong on every architecture. So do the grammar engine
+# (parser, schema converter, automaton and masks) and the Generator under grammars.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -R 'FixtureLogits.*cpu_scalar|RightAndWrong|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson)\.' \
+  ctest --test-dir build-asan \
+  -R 'FixtureLogits.*cpu_scalar|RightAndWrong|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Gbnf|GrammarMatcher|JsonSchemaGrammar|GeneratorGrammar)\.' \
   -E 'BatchedPrefillMatchesTokenByToken' -j"$(nproc)" --output-on-failure --timeout 600
 
 # Fuzzing (libFuzzer, clang): each target briefly, seeded from ../shared/fixtures
