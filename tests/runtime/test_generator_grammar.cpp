@@ -5,13 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <regex>
 
 #include "tessera/engine.h"
 #include "tessera/generator.h"
 #include "tessera/grammar.h"
-#include "tessera/plugin_registry.h"
+#include "support/scalar_fixture_engine.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera {
@@ -20,18 +19,9 @@ namespace {
 class GeneratorGrammar : public testing::Test {
  protected:
   void SetUp() override {
-    const std::string gguf = std::string(TESSERA_FIXTURES_DIR) + "/models/llama-q8_0.gguf";
-    if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " not found (../shared beside the repository)";
-    PluginConfig cfg;
-    cfg.paths = {TESSERA_PLUGIN_DIR};
-    reg_ = std::make_unique<PluginRegistry>(cfg);
-    EngineOptions eo;
-    eo.model_path = gguf;
-    eo.backends = {"cpu_scalar"};
-    eo.threads = 2;
-    eo.n_ctx = 256;
-    eo.max_sequences = 4;
-    engine_ = std::make_unique<Engine>(*reg_, eo);
+    fixture_ = test::scalar_fixture_engine("llama-q8_0", 256, 4);
+    if (!fixture_.engine) GTEST_SKIP() << fixture_.path << " not found (../shared beside the repository)";
+    engine_ = fixture_.engine.get();
     vocab_ = std::make_shared<const TokenVocabulary>(engine_->tokenizer());
   }
   GenerationRequest request(uint64_t seed, const std::string& gbnf = "") {
@@ -61,8 +51,8 @@ class GeneratorGrammar : public testing::Test {
       if (e.token >= 0) s += engine_->tokenizer().token_to_piece(e.token);
     return s;
   }
-  std::unique_ptr<PluginRegistry> reg_;
-  std::unique_ptr<Engine> engine_;
+  test::ScalarFixtureEngine fixture_;
+  Engine* engine_ = nullptr;
   std::shared_ptr<const TokenVocabulary> vocab_;
 };
 

@@ -11,8 +11,8 @@
 #include "tessera/engine.h"
 #include "tessera/error.h"
 #include "tessera/generator.h"
-#include "tessera/plugin_registry.h"
 #include "tessera/sampler.h"
+#include "support/scalar_fixture_engine.h"
 
 namespace tessera {
 namespace {
@@ -78,18 +78,9 @@ TEST(TokenLogprobs, TiesNanAndInfinities) {
 class GeneratorLogprobs : public testing::Test {
  protected:
   void SetUp() override {
-    const std::string gguf = std::string(TESSERA_FIXTURES_DIR) + "/models/llama-q8_0.gguf";
-    if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " not found (../shared beside the repository)";
-    PluginConfig cfg;
-    cfg.paths = {TESSERA_PLUGIN_DIR};
-    reg_ = std::make_unique<PluginRegistry>(cfg);
-    EngineOptions eo;
-    eo.model_path = gguf;
-    eo.backends = {"cpu_scalar"};
-    eo.threads = 2;
-    eo.n_ctx = 128;
-    eo.max_sequences = 2;
-    engine_ = std::make_unique<Engine>(*reg_, eo);
+    fixture_ = test::scalar_fixture_engine("llama-q8_0", 128, 2);
+    if (!fixture_.engine) GTEST_SKIP() << fixture_.path << " not found (../shared beside the repository)";
+    engine_ = fixture_.engine.get();
   }
   std::vector<GenerationEvent> run(const GenerationRequest& r) {
     Generator g(*engine_);
@@ -99,8 +90,8 @@ class GeneratorLogprobs : public testing::Test {
       for (auto& ev : g.step()) out.push_back(std::move(ev));
     return out;
   }
-  std::unique_ptr<PluginRegistry> reg_;
-  std::unique_ptr<Engine> engine_;
+  test::ScalarFixtureEngine fixture_;
+  Engine* engine_ = nullptr;
 };
 
 TEST_F(GeneratorLogprobs, ReportedOnlyWhenAskedAndSamplingIsUnchanged) {
