@@ -37,6 +37,9 @@ struct Generator::Seq {
   double acceptance = 0.8;  // optimistic at first: speculation was asked for
   int steps_without_draft = 0;
   std::optional<GrammarMatcher> grammar;  // where the generated text is in the request's grammar
+  // add_choices: the other choices of the request, forked off this sequence once its
+  // prompt is computed.
+  std::vector<std::unique_ptr<Seq>> forks;
 
   Seq(uint64_t i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling), tokens(req.prompt) {
     if (req.grammar) grammar.emplace(req.grammar);
@@ -126,7 +129,7 @@ bool Generator::reserve(Seq& s, int64_t n_tokens) {
   return true;
 }
 
-uint64_t Generator::add(GenerationRequest r) {
+std::unique_ptr<Generator::Seq> Generator::make_seq(GenerationRequest r) {
   if (r.prompt.empty()) throw Error("the prompt is empty");
   if (r.max_tokens < 1) throw Error("max_tokens must be at least 1, got " + std::to_string(r.max_tokens));
   if (r.logprobs < -1) throw Error("logprobs must be -1 (off) or >= 0, got " + std::to_string(r.logprobs));
@@ -140,18 +143,68 @@ uint64_t Generator::add(GenerationRequest r) {
   if (int64_t(r.prompt.size()) >= capacity)
     throw Error("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
                 std::to_string(capacity) + " (one more is needed to generate)");
-  auto s = std::make_unique<Seq>(next_id_, std::move(r));  // its Sampler validates the parameters
+  auto s = std::make_unique<Seq>(next_id_++, std::move(r));  // its Sampler validates the parameters
   for (int32_t t : s->tokens) s->sampler.accept(t);
+  return s;
+}
+
+uint64_t Generator::add(GenerationRequest r) {
+  auto s = make_seq(std::move(r));
+  const uint64_t id = s->id;
   waiting_.push_back(std::move(s));
-  return next_id_++;
+  return id;
+}
+
+std::vector<uint64_t> Generator::add_choices(GenerationRequest r, int n) {
+  if (n < 1) throw Error("the number of choices must be at least 1, got " + std::to_string(n));
+  std::vector<GenerationRequest> others;
+  for (int i = 1; i < n; ++i) {
+    others.push_back(r);
+    others.back().sampling.seed = r.sampling.seed + uint64_t(i);
+  }
+  auto first = make_seq(std::move(r));
+  std::vector<uint64_t> ids{first->id};
+  for (auto& o : others) {
+    first->forks.push_back(make_seq(std::move(o)));
+    ids.push_back(first->forks.back()->id);
+  }
+  waiting_.push_back(std::move(first));
+  return ids;
+}
+
+// The choices waiting on s start from its computed prompt: each forks its KV sequence
+// and samples from the same logits row. A fork the pool cannot make (no recurrent
+// state slot) waits as a request of its own and prefills by itself.
+void Generator::start_forks(Seq& s, std::span<const float> row, std::vector<GenerationEvent>& events) {
+  for (auto& f : s.forks) {
+    try {
+      f->kv = kv_.fork_sequence(*s.kv);
+    } catch (const Error&) {
+      waiting_.push_front(std::move(f));
+      continue;
+    }
+    f->computed = s.computed;
+    f->keys = s.keys;
+    if (sample_and_emit(*f, row, events)) {
+      retire(*f);
+      continue;
+    }
+    running_.push_back(std::move(f));
+  }
+  s.forks.clear();
 }
 
 Generator::Seq* Generator::find(uint64_t id) const {
-  for (const auto& s : running_)
-    if (s->id == id) return s.get();
-  for (const auto& s : waiting_)
-    if (s->id == id) return s.get();
-  return nullptr;
+  auto in = [&](const auto& list) -> Seq* {
+    for (const auto& s : list) {
+      if (s->id == id) return s.get();
+      for (const auto& f : s->forks)
+        if (f->id == id) return f.get();
+    }
+    return nullptr;
+  };
+  if (Seq* s = in(running_)) return s;
+  return in(waiting_);
 }
 
 std::optional<KvCache::SeqId> Generator::sequence_of(uint64_t id) const {
@@ -161,12 +214,25 @@ std::optional<KvCache::SeqId> Generator::sequence_of(uint64_t id) const {
 
 bool Generator::cancel(uint64_t id) {
   auto drop = [&](auto& list) {
-    for (auto it = list.begin(); it != list.end(); ++it)
-      if ((*it)->id == id) {
-        release(**it);
-        list.erase(it);
-        return true;
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      Seq& s = **it;
+      for (auto f = s.forks.begin(); f != s.forks.end(); ++f)
+        if ((*f)->id == id) {
+          s.forks.erase(f);
+          return true;
+        }
+      if (s.id != id) continue;
+      // Its waiting choices go on without it: the first of them prefills for the rest.
+      std::unique_ptr<Seq> heir;
+      if (!s.forks.empty()) {
+        heir = std::move(s.forks.front());
+        for (size_t k = 1; k < s.forks.size(); ++k) heir->forks.push_back(std::move(s.forks[k]));
       }
+      release(s);
+      list.erase(it);
+      if (heir) waiting_.push_front(std::move(heir));
+      return true;
+    }
     return false;
   };
   return drop(running_) || drop(waiting_);
@@ -362,22 +428,8 @@ std::vector<GenerationEvent> Generator::step() {
     register_full_pages(s);
     if (chunks[i].logits != Engine::Logits::Last) continue;
     const std::span<const float> row_logits = logits.subspan(row++ * V, V);
-    if (!s.grammar) {
-      if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
-      continue;
-    }
-    // A grammar that cannot go on (too ambiguous, or nothing it allows is possible)
-    // ends its own request, not the step.
-    try {
-      if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
-    } catch (const Error& e) {
-      GenerationEvent ev;
-      ev.id = s.id;
-      ev.finish = FinishReason::Failed;
-      ev.error = e.what();
-      events.push_back(std::move(ev));
-      finished.push_back(&s);
-    }
+    if (!s.forks.empty()) start_forks(s, row_logits, events);
+    if (sample_and_emit(s, row_logits, events)) finished.push_back(&s);
   }
   for (Seq* s : finished) {
     retire(*s);
@@ -385,6 +437,22 @@ std::vector<GenerationEvent> Generator::step() {
     running_.erase(it);
   }
   return events;
+}
+
+bool Generator::sample_and_emit(Seq& s, std::span<const float> row, std::vector<GenerationEvent>& events) {
+  if (!s.grammar) return emit(s, s.sample(row), row, events);
+  // A grammar that cannot go on (too ambiguous, or nothing it allows is possible)
+  // ends its own request, not the step.
+  try {
+    return emit(s, s.sample(row), row, events);
+  } catch (const Error& e) {
+    GenerationEvent ev;
+    ev.id = s.id;
+    ev.finish = FinishReason::Failed;
+    ev.error = e.what();
+    events.push_back(std::move(ev));
+    return true;
+  }
 }
 
 bool Generator::emit(Seq& s, int32_t tok, std::span<const float> row_logits, std::vector<GenerationEvent>& events) {

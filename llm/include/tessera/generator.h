@@ -95,6 +95,11 @@ class Generator {
   // Queue a request; returns its id. Throws tessera::Error for an empty prompt, a
   // token out of range, max_tokens < 1, or a prompt that leaves no room in the context.
   uint64_t add(GenerationRequest request);
+  // n answers to one prompt (OpenAI's n): the prompt is prefilled once, and when its
+  // last token is computed the other n - 1 choices fork that sequence, sharing its KV
+  // pages (and copying recurrent state), each sampling with its own seed (the
+  // request's seed + i). Returns the choices' ids, the first being the one prefilled.
+  std::vector<uint64_t> add_choices(GenerationRequest request, int n);
   // Drop a waiting or running request (its pages are released). Returns false for an
   // unknown or finished id.
   bool cancel(uint64_t id);
@@ -126,6 +131,10 @@ class Generator {
  private:
   struct Seq;
   Seq* find(uint64_t id) const;
+  std::unique_ptr<Seq> make_seq(GenerationRequest r);
+  void start_forks(Seq& s, std::span<const float> row, std::vector<GenerationEvent>& events);
+  // Samples s's next token from its row and reports it; true when that ends it.
+  bool sample_and_emit(Seq& s, std::span<const float> row, std::vector<GenerationEvent>& events);
   void admit(Seq& s);
   bool reserve(Seq& s, int64_t n_tokens);
   bool evict_kept();
