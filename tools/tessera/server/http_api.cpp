@@ -4,9 +4,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <random>
 
 #include "server/answer_stream.h"
+#include "server/exchange.h"
 #include "server/guarded_server.h"
 #include "server/tokenize_api.h"
 #include "tessera/tokenizer.h"
@@ -17,20 +17,9 @@ using nlohmann::json;
 
 namespace {
 
-// Generated text can hold invalid UTF-8 (a model may emit any byte); JSON gets U+FFFD.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 void send_error(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
-}
-
-std::string new_id(const char* prefix) {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, (unsigned long long)(salt ^ (++counter * 0x9e3779b97f4a7c15ull)));
-  return buf;
 }
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
@@ -50,70 +39,6 @@ bool read_request(httplib::Response& res, F&& handle) {
   }
   return false;
 }
-
-// Counts one generation response from its handler until its last byte is written
-// (a streamed one's provider holds it).
-struct InFlight {
-  std::shared_ptr<std::atomic<int64_t>> count;
-  explicit InFlight(std::shared_ptr<std::atomic<int64_t>> c) : count(std::move(c)) { ++*count; }
-  ~InFlight() { --*count; }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-};
-
-// Everything one generation request needs while its answer is produced.
-struct Exchange {
-  ParsedRequest req;
-  ResponseIds ids;
-  std::shared_ptr<Job> job;
-  const Tokenizer& tok;
-  AnswerStream answer;
-  int64_t completion_tokens = 0;
-  bool role_sent = false, finished = false;
-  Exchange(ParsedRequest r, ResponseIds i, const Tokenizer& t)
-      : req(std::move(r)), ids(std::move(i)), tok(t), answer(t, req.stop, req.tool_format, req.tools) {}
-  // Feed the job's events; returns what to send and sets `finish` when done.
-  AnswerDelta advance(const std::vector<Job::Event>& events, const char*& finish, std::string& error) {
-    AnswerDelta out;
-    auto add = [&](AnswerDelta d) {
-      out.content += d.content;
-      for (auto& t : d.tokens) out.tokens.push_back(std::move(t));
-      for (auto& c : d.tool_calls) out.tool_calls.push_back(std::move(c));
-    };
-    for (const Job::Event& e : events) {
-      if (finished) break;
-      if (!e.error.empty()) {
-        error = e.error;
-        finished = true;
-        break;
-      }
-      if (e.token >= 0) {
-        ++completion_tokens;
-        add(answer.push(e.token, e.logprobs));
-        if (answer.stopped()) {
-          job->cancel();  // the stop string ends it; the worker frees its pages
-          add(answer.finish());
-          finish = "stop";
-          finished = true;
-          break;
-        }
-      }
-      if (e.finish != FinishReason::None) {
-        add(answer.finish());
-        finish = openai_finish_reason(e.finish, false);
-        finished = true;
-      }
-    }
-    if (!out.tool_calls.empty()) {
-      if (!req.parallel_tool_calls) out.tool_calls.resize(1);
-      finish = "tool_calls";
-    }
-    return out;
-  }
-  nlohmann::json logprobs(const std::vector<AnswerToken>& tokens) const {
-    return req.logprobs ? logprobs_json(tokens, tok, req.chat, req.top_logprobs) : nlohmann::json(nullptr);
-  }
-};
 
 }  // namespace
 
@@ -208,7 +133,7 @@ void HttpApi::install(httplib::Server& svr) {
         ++r->metrics->request_errors_total;
         return;
       }
-      ResponseIds ids{new_id(chat ? "chatcmpl" : "cmpl"),
+      ResponseIds ids{new_id(chat ? "chatcmpl-" : "cmpl-"),
                       std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count(),
                       r->model.model_id};
