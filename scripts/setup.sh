@@ -43,8 +43,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
-# The official OpenAI client for the server tests, into the build tree (not committed).
-if [ ! -f "$BUILD_DIR/node/node_modules/openai/package.json" ]; then
+# The official OpenAI and Anthropic clients for the server tests, into the build tree
+# (not committed).
+if [ ! -f "$BUILD_DIR/node/node_modules/openai/package.json" ] ||
+   [ ! -f "$BUILD_DIR/node/node_modules/@anthropic-ai/sdk/package.json" ]; then
   mkdir -p "$BUILD_DIR/node"
-  npm install --prefix "$BUILD_DIR/node" --no-audit --no-fund --loglevel=error openai@4.95.0 >/dev/null
+  npm install --prefix "$BUILD_DIR/node" --no-audit --no-fund --loglevel=error openai@4.95.0 @anthropic-ai/sdk@0.60.0 >/dev/null
 fi

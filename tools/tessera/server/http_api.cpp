@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 
+#include "server/anthropic_api.h"
+#include "server/anthropic_routes.h"
 #include "server/answer_stream.h"
 #include "server/exchange.h"
 #include "server/guarded_server.h"
@@ -20,6 +22,14 @@ namespace {
 void send_error(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
+}
+
+// An error of the shared handlers (limits, API key, unknown path, exceptions), in the
+// shape of the API that `req`'s path belongs to.
+void send_error(const httplib::Request& req, httplib::Response& res, int status, const std::string& message,
+                const std::string& type, const std::string& code) {
+  send_error(res, status,
+             is_anthropic_path(req.path) ? anthropic_error_body(status, message) : error_body(message, type, "", code));
 }
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
@@ -50,15 +60,17 @@ void HttpApi::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // A request over a limit of the GuardedServer (its body is not read).
     if (const auto r = GuardedServer::refusal(); r.status != 0) {
-      send_error(res, r.status, error_body(r.message, "invalid_request_error", "", r.code));
+      send_error(req, res, r.status, r.message, "invalid_request_error", r.code);
       return httplib::Server::HandlerResponse::Handled;
     }
     if (api_key_.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth != "Bearer " + api_key_) {
-      send_error(res, 401,
-                 error_body(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
-                            "invalid_request_error", "", "invalid_api_key"));
+    // OpenAI's clients send "Authorization: Bearer KEY", Anthropic's "x-api-key: KEY".
+    const std::string auth = req.get_header_value("Authorization"), x_api_key = req.get_header_value("x-api-key");
+    if (auth != "Bearer " + api_key_ && x_api_key != api_key_) {
+      send_error(req, res, 401,
+                 auth.empty() && x_api_key.empty() ? "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                                   : "invalid API key",
+                 "invalid_request_error", "invalid_api_key");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -66,16 +78,16 @@ void HttpApi::install(httplib::Server& svr) {
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     // cpp-httplib answers 400 when a read fails; say which limit made it fail.
     if (const auto r = GuardedServer::refusal(); r.status != 0) {
-      send_error(res, r.status, error_body(r.message, "invalid_request_error", "", r.code));
+      send_error(req, res, r.status, r.message, "invalid_request_error", r.code);
       return;
     }
     if (!res.body.empty()) return;
     if (res.status == 404)
-      send_error(res, 404, error_body("unknown path " + req.path, "invalid_request_error", "", "not_found"));
+      send_error(req, res, 404, "unknown path " + req.path, "invalid_request_error", "not_found");
     else
-      send_error(res, res.status, error_body("HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""));
+      send_error(req, res, res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "");
   });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       std::rethrow_exception(ep);
@@ -83,7 +95,7 @@ void HttpApi::install(httplib::Server& svr) {
       what = e.what();
     } catch (...) {
     }
-    send_error(res, 500, error_body(what, "server_error", "", ""));
+    send_error(req, res, 500, what, "server_error", "");
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -232,6 +244,8 @@ void HttpApi::install(httplib::Server& svr) {
   };
   svr.Post("/tokenize", tokenizer_route(&tokenize_response));
   svr.Post("/detokenize", tokenizer_route(&detokenize_response));
+
+  install_anthropic_routes(svr, *this);
 }
 
 }  // namespace tessera::server
