@@ -337,10 +337,15 @@ TEST(AnthropicResponses, StreamEventsInOrderAddUpToTheMessage) {
 
   // Text only, ended by a stop sequence; and an answer with nothing in it.
   MessageEvents text(ids, 3);
-  const auto t = parse_sse(text.start() + text.delta(AnswerDelta{"Hi", {}, {}}) + text.finish("stop_sequence", "END", 4));
+  s = text.start();  // (one statement per call: each changes the writer's state)
+  s += text.delta(AnswerDelta{"Hi", {}, {}});
+  s += text.finish("stop_sequence", "END", 4);
+  const auto t = parse_sse(s);
   EXPECT_EQ(accumulate(t), message_response(ids, "Hi", {}, "stop_sequence", "END", 3, 4));
   MessageEvents empty(ids, 3);
-  const auto e = parse_sse(empty.start() + empty.finish("end_turn", "", 1));
+  s = empty.start();
+  s += empty.finish("end_turn", "", 1);
+  const auto e = parse_sse(s);
   EXPECT_EQ(names(e), (std::vector<std::string>{"message_start", "message_delta", "message_stop"}));
   EXPECT_EQ(accumulate(e), message_response(ids, "", {}, "end_turn", "", 3, 1));
   const auto err = parse_sse(MessageEvents::error(500, "the engine failed"));

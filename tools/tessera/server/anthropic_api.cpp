@@ -296,10 +296,6 @@ json message_response(const ResponseIds& ids, const std::string& text, const std
           {"usage", {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}}}};
 }
 
-std::string sse_event(const char* name, const json& data) {
-  return std::string("event: ") + name + "\ndata: " + dump(data) + "\n\n";
-}
-
 std::string MessageEvents::start() const {
   json message = {{"id", ids_.id},
                   {"type", "message"},
@@ -360,6 +356,50 @@ std::string MessageEvents::finish(const char* stop_reason, const std::string& st
 
 std::string MessageEvents::error(int status, const std::string& message) {
   return sse_event("error", anthropic_error_body(status, message));
+}
+
+namespace {
+
+const char* stop_reason(const Exchange& ex, bool tool_calls) {
+  return anthropic_stop_reason(ex.ended, ex.stop_string, tool_calls);
+}
+
+class AnthropicMessages final : public ApiDialect {
+ public:
+  const char* id_prefix() const override { return "msg_"; }
+  json error(int status, const std::string& message, const std::string&, const std::string&) const override {
+    return anthropic_error_body(status, message);
+  }
+  ParsedRequest parse(const RequestJson& body, const ModelContext& m, json&) const override {
+    return parse_messages_request(body, m);
+  }
+  json response(const Exchange& ex, const AnswerDelta& all, const json&) const override {
+    return message_response(ex.ids, all.content, all.tool_calls, stop_reason(ex, !all.tool_calls.empty()),
+                            ex.answer.stop_sequence(), int64_t(ex.req.gen.prompt.size()), ex.completion_tokens);
+  }
+  class Events final : public Stream {
+   public:
+    explicit Events(const Exchange& ex) : events_(ex.ids, int64_t(ex.req.gen.prompt.size())) {}
+    std::string start(const Exchange&) override { return events_.start(); }
+    std::string advance(const Exchange& ex, const AnswerDelta& d) override {
+      std::string out = events_.delta(d);
+      if (ex.finished)
+        out += events_.finish(stop_reason(ex, !d.tool_calls.empty()), ex.answer.stop_sequence(), ex.completion_tokens);
+      return out;
+    }
+    std::string error(const Exchange&, const std::string& message) override { return MessageEvents::error(500, message); }
+
+   private:
+    MessageEvents events_;
+  };
+  std::unique_ptr<Stream> stream(const Exchange& ex, const json&) const override { return std::make_unique<Events>(ex); }
+};
+
+}  // namespace
+
+const ApiDialect& anthropic_messages_dialect() {
+  static const AnthropicMessages dialect;
+  return dialect;
 }
 
 }  // namespace tessera::server

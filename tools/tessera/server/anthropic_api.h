@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/answer_stream.h"
+#include "server/dialect.h"
 #include "server/openai_api.h"
 #include "server/tool_calls.h"
 
@@ -39,9 +40,6 @@ nlohmann::json message_response(const ResponseIds& ids, const std::string& text,
                                 const char* stop_reason, const std::string& stop_sequence, int64_t input_tokens,
                                 int64_t output_tokens);
 
-// One Server-Sent Event: "event: NAME\ndata: JSON\n\n".
-std::string sse_event(const char* name, const nlohmann::json& data);
-
 // A streamed answer's events in Anthropic's order: message_start; per block
 // content_block_start (a ping after the first), its deltas (text_delta,
 // input_json_delta), content_block_stop; message_delta (stop_reason, usage);
@@ -65,5 +63,8 @@ class MessageEvents {
   bool open_ = false;       // the last one is not stopped yet
   bool pinged_ = false;
 };
+
+// The Messages API as a dialect of the generation routes (dialect_routes.h).
+const ApiDialect& anthropic_messages_dialect();
 
 }  // namespace tessera::server

@@ -9,6 +9,10 @@ using nlohmann::json;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+std::string sse_event(const std::string& name, const json& data) {
+  return "event: " + name + "\ndata: " + dump(data) + "\n\n";
+}
+
 std::string new_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t salt = std::random_device{}();

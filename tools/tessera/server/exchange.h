@@ -24,6 +24,9 @@ namespace tessera::server {
 // any byte); JSON gets U+FFFD.
 std::string dump(const nlohmann::json& j);
 
+// One Server-Sent Event with a name: "event: NAME\ndata: JSON\n\n".
+std::string sse_event(const std::string& name, const nlohmann::json& data);
+
 // A response id: `prefix` and 16 hex digits, unique within the process.
 std::string new_id(const char* prefix);
 

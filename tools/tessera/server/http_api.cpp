@@ -6,8 +6,8 @@
 #include <chrono>
 
 #include "server/anthropic_api.h"
-#include "server/anthropic_routes.h"
 #include "server/answer_stream.h"
+#include "server/dialect_routes.h"
 #include "server/exchange.h"
 #include "server/guarded_server.h"
 #include "server/tokenize_api.h"
@@ -245,7 +245,7 @@ void HttpApi::install(httplib::Server& svr) {
   svr.Post("/tokenize", tokenizer_route(&tokenize_response));
   svr.Post("/detokenize", tokenizer_route(&detokenize_response));
 
-  install_anthropic_routes(svr, *this);
+  install_dialect_routes(svr, *this);
 }
 
 }  // namespace tessera::server

@@ -1,9 +1,10 @@
 // The OpenAI-compatible HTTP API over cpp-httplib: routes, the API key, OpenAI's
 // error objects for every failure (the GuardedServer's limits included; on
 // Anthropic's paths, Anthropic's shape), and Server-Sent Events streaming. Anthropic's
-// Messages API is installed beside it (anthropic_routes.h). The model is attached once
-// loaded; until then every route but /health answers 503. A request whose client goes
-// away is cancelled. While draining, /health and new generation requests answer 503.
+// Messages API is installed beside it (dialect_routes.h). The
+// model is attached once loaded; until then every route but /health answers 503. A
+// request whose client goes away is cancelled. While draining, /health and new
+// generation requests answer 503.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -37,7 +38,7 @@ class HttpApi {
   // Generation requests whose response is not finished yet.
   int64_t in_flight() const { return in_flight_->load(); }
 
-  // For the routes of other APIs (anthropic_routes.h): the model (null while it
+  // For the routes of other APIs (dialect_routes.h): the model (null while it
   // loads), whether the server is draining, and the counter of responses in flight.
   std::shared_ptr<const ServedModel> served() const { return std::atomic_load(&ready_); }
   bool draining() const { return draining_; }
