@@ -1,6 +1,6 @@
 // libFuzzer target: any bytes as the JSON body of POST /v1/completions, POST
-// /v1/chat/completions, /tokenize, /detokenize, and Anthropic's /v1/messages and
-// /v1/messages/count_tokens, through the server's request parsers (sampling parameters,
+// /v1/chat/completions, /tokenize, /detokenize, Anthropic's /v1/messages and
+// /v1/messages/count_tokens, and /v1/responses, through the server's request parsers (sampling parameters,
 // stop strings, logprobs, tools, messages rendered by a ChatML template with tools).
 // The only allowed failures are a JSON parse error and an ApiError (a 4xx answer);
 // an accepted request must be one the engine can run: its prompt and answer fit the
@@ -15,6 +15,7 @@
 #include "server/anthropic_api.h"
 #include "server/chat_prompt.h"
 #include "server/openai_api.h"
+#include "server/responses_api.h"
 #include "server/tokenize_api.h"
 #include "tessera/tokenizer.h"
 
@@ -110,7 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const nlohmann::json::exception&) {
     return 0;  // the server's 400 invalid_json
   }
-  for (int route = 0; route < 6; ++route) {
+  for (int route = 0; route < 7; ++route) {
     try {
       switch (route) {
         case 0: check_request(tessera::server::parse_completion_request(body_json, model), model); break;
@@ -118,7 +119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 2: (void)tessera::server::tokenize_response(body_json, model); break;
         case 3: (void)tessera::server::detokenize_response(body_json, model); break;
         case 4: check_request(tessera::server::parse_messages_request(body_json, model), model, 64); break;
-        default: (void)tessera::server::parse_messages_request(body_json, model, true); break;
+        case 5: (void)tessera::server::parse_messages_request(body_json, model, true); break;
+        default: check_request(tessera::server::parse_responses_request(body_json, model), model); break;
       }
     } catch (const tessera::server::ApiError& e) {
       check(e.status >= 400 && e.status < 500, "an ApiError that is not a 4xx");

@@ -79,6 +79,8 @@ printf '%s' '{"messages": [{"role": "user", "content": "Weather in Paris?"}, {"r
   >"$seeds/request/chat-tools.json"
 printf '%s' '{"model": "m", "max_tokens": 16, "system": [{"type": "text", "text": "Be brief."}], "messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "21"}]}, {"type": "text", "text": "Thanks"}]}], "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}], "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}, "stop_sequences": ["END"], "temperature": 0.5, "top_k": 40, "stream": true}' \
   >"$seeds/request/messages-tools.json"
+printf '%s' '{"model": "m", "instructions": "Be brief.", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}, {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}, {"type": "function_call_output", "call_id": "call_1", "output": "21"}], "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}], "tool_choice": "auto", "max_output_tokens": 16, "temperature": 0.5, "store": false, "stream": true}' \
+  >"$seeds/request/responses-tools.json"
 
 declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536 [safetensors]=65536 [request]=65536)
 status=0

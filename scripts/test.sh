@@ -32,7 +32,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # decoding's rollback (KV truncation, recurrent state restored from a fork) runs under
 # them with drafts right and wrong on every architecture.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -R 'FixtureLogits.*cpu_scalar|RightAndWrong|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Exchange|AnthropicRequests|AnthropicResponses)\.' \
+  ctest --test-dir build-asan -R 'FixtureLogits.*cpu_scalar|RightAndWrong|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Exchange|AnthropicRequests|AnthropicResponses|ResponsesRequests|ResponsesResponses)\.' \
   -E 'BatchedPrefillMatchesTokenByToken' -j"$(nproc)" --output-on-failure --timeout 600
 
 # Fuzzing (libFuzzer, clang): each target briefly, seeded from ../shared/fixtures

@@ -121,8 +121,8 @@ int cmd_serve(int argc, char** argv) {
   if (!parse(argc, argv,
              "usage: tessera serve [-m MODEL] [--host H] [--port P] [--parallel N] [--ctx N] [options]\n"
              "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions (streaming, logprobs,\n"
-             "tools), GET /v1/models, /health, /metrics; Anthropic's POST /v1/messages (streaming, tools) and\n"
-             "/v1/messages/count_tokens (docs/server.md)",
+             "tools), POST /v1/responses (stateless), GET /v1/models, /health, /metrics; Anthropic's\n"
+             "POST /v1/messages (streaming, tools) and /v1/messages/count_tokens (docs/server.md)",
              desc, nullptr, vm))
     return 0;
   if (port < 0 || port > 65535) throw Error("--port must be in [0, 65535]");

@@ -1,6 +1,7 @@
 // An API other than OpenAI's chat and completions served over the same generation
 // loop (dialect_routes.h): how it parses a request, renders the whole answer, streams
-// its events and words its errors. Anthropic's Messages is one.
+// its events and words its errors. Anthropic's Messages and OpenAI's Responses are
+// dialects.
 #pragma once
 #include <memory>
 #include <string>

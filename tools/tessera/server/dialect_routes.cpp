@@ -8,6 +8,7 @@
 #include "server/dialect.h"
 #include "server/guarded_server.h"
 #include "server/http_api.h"
+#include "server/responses_api.h"
 
 namespace tessera::server {
 
@@ -145,6 +146,9 @@ void install_dialect_routes(httplib::Server& svr, const HttpApi& api) {
       const ParsedRequest p = parse_messages_request(RequestJson::parse(req.body), r->model, true);
       res.set_content(dump(json{{"input_tokens", p.gen.prompt.size()}}), "application/json");
     });
+  });
+  svr.Post("/v1/responses", [&api](const httplib::Request& req, httplib::Response& res) {
+    generate(api, responses_dialect(), req, res);
   });
 }
 

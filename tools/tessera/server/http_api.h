@@ -1,7 +1,7 @@
 // The OpenAI-compatible HTTP API over cpp-httplib: routes, the API key, OpenAI's
 // error objects for every failure (the GuardedServer's limits included; on
 // Anthropic's paths, Anthropic's shape), and Server-Sent Events streaming. Anthropic's
-// Messages API is installed beside it (dialect_routes.h). The
+// Messages and OpenAI's Responses are installed beside it (dialect_routes.h). The
 // model is attached once loaded; until then every route but /health answers 503. A
 // request whose client goes away is cancelled. While draining, /health and new
 // generation requests answer 503.
