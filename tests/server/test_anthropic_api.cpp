@@ -92,7 +92,8 @@ TEST(AnthropicRequests, MessagesBecomeChatMessages) {
         {"type": "text", "text": "thanks"}]}],
     "tools": [{"name": "f", "input_schema": {"type": "object"}}, {"type": "custom", "name": "g", "input_schema": {}}],
     "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
-    "temperature": 0.5, "top_k": 3, "top_p": 0.9, "stream": true, "metadata": {"user_id": "u"}})"));
+    "temperature": 0.5, "top_k": 3, "top_p": 0.9, "stream": true, "metadata": {"user_id": "u"},
+    "seed": 7, "ignore_eos": true, "presence_penalty": 1})"));
   const ojson want = ojson::parse(R"({"messages": [
       {"role": "system", "content": "A\nB"},
       {"role": "user", "content": "one\ntwo"},
@@ -104,7 +105,8 @@ TEST(AnthropicRequests, MessagesBecomeChatMessages) {
       {"role": "user", "content": "thanks"}],
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
               {"type": "function", "function": {"name": "g", "parameters": {}}}],
-    "parallel_tool_calls": false, "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "stream": true})");
+    "parallel_tool_calls": false, "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "stream": true,
+    "seed": 7, "ignore_eos": true})");  // tessera's extensions pass; OpenAI's fields (presence_penalty) do not
   EXPECT_EQ(chat.dump(), want.dump());  // key order too: a template's tojson prints it
   // tool_choice none keeps the tools in the prompt and turns off the parsing of calls.
   const RequestJson none = messages_to_chat_body(RequestJson::parse(

@@ -3,7 +3,8 @@
 // greedy answer, streaming (Anthropic's events in order, the accumulated message equal
 // to the whole one), stop_sequences, a tool_use/tool_result conversation rendered by the
 // template exactly as the fixture expects, count_tokens, errors in Anthropic's shape,
-// x-api-key, and a client that goes away mid-stream. (A random-weights model writes no
+// x-api-key, a client that goes away mid-stream, and a shutdown during Messages and
+// Responses streams. (A random-weights model writes no
 // tool calls; the tool_use blocks of an answer are tested in test_server_units.)
 // Exit code 77 = skipped.
 'use strict';
@@ -243,4 +244,45 @@ test('a client that goes away mid-stream frees its sequence', async () => {
   assert.ok(freed, 'the sequence was not cancelled (or not counted as cancelled)');
   const generated = (await h.metric(server.url, 'tessera_generated_tokens_total', headers)) - generatedBefore;
   assert.ok(generated < 900, `the generation ran on after the client left (${generated} of 1000 tokens)`);
+});
+
+test('SIGTERM during Messages and Responses streams: each ends properly, new requests get 503 in their API\'s shape', async () => {
+  const s = await h.startServer(['-m', MODEL, '--threads', '1', '--parallel', '4', '--ctx', '2048',
+                                 '--chat-template', TEMPLATE, '--shutdown-timeout', '3']);
+  const post = (p, body) => fetch(s.url + p, { method: 'POST', headers: { 'content-type': 'application/json' },
+                                                body: JSON.stringify(body) });
+  const conversation = [{ role: 'user', content: 'A long story' }];
+  // ignore_eos (tessera's extension, as on chat): the answers run until the shutdown cuts them.
+  const streams = await Promise.all([
+    post('/v1/messages', { model: 'm', max_tokens: 1900, temperature: 0, stream: true, messages: conversation, ignore_eos: true }),
+    post('/v1/messages', { model: 'm', max_tokens: 1900, temperature: 0.8, seed: 5, stream: true, messages: conversation,
+                           ignore_eos: true }),
+    post('/v1/responses', { model: 'm', max_output_tokens: 1900, temperature: 0, stream: true, input: conversation,
+                            ignore_eos: true }),
+  ]);
+  for (const r of streams) assert.equal(r.status, 200);
+  const texts = streams.map((r) => r.text());
+  assert.ok(await h.waitFor(async () => await h.metric(s.url, 'tessera_requests_running') === 3, 5000));
+  s.proc.removeAllListeners('exit');
+  const exited = new Promise((res) => s.proc.once('exit', (code, signal) => res(signal ? `signal ${signal}` : code)));
+  s.proc.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 300));
+  const late = await h.postJson(s.url + '/v1/messages', { model: 'm', max_tokens: 2, messages: conversation });
+  assert.equal(late.status, 503);
+  assert.deepEqual(late.json, { type: 'error', error: { type: 'overloaded_error', message: 'the server is shutting down' } });
+  const lateResponse = await h.postJson(s.url + '/v1/responses', { model: 'm', max_output_tokens: 2, input: 'x' });
+  assert.equal(lateResponse.status, 503);
+  assert.equal(lateResponse.json.error.code, 'shutting_down');
+  assert.equal(await exited, 0, s.stderr());
+  assert.match(s.stderr(), /ending 3 running requests/);  // they were cut, not finished
+  const [m1, m2, resp] = await Promise.all(texts);
+  for (const text of [m1, m2]) {
+    const events = text.trim().split('\n\n').map((e) => e.split('\n')[0].slice('event: '.length));
+    assert.deepEqual(events.slice(-2), ['message_delta', 'message_stop'], text.slice(-300));
+    const delta = JSON.parse(text.trim().split('\n\n').slice(-2)[0].split('\n')[1].slice('data: '.length));
+    assert.equal(delta.delta.stop_reason, 'max_tokens');
+  }
+  const last = resp.trim().split('\n\n').pop();
+  assert.match(last, /^event: response\.incomplete\n/);
+  assert.equal(JSON.parse(last.split('\n')[1].slice('data: '.length)).response.status, 'incomplete');
 });

@@ -108,7 +108,8 @@ TEST(ResponsesRequests, ItemsBecomeChatMessages) {
     "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}, {"type": "function", "name": "g"}],
     "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": false, "max_output_tokens": 9,
     "temperature": 0.3, "top_p": 0.5, "stream": true, "store": false, "truncation": "disabled", "metadata": {"k": "v"},
-    "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}, "strict": true}}})"));
+    "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}, "strict": true}},
+    "top_k": 4, "min_p": 0.1, "seed": 7, "logit_bias": {"5": 1}})"));
   const ojson want = ojson::parse(R"({"messages": [
       {"role": "system", "content": "Be brief."},
       {"role": "developer", "content": "Use tools."},
@@ -124,7 +125,8 @@ TEST(ResponsesRequests, ItemsBecomeChatMessages) {
               {"type": "function", "function": {"name": "g"}}],
     "tool_choice": {"type": "function", "function": {"name": "f"}},
     "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}, "strict": true}},
-    "max_tokens": 9, "temperature": 0.3, "top_p": 0.5, "parallel_tool_calls": false, "stream": true})");
+    "max_tokens": 9, "temperature": 0.3, "top_p": 0.5, "parallel_tool_calls": false, "stream": true,
+    "top_k": 4, "seed": 7, "min_p": 0.1})");  // tessera's extensions pass; chat-only fields (logit_bias) do not
   EXPECT_EQ(chat.dump(), want.dump());
   // A string input is one user message; the chat parser reads the rest.
   Recorder rec;

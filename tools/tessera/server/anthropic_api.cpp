@@ -235,6 +235,8 @@ RequestJson messages_to_chat_body(const RequestJson& body, bool counting) {
   }
   for (const char* key : {"top_p", "top_k", "stream"})
     if (auto v = body.find(key); v != body.end() && !v->is_null()) chat[key] = *v;
+  for (const char* key : kSamplingExtensions)
+    if (auto v = body.find(key); v != body.end() && !v->is_null()) chat[key] = *v;
   return chat;
 }
 

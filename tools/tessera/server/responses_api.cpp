@@ -209,7 +209,9 @@ RequestJson responses_to_chat_body(const RequestJson& body) {
     }
   }
   if (auto m = body.find("max_output_tokens"); m != body.end() && !m->is_null()) chat["max_tokens"] = *m;
-  for (const char* key : {"temperature", "top_p", "parallel_tool_calls", "stream"})
+  for (const char* key : {"temperature", "top_p", "parallel_tool_calls", "stream", "top_k"})
+    if (auto v = body.find(key); v != body.end() && !v->is_null()) chat[key] = *v;
+  for (const char* key : kSamplingExtensions)
     if (auto v = body.find(key); v != body.end() && !v->is_null()) chat[key] = *v;
   return chat;
 }
