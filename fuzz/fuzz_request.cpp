@@ -87,6 +87,19 @@ void check_request(const tessera::server::ParsedRequest& r, const tessera::serve
   for (const auto& [id, bias] : s.logit_bias) check(id >= 0 && id < m.n_vocab && bias >= -100 && bias <= 100, "logit_bias");
   check(g.logprobs >= -1 && g.logprobs <= tessera::server::kMaxTopLogprobs, "logprobs");
   check(r.stop.size() <= max_stops, "more stop strings than allowed");
+  if (g.grammar) {
+    // A few steps through the grammar: every token its mask allows is accepted.
+    tessera::GrammarMatcher matcher(g.grammar);
+    for (int step = 0; step < 16 && !matcher.exhausted(); ++step) {
+      const auto mask = matcher.allowed();
+      int32_t next = -1;
+      for (int32_t t = 0; t < m.n_vocab && next < 0; ++t)
+        if (tessera::token_allowed(mask, t) && !m.tokenizer->is_end_of_generation(t)) next = t;
+      if (next < 0) break;
+      check(matcher.accepts(next), "a token the grammar's mask allows is refused");
+      matcher.accept(next);
+    }
+  }
 }
 
 }  // namespace
@@ -102,6 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m.model_id = "fuzz";
     m.render_chat = tessera::server::make_chat_renderer(kTemplate, tokenizer);
     m.tool_format = tessera::server::ToolCallFormat::Hermes;
+    m.grammars = std::make_shared<tessera::server::GrammarCache>(std::make_shared<const tessera::TokenVocabulary>(tokenizer));
     return m;
   }();
   const std::string body(reinterpret_cast<const char*>(data), size);

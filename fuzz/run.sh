@@ -81,6 +81,12 @@ printf '%s' '{"model": "m", "max_tokens": 16, "system": [{"type": "text", "text"
   >"$seeds/request/messages-tools.json"
 printf '%s' '{"model": "m", "instructions": "Be brief.", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}, {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}, {"type": "function_call_output", "call_id": "call_1", "output": "21"}], "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}], "tool_choice": "auto", "max_output_tokens": 16, "temperature": 0.5, "store": false, "stream": true}' \
   >"$seeds/request/responses-tools.json"
+printf '%s' '{"messages": [{"role": "user", "content": "Who?"}], "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": -3, "maximum": 120}, "tags": {"type": "array", "items": {"enum": ["a", 1, null]}, "maxItems": 2}, "when": {"type": "string", "format": "date"}, "code": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"}}, "required": ["name"], "additionalProperties": false}}}}' \
+  >"$seeds/request/chat-json-schema.json"
+printf '%s' '{"prompt": "x", "grammar": "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\" | [^\\x00-\\x1f]{1,3}"}' \
+  >"$seeds/request/completion-grammar.json"
+printf '%s' '{"messages": [{"role": "user", "content": "Weather?"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}, "required": ["city"]}}}], "tool_choice": "required"}' \
+  >"$seeds/request/chat-tool-required.json"
 
 declare -A max_len=([gguf]=1200000 [tokenizer]=4096 [chat_template]=65536 [safetensors]=65536 [request]=65536)
 status=0

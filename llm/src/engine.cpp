@@ -207,7 +207,13 @@ int Engine::threads() const { return pool_->executorCount(); }
 
 int64_t Engine::n_vocab() const { return model_->info().n_vocab; }
 
-std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
+int64_t Engine::n_embd() const { return model_->info().n_embd; }
+
+std::span<const float> Engine::forward(std::span<const Chunk> chunks) { return run_step(chunks, false); }
+
+std::span<const float> Engine::forward_hidden(std::span<const Chunk> chunks) { return run_step(chunks, true); }
+
+std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidden) {
   if (chunks.empty()) throw Error("nothing to evaluate: no chunks");
   const int64_t V = n_vocab();
   tokens_.clear();
@@ -249,7 +255,8 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
   const bool want_rows = !out_rows_.empty();
   if (!want_rows) out_rows_.push_back(int32_t(tokens_.size()) - 1);  // the graph always ends in logits
   graph_.reset();
-  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_)};
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
+                     hidden};
   int32_t out = model_->build_forward(graph_, *kv_, batch);
   if (experts_) detail::add_expert_hooks(graph_, *experts_);
   graph_.mark_output(out);
@@ -261,12 +268,14 @@ std::span<const float> Engine::forward(std::span<const Chunk> chunks) {
 
   const Tensor& lt = graph_.tensor(out);
   const int64_t rows = want_rows ? int64_t(out_rows_.size()) : 0;
-  if (lt.type != DType::F32 || lt.ne[0] != V || lt.ne[1] != int64_t(out_rows_.size()))
-    throw Error("internal: logits tensor has the wrong shape");
-  logits_.resize(size_t(rows * V));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(&logits_[size_t(r * V)], lt.row<float>(r), size_t(V) * sizeof(float));
+  const int64_t width = hidden ? n_embd() : V;
+  if (lt.type != DType::F32 || lt.ne[0] != width || lt.ne[1] != int64_t(out_rows_.size()))
+    throw Error(std::string("internal: ") + (hidden ? "hidden-state" : "logits") + " tensor has the wrong shape");
+  logits_.resize(size_t(rows * width));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(&logits_[size_t(r * width)], lt.row<float>(r), size_t(width) * sizeof(float));
   ++steps_;
-  check_logits(rows);
+  if (!hidden) check_logits(rows);
   return logits_;
 }
 

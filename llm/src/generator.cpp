@@ -13,6 +13,7 @@
 #include "tessera/drafter.h"
 #include "tessera/engine.h"
 #include "tessera/error.h"
+#include "tessera/grammar.h"
 #include "tessera/model.h"
 #include "tessera/tokenizer.h"
 
@@ -35,8 +36,14 @@ struct Generator::Seq {
   std::optional<KvCache::SeqId> checkpoint;
   double acceptance = 0.8;  // optimistic at first: speculation was asked for
   int steps_without_draft = 0;
+  std::optional<GrammarMatcher> grammar;  // where the generated text is in the request's grammar
 
-  Seq(uint64_t i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling), tokens(req.prompt) {}
+  Seq(uint64_t i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling), tokens(req.prompt) {
+    if (req.grammar) grammar.emplace(req.grammar);
+  }
+  int32_t sample(std::span<const float> row) {
+    return grammar ? sampler.sample(row, grammar->allowed()) : sampler.sample(row);
+  }
   int64_t remaining() const { return int64_t(tokens.size()) - computed; }
 };
 
@@ -47,6 +54,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::Length: return "length";
     case FinishReason::ContextFull: return "context_full";
     case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Failed: return "failed";
   }
   return "unknown";
 }
@@ -123,7 +131,7 @@ uint64_t Generator::add(GenerationRequest r) {
   if (r.max_tokens < 1) throw Error("max_tokens must be at least 1, got " + std::to_string(r.max_tokens));
   if (r.logprobs < -1) throw Error("logprobs must be -1 (off) or >= 0, got " + std::to_string(r.logprobs));
   if (r.spec_max < 0) throw Error("the speculative draft length must be >= 0, got " + std::to_string(r.spec_max));
-  if (r.spec_max > 0 && !drafter_) r.spec_max = 0;  // no drafter: plain decoding
+  if (r.spec_max > 0 && (!drafter_ || r.grammar)) r.spec_max = 0;  // plain decoding
   const int64_t V = engine_.n_vocab();
   for (int32_t t : r.prompt)
     if (t < 0 || t >= V)
@@ -354,7 +362,22 @@ std::vector<GenerationEvent> Generator::step() {
     register_full_pages(s);
     if (chunks[i].logits != Engine::Logits::Last) continue;
     const std::span<const float> row_logits = logits.subspan(row++ * V, V);
-    if (emit(s, s.sampler.sample(row_logits), row_logits, events)) finished.push_back(&s);
+    if (!s.grammar) {
+      if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
+      continue;
+    }
+    // A grammar that cannot go on (too ambiguous, or nothing it allows is possible)
+    // ends its own request, not the step.
+    try {
+      if (emit(s, s.sample(row_logits), row_logits, events)) finished.push_back(&s);
+    } catch (const Error& e) {
+      GenerationEvent ev;
+      ev.id = s.id;
+      ev.finish = FinishReason::Failed;
+      ev.error = e.what();
+      events.push_back(std::move(ev));
+      finished.push_back(&s);
+    }
   }
   for (Seq* s : finished) {
     retire(*s);
@@ -368,14 +391,18 @@ bool Generator::emit(Seq& s, int32_t tok, std::span<const float> row_logits, std
   s.sampler.accept(tok);
   s.sampler.count_generated(tok);
   ++s.generated;
-  GenerationEvent ev{s.id, tok, FinishReason::None, std::nullopt};
+  GenerationEvent ev;
+  ev.id = s.id;
+  ev.token = tok;
   if (is_stop(s, tok)) {
     ev.finish = FinishReason::Stop;
     ev.token = -1;  // a stop token is not part of the text (nor of the log-probabilities)
   } else {
     // Only requests that ask pay for the log-softmax (one pass over the vocabulary).
     if (s.req.logprobs >= 0) ev.logprobs = token_logprobs(row_logits, tok, s.req.logprobs);
-    if (s.generated >= s.req.max_tokens) ev.finish = FinishReason::Length;
+    if (s.grammar) s.grammar->accept(tok);
+    if (s.grammar && s.grammar->exhausted()) ev.finish = FinishReason::Stop;
+    else if (s.generated >= s.req.max_tokens) ev.finish = FinishReason::Length;
     else if (int64_t(s.tokens.size()) + 1 > engine_.n_ctx()) ev.finish = FinishReason::ContextFull;
   }
   s.tokens.push_back(tok);

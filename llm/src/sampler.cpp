@@ -5,6 +5,9 @@
 // top-p and min-p therefore look at the temperature-1 distribution of the penalized
 // logits, as in llama.cpp; temperature only reshapes what survives them.
 //
+// A grammar's mask of allowed tokens, when given, comes first of all: the other
+// tokens get -inf before the biases and penalties.
+//
 // Conventions:
 // - Repetition penalty: every distinct token among the last repeat_last_n accepted
 //   ones (ids outside the logits row are ignored) has its logit divided by the
@@ -165,7 +168,7 @@ void Sampler::count_generated(int32_t token) {
 // penalties, top-k, top-p and min-p: ids in descending logit order (ascending id on
 // ties), every one possible. Returns the greedy choice instead (cand_ then unordered)
 // when the temperature is <= 0, else -1.
-int32_t Sampler::candidates(std::span<const float> logits) {
+int32_t Sampler::candidates(std::span<const float> logits, std::span<const uint64_t> allowed) {
   if (logits.empty()) throw Error("sampler: empty logits row");
   if (logits.size() > size_t(std::numeric_limits<int32_t>::max()))
     throw Error("sampler: logits row of " + std::to_string(logits.size()) + " entries is too long");
@@ -178,6 +181,15 @@ int32_t Sampler::candidates(std::span<const float> logits) {
     if (std::isnan(l)) l = kNegInf;
     else if (l == std::numeric_limits<float>::infinity()) l = std::numeric_limits<float>::max();
     cand_[i] = Candidate{int32_t(i), l};
+  }
+  if (!allowed.empty()) {
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) {
+      const bool ok = i / 64 < allowed.size() && ((allowed[i / 64] >> (i % 64)) & 1u);
+      if (!ok) cand_[i].logit = kNegInf;
+      any = any || (ok && cand_[i].logit != kNegInf);
+    }
+    if (!any) throw Error("sampler: the grammar allows no token the model gives a finite logit");
   }
 
   // Logit biases (ids outside the row ignored), then the penalties; cand_ is still
@@ -281,8 +293,8 @@ int32_t Sampler::draw(double total, int32_t skip) {
   return cand_[0].id;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  const int32_t greedy = candidates(logits);
+int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
+  const int32_t greedy = candidates(logits, allowed);
   if (greedy >= 0) return greedy;
   double total = 0.0;
   for (size_t i = 0; i < cand_.size(); ++i) total += weight(i);

@@ -8,6 +8,7 @@
 #include "tessera/membw.h"
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -270,6 +271,48 @@ TEST(Cli, TokenizeMatchesTheFixtureVocabulary) {
   ASSERT_EQ(with.status, 0) << with.err;
   EXPECT_EQ(with.out, "1 15043 3186\n");
   EXPECT_EQ(without.out, "15043 3186\n");
+}
+
+TEST(Cli, EmbedPrintsOneUnitVectorPerText) {
+  if (!fs::exists(fixture("models/llama-q8_0.gguf"))) GTEST_SKIP() << "fixtures not found";
+  const std::string m = "embed -m " + fixture("models/llama-q8_0.gguf") + " --threads 2 ";
+  auto vectors = [](const std::string& out) {
+    std::vector<std::vector<double>> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      v.emplace_back();
+      for (double x; fields >> x;) v.back().push_back(x);
+    }
+    return v;
+  };
+  auto norm = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x * x;
+    return std::sqrt(s);
+  };
+  Result r = run(m + "\"a cat\" \"the sea\"");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto both = vectors(r.out);
+  ASSERT_EQ(both.size(), 2u);
+  for (const auto& v : both) {
+    EXPECT_EQ(v.size(), 256u);  // the llama fixtures' n_embd
+    EXPECT_NEAR(norm(v), 1.0, 1e-5);
+  }
+  EXPECT_NE(both[0], both[1]);
+  EXPECT_NE(r.err.find("texts/s"), std::string::npos) << r.err;
+  // --json and --dimensions: the first values, normalised again.
+  Result j = run(m + "--json --dimensions 8 \"the sea\"");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto arr = nlohmann::json::parse(j.out);
+  ASSERT_EQ(arr.size(), 1u);
+  ASSERT_EQ(arr[0].size(), 8u);
+  std::vector<double> head(both[1].begin(), both[1].begin() + 8), got = arr[0].get<std::vector<double>>();
+  const double n = norm(head);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(got[i], head[i] / n, 1e-5) << i;
+  expect_one_line_error(m + "--pooling cls x", "--pooling must be mean or last");
+  expect_one_line_error(m + "--dimensions 300 x", "--dimensions 300");
+  expect_one_line_error(m + "\"\"", "empty text");
 }
 
 TEST(Cli, GeneratorIsDeterministicAcrossThreadCounts) {

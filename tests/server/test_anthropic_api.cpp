@@ -114,6 +114,14 @@ TEST(AnthropicRequests, MessagesBecomeChatMessages) {
                       "tools": [)") + kWeatherTool + "]}"));
   EXPECT_EQ(none["tool_choice"], "none");
   EXPECT_EQ(none["tools"].size(), 1u);
+  // any and tool force a call: chat's "required" and named function.
+  const std::string ask = std::string(R"("max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [)") +
+                          kWeatherTool + "]";
+  EXPECT_EQ(messages_to_chat_body(RequestJson::parse("{" + ask + R"(, "tool_choice": {"type": "any"}})"))["tool_choice"],
+            "required");
+  EXPECT_EQ(messages_to_chat_body(RequestJson::parse(
+                "{" + ask + R"(, "tool_choice": {"type": "tool", "name": "get_weather"}})"))["tool_choice"].dump(),
+            R"({"type":"function","function":{"name":"get_weather"}})");
 }
 
 ModelContext model_context(const Tokenizer& tok) {
@@ -202,10 +210,10 @@ TEST(AnthropicRequests, WhatIsWrongOrUnsupportedIsA400NamingIt) {
             "server tool"},
            {R"({"max_tokens": 5, "tools": [{"name": "f"}], )" + user + "}", "input_schema"},
            {R"({"max_tokens": 5, "tools": [{"name": "", "input_schema": {}}], )" + user + "}", "'name'"},
-           {R"({"max_tokens": 5, "tool_choice": {"type": "any"}, )" + tools + ", " + user + "}",
-            "tool_choice 'any' (forcing a tool call) is not supported"},
-           {R"({"max_tokens": 5, "tool_choice": {"type": "tool", "name": "get_weather"}, )" + tools + ", " + user + "}",
-            "tool_choice 'tool'"},
+           {R"({"max_tokens": 5, "tool_choice": {"type": "tool"}, )" + tools + ", " + user + "}",
+            "tool_choice 'tool' needs a non-empty string 'name'"},
+           {R"({"max_tokens": 5, "tool_choice": {"type": "sometimes"}, )" + tools + ", " + user + "}",
+            "'tool_choice' type must be"},
            {R"({"max_tokens": 5, "tool_choice": "auto", )" + user + "}", "'tool_choice'"},
            {R"({"max_tokens": 5, "stop_sequences": "END", )" + user + "}", "'stop_sequences'"},
            {R"({"max_tokens": 5, "stop_sequences": [""], )" + user + "}", "non-empty"},

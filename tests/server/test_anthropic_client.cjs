@@ -3,9 +3,9 @@
 // greedy answer, streaming (Anthropic's events in order, the accumulated message equal
 // to the whole one), stop_sequences, a tool_use/tool_result conversation rendered by the
 // template exactly as the fixture expects, count_tokens, errors in Anthropic's shape,
-// x-api-key, a client that goes away mid-stream, and a shutdown during Messages and
-// Responses streams. (A random-weights model writes no
-// tool calls; the tool_use blocks of an answer are tested in test_server_units.)
+// x-api-key, a client that goes away mid-stream, a shutdown during Messages and
+// Responses streams, and tool_use blocks from forced calls (tool_choice tool and any:
+// the random-weights model writes a call only when its grammar makes it).
 // Exit code 77 = skipped.
 'use strict';
 const { test, before, after } = require('node:test');
@@ -38,6 +38,10 @@ after(async () => {
   const code = await server.stop();
   assert.equal(code, 0, 'the server did not shut down cleanly:\n' + server.stderr());
 });
+
+// A message without what differs between two runs of the same request (its id, the
+// calls' generated ids).
+const stable = (m) => JSON.parse(JSON.stringify(m, (k, v) => (k === 'id' ? undefined : v)));
 
 const SYSTEM = 'You are a terse assistant.';
 const USER = 'Name a prime number.';
@@ -181,9 +185,52 @@ test('tools: a tool_use/tool_result round trip reaches the template as the fixtu
   }
   const first = await client.messages.create({ ...body, system: 'You can call tools.', messages: messages.slice(0, 1) });
   assert.equal(first.usage.input_tokens, tokenCount(expected.tools.text));
-  // Forcing a call is not supported (yet): a 400 that says so.
-  await assert.rejects(client.messages.create({ ...body, tool_choice: { type: 'any' } }),
-                       (e) => e instanceof Anthropic.BadRequestError && /forcing a tool call/.test(e.message));
+});
+
+// Arguments the forced call's grammar allows (the tool's input_schema below).
+function checkInput(block) {
+  assert.equal(block.type, 'tool_use');
+  assert.equal(block.name, 'get_weather');
+  assert.ok(typeof block.id === 'string' && block.id.length > 0);
+  const { city, days, ...rest } = block.input;
+  assert.ok(typeof city === 'string' && [...city].length >= 1 && [...city].length <= 10, JSON.stringify(block.input));
+  assert.ok(Number.isInteger(days) && days >= 1 && days <= 7, JSON.stringify(block.input));
+  assert.deepEqual(rest, {});
+}
+
+test('tool_choice tool and any: tool_use blocks whose input fits the schema, whole and streamed, then a tool_result turn', async () => {
+  const tools = [{ name: 'get_weather', description: 'Weather for a city.', input_schema: {
+    type: 'object', properties: { city: { type: 'string', minLength: 1, maxLength: 10 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+    required: ['city', 'days'], additionalProperties: false } }];
+  const ask = [{ role: 'user', content: 'Weather in Paris?' }];
+  const body = { model: 'm', max_tokens: 300, temperature: 0, tools, messages: ask, tool_choice: { type: 'tool', name: 'get_weather' } };
+  const msg = await client.messages.create(body);
+  assert.equal(msg.stop_reason, 'tool_use', JSON.stringify(msg));
+  const uses = msg.content.filter((b) => b.type === 'tool_use');
+  assert.ok(uses.length >= 1);
+  uses.forEach(checkInput);
+  // Streamed: each tool_use block starts with an empty input and gets it as input_json_delta.
+  const events = await rawEvents(body);
+  const starts = events.filter((e) => e.event === 'content_block_start' && e.data.content_block.type === 'tool_use');
+  assert.equal(starts.length, uses.length);
+  for (const st of starts) {
+    assert.deepEqual(st.data.content_block.input, {});
+    const json = events.filter((e) => e.event === 'content_block_delta' && e.data.index === st.data.index)
+      .map((e) => { assert.equal(e.data.delta.type, 'input_json_delta'); return e.data.delta.partial_json; }).join('');
+    assert.deepEqual(JSON.parse(json), uses[starts.indexOf(st)].input);
+  }
+  const final = await client.messages.stream(body).finalMessage();
+  assert.deepEqual(stable(final), stable(msg));
+  // The results go back as tool_result blocks; the next turn renders them.
+  const next = await client.messages.create({ model: 'm', max_tokens: 8, temperature: 0, tools, messages: [
+    ...ask, { role: 'assistant', content: msg.content },
+    { role: 'user', content: uses.map((u) => ({ type: 'tool_result', tool_use_id: u.id, content: '21 C, clear' })) }] });
+  assert.ok(next.usage.input_tokens > msg.usage.input_tokens);
+  // any, one call only.
+  const any = await client.messages.create({ ...body, temperature: 0.7, tool_choice: { type: 'any', disable_parallel_tool_use: true } });
+  assert.equal(any.stop_reason, 'tool_use', JSON.stringify(any));
+  assert.equal(any.content.filter((b) => b.type === 'tool_use').length, 1);
+  checkInput(any.content.find((b) => b.type === 'tool_use'));
 });
 
 test('errors come back in Anthropic\'s shape with the right status', async () => {

@@ -3,8 +3,8 @@
 // equal to the chat endpoint's greedy answer, streaming events in order adding up to
 // it, input items (messages with input_text/output_text parts, function_call and
 // function_call_output) reaching the template as the fixture renders the conversation,
-// and the refusals of what needs stored state. (A random-weights model writes no tool
-// calls; function_call output items are tested in test_server_units.) Exit code 77 =
+// a forced call's function_call item (the random-weights model writes a call only when
+// its grammar makes it), and the refusals of what needs stored state. Exit code 77 =
 // skipped.
 'use strict';
 const { test, before, after } = require('node:test');
@@ -132,6 +132,39 @@ test('function tools and call items reach the template as the fixture renders th
   assert.equal(first.tool_choice, 'none');
 });
 
+test('a forced function call: a function_call item whose arguments fit the schema, whole and streamed', async () => {
+  const tools = [{ type: 'function', name: 'get_weather', parameters: {
+    type: 'object', properties: { city: { type: 'string', minLength: 1, maxLength: 10 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+    required: ['city', 'days'], additionalProperties: false } }];
+  const input = [{ role: 'user', content: 'Weather in Paris?' }];
+  const body = { model: 'm', input, tools, tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 300,
+                 temperature: 0, parallel_tool_calls: false };
+  const r = await client.responses.create(body);
+  assert.equal(r.status, 'completed', JSON.stringify(r));
+  const calls = r.output.filter((o) => o.type === 'function_call');
+  assert.equal(calls.length, 1);
+  const call = calls[0];
+  assert.equal(call.name, 'get_weather');
+  assert.match(call.id, /^fc_/);
+  const args = JSON.parse(call.arguments);
+  assert.ok(typeof args.city === 'string' && [...args.city].length >= 1 && [...args.city].length <= 10, call.arguments);
+  assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, call.arguments);
+  const stream = await client.responses.create({ ...body, stream: true });
+  const events = [];
+  for await (const e of stream) events.push(e);
+  const argDeltas = events.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => e.delta).join('');
+  assert.equal(argDeltas, call.arguments);
+  const last = events[events.length - 1];
+  assert.equal(last.type, 'response.completed');
+  const noIds = (x) => JSON.parse(JSON.stringify(x, (k, v) => (k === 'id' || k === 'created_at' || k === 'call_id' ? undefined : v)));
+  assert.deepEqual(noIds(last.response), noIds({ ...r, output_text: undefined }));
+  // The call and its output go back as items.
+  const next = await client.responses.create({ model: 'm', tools, max_output_tokens: 8, temperature: 0, input: [
+    ...input, { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments },
+    { type: 'function_call_output', call_id: call.call_id, output: '21 C, clear' }] });
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+});
+
 test('what needs stored state, and bad fields, are 400s naming the field', async () => {
   const cases = [
     [{ ...greedy, previous_response_id: 'resp_123' }, 'previous_response_id', /stateless/],
@@ -141,7 +174,7 @@ test('what needs stored state, and bad fields, are 400s naming the field', async
      'input', /'input_image' are not supported/],
     [{ ...greedy, input: [{ type: 'function_call_output', call_id: 'nope', output: '1' }] }, 'input', /matches no earlier function_call/],
     [{ ...greedy, tools: [{ type: 'web_search_preview' }] }, 'tools', /hosted tools/],
-    [{ ...greedy, tools: [{ type: 'function', name: 'f' }], tool_choice: 'required' }, 'tool_choice', /forcing a tool call/],
+    [{ ...greedy, tools: [{ type: 'function', name: 'f' }], tool_choice: { type: 'function', name: 'nope' } }, 'tool_choice', /nope/],
   ];
   for (const [body, param, says] of cases) {
     await assert.rejects(client.responses.create(body), (e) => {

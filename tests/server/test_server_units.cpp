@@ -457,6 +457,7 @@ ModelContext model_context(const Tokenizer& tok) {
   m.n_ctx = 64;
   m.render_chat = [](const ojson& messages, const ojson&) { return messages.dump(); };
   m.tool_format = ToolCallFormat::Hermes;
+  m.grammars = std::make_shared<GrammarCache>(std::make_shared<const TokenVocabulary>(tok));
   return m;
 }
 
@@ -498,7 +499,6 @@ TEST(Requests, LogprobsFields) {
                         R"({"prompt": [1], "response_format": {"type": "text"}})"})
     EXPECT_EQ(status_of([&] { parse_completion_request(RequestJson::parse(b), m); }), 200) << b;
   for (const char* b : {R"({"prompt": [1], "best_of": 2})", R"({"prompt": [1], "suffix": "end"})",
-                        R"({"prompt": [1], "response_format": {"type": "json_object"}})",
                         R"({"prompt": [1], "response_format": "json"})"})
     EXPECT_EQ(status_of([&] { parse_completion_request(RequestJson::parse(b), m); }), 400) << b;
   for (const char* b : {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
@@ -519,10 +519,22 @@ TEST(Requests, ToolsAndToolChoice) {
   EXPECT_EQ(r.tool_format, ToolCallFormat::Hermes);
   r = chat(m, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_EQ(r.tool_format, ToolCallFormat::None);
+  // Forced calls: a grammar of calls in the template's syntax.
+  r = chat(m, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", )" + tools + "}");
+  EXPECT_EQ(r.tool_format, ToolCallFormat::Hermes);
+  ASSERT_TRUE(r.gen.grammar);
+  EXPECT_NE(r.tool_grammar.find("<tool_call>"), std::string::npos);
+  r = chat(m, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "get_time"}}, )" + tools + "}");
+  ASSERT_TRUE(r.gen.grammar);
+  std::string param;
+  EXPECT_EQ(status_of([&] { chat(m, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "nope"}}, )" + tools + "}"); }, &param), 400);
+  EXPECT_EQ(param, "tool_choice");
+  EXPECT_EQ(status_of([&] { chat(m, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})"); }, &param), 400);
+  EXPECT_EQ(param, "tool_choice");
+  EXPECT_EQ(status_of([&] { chat(m, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", "response_format": {"type": "json_object"}, )" + tools + "}"); }, &param), 400);
+  EXPECT_EQ(param, "response_format");
   for (const std::string& b :
-       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", )" + tools + "}",
-        R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "get_time"}}, )" + tools + "}",
-        R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes", )" + tools + "}",
+       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes", )" + tools + "}",
         R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": 3, )" + tools + "}",
         std::string(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"),
         std::string(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval", "function": {"name": "f"}}]})"),
@@ -532,6 +544,56 @@ TEST(Requests, ToolsAndToolChoice) {
         std::string(R"({"messages": [{"role": "assistant", "tool_calls": 5}]})"),
         std::string(R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": "yes"})")})
     EXPECT_EQ(status_of([&] { chat(m, b); }), 400) << b;
+}
+
+TEST(Requests, StructuredOutputFields) {
+  FakeTokenizer tok({"<ctl>", "a", "{", "}", "\"", "1"});
+  const ModelContext m = model_context(tok);
+  auto completion = [&](const std::string& b) { return parse_completion_request(RequestJson::parse(b), m); };
+  EXPECT_FALSE(completion(R"({"prompt": [1]})").gen.grammar);
+  EXPECT_FALSE(completion(R"({"prompt": [1], "response_format": {"type": "text"}, "grammar": ""})").gen.grammar);
+  EXPECT_TRUE(completion(R"({"prompt": [1], "response_format": {"type": "json_object"}})").gen.grammar);
+  EXPECT_TRUE(completion(R"({"prompt": [1], "grammar": "root ::= \"a\"+"})").gen.grammar);
+  const ParsedRequest r = chat(m, R"({"messages": [{"role": "user", "content": "x"}], "response_format":
+      {"type": "json_schema", "json_schema": {"name": "n", "strict": true, "schema": {"type": "integer"}}}})");
+  ASSERT_TRUE(r.gen.grammar);
+  // The grammar lets "1" start the answer and not "a".
+  GrammarMatcher g(r.gen.grammar);
+  EXPECT_TRUE(g.accepts(5));
+  EXPECT_FALSE(g.accepts(1));
+  // The same schema twice: one compiled grammar.
+  const ParsedRequest again = chat(m, R"({"messages": [{"role": "user", "content": "y"}], "response_format":
+      {"type": "json_schema", "json_schema": {"name": "n", "strict": true, "schema": {"type": "integer"}}}})");
+  EXPECT_EQ(again.gen.grammar, r.gen.grammar);
+  // Errors name the field, and the keyword that cannot be enforced.
+  struct Bad {
+    std::string body, param, says;
+  };
+  const std::vector<Bad> cases = {
+      {R"({"prompt": [1], "grammar": "root ::= nothing"})", "grammar", "undefined rule 'nothing'"},
+      {R"({"prompt": [1], "grammar": 5})", "grammar", "GBNF"},
+      {R"({"prompt": [1], "response_format": {"type": "xml"}})", "response_format", "json_schema"},
+      {R"({"prompt": [1], "response_format": {"type": "json_schema"}})", "response_format", "json_schema"},
+      {R"({"prompt": [1], "response_format": {"type": "json_schema", "json_schema": {"strict": true,
+          "schema": {"type": "string", "format": "email"}}}})", "response_format", "'email'"},
+      {R"({"prompt": [1], "response_format": {"type": "json_schema", "json_schema": {"strict": true,
+          "schema": {"type": "object", "minProperties": 1}}}})", "response_format", "'minProperties'"},
+      {R"({"prompt": [1], "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})",
+       "response_format", "cannot be combined"},
+  };
+  for (const Bad& b : cases) {
+    try {
+      completion(b.body);
+      ADD_FAILURE() << "accepted: " << b.body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << b.body;
+      EXPECT_EQ(e.param, b.param) << b.body;
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
+    }
+  }
+  // Not strict (OpenAI's default): what cannot be enforced is left out.
+  EXPECT_TRUE(completion(R"({"prompt": [1], "response_format": {"type": "json_schema", "json_schema":
+      {"schema": {"type": "string", "format": "email"}}}})").gen.grammar);
 }
 
 TEST(Requests, EarlierToolCallArgumentsReachTheTemplateAsObjects) {

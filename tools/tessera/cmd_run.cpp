@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_grammar.h"
 #include "server/text_stream.h"
 #include "tessera/error.h"
 #include "tessera/generator.h"
@@ -64,6 +65,8 @@ int cmd_run(int argc, char** argv) {
   add_sampling_options(desc, sp);
   SpecOptions spec;
   add_spec_options(desc, spec);
+  GrammarOptions grammar;
+  add_grammar_options(desc, grammar);
   add_common_options(desc, o, true);
   po::variables_map vm;
   if (!parse(argc, argv, "usage: tessera run [-m MODEL] -p TEXT [-n N] [sampling options] [--backend NAME]", desc,
@@ -77,6 +80,7 @@ int cmd_run(int argc, char** argv) {
   auto engine = make_engine(*reg, o);
   const std::unique_ptr<Drafter> drafter = make_drafter(*reg, o, spec, *engine);
   const Tokenizer& tok = engine->tokenizer();
+  const std::shared_ptr<GrammarConstraint> constraint = make_grammar(grammar, tok);
   std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() && !no_bos);
   if (ids.empty()) throw Error("the prompt is empty after tokenization (use a non-empty -p)");
   if (int64_t(ids.size()) >= engine->n_ctx())
@@ -106,6 +110,7 @@ int cmd_run(int argc, char** argv) {
     req.sampling = sp;
     req.max_tokens = n_predict;
     req.spec_max = drafter ? spec.spec_max : 0;
+    req.grammar = constraint;
     gen.add(std::move(req));
     OpProfile prof;
     bool prefill_profiled = false, decode_profiled = false, first = true;
@@ -143,6 +148,7 @@ int cmd_run(int argc, char** argv) {
         }
         ++generated;
         if (ev.token >= 0) out.write(tok.token_to_piece(ev.token));
+        if (ev.finish == FinishReason::Failed) throw Error(ev.error);
         if (ev.finish == FinishReason::ContextFull)
           std::fprintf(stderr, "\n[context of %lld tokens is full]\n", (long long)engine->n_ctx());
       }

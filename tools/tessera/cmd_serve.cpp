@@ -23,9 +23,11 @@
 #include "cli_common.h"
 #include "server/chat_prompt.h"
 #include "server/engine_worker.h"
+#include "server/grammar_cache.h"
 #include "server/guarded_server.h"
 #include "server/http_api.h"
 #include "server/tool_calls.h"
+#include "tessera/embedder.h"
 #include "tessera/error.h"
 #include "tessera/expert_stream.h"
 #include "tessera/model_file.h"
@@ -81,7 +83,7 @@ size_t fit_connections_to_fd_limit(size_t wanted) {
 
 int cmd_serve(int argc, char** argv) {
   CommonOptions o;
-  std::string host = "127.0.0.1", api_key, template_file, max_body = "8M";
+  std::string host = "127.0.0.1", api_key, template_file, max_body = "8M", pooling;
   int port = 8080, queue = 64;
   int64_t max_connections = 1024, max_header_bytes = 16384, max_headers = 100, max_tokens_limit = 0;
   int64_t read_timeout = 10, idle_timeout = 5, write_timeout = 10;
@@ -96,6 +98,8 @@ int cmd_serve(int argc, char** argv) {
     ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template); "
                                                  "it also decides how tool calls in answers are parsed (<tool_call> blocks, "
                                                  "Llama 3 JSON, Mistral [TOOL_CALLS])")
+    ("pooling", po::value(&pooling), "how /v1/embeddings pools a text's final hidden states: mean or last (token); "
+                                     "default: the model's pooling_type metadata, else last")
     ("max-tokens-limit", po::value(&max_tokens_limit)->default_value(0),
      "the most tokens one answer may have: max_tokens -1 (the rest of the context) and larger values are "
      "lowered to it (0 = the context)")
@@ -121,12 +125,15 @@ int cmd_serve(int argc, char** argv) {
   if (!parse(argc, argv,
              "usage: tessera serve [-m MODEL] [--host H] [--port P] [--parallel N] [--ctx N] [options]\n"
              "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions (streaming, logprobs,\n"
-             "tools), POST /v1/responses (stateless), GET /v1/models, /health, /metrics; Anthropic's\n"
-             "POST /v1/messages (streaming, tools) and /v1/messages/count_tokens (docs/server.md)",
+             "tools), POST /v1/embeddings, POST /v1/responses (stateless), GET /v1/models, /health, /metrics;\n"
+             "Anthropic's POST /v1/messages (streaming, tools) and /v1/messages/count_tokens (docs/server.md)",
              desc, nullptr, vm))
     return 0;
   if (port < 0 || port > 65535) throw Error("--port must be in [0, 65535]");
   if (queue < 0) throw Error("--queue must be >= 0");
+  std::optional<Pooling> pooling_override;
+  if (!pooling.empty() && !(pooling_override = parse_pooling(pooling)))
+    throw Error("--pooling must be mean or last, not '" + printable(pooling, 40) + "'");
   if (o.parallel < 1) throw Error("--parallel must be >= 1");
   if (max_tokens_limit < 0) throw Error("--max-tokens-limit must be >= 0 (0 = the context)");
   if (max_connections < 1) throw Error("--max-connections must be >= 1");
@@ -154,6 +161,7 @@ int cmd_serve(int argc, char** argv) {
   server::Metrics metrics;
   server::GuardedServer svr(limits, metrics);
   server::HttpApi api(api_key);
+  svr.set_tcp_nodelay(true);
   api.install(svr);
   if (port == 0) {
     port = svr.bind_to_any_port(host);
@@ -191,6 +199,7 @@ int cmd_serve(int argc, char** argv) {
     mc.n_vocab = engine->n_vocab();
     mc.n_ctx = engine->n_ctx();
     mc.max_tokens_limit = max_tokens_limit;
+    mc.grammars = std::make_shared<server::GrammarCache>(std::make_shared<const TokenVocabulary>(*mc.tokenizer));
     // The file's name without .gguf, or a checkpoint folder's whole name ("Qwen3-0.6B").
     std::filesystem::path mp = std::filesystem::path(engine->file().path()).lexically_normal();
     if (!mp.has_filename()) mp = mp.parent_path();  // "folder/"
@@ -207,7 +216,15 @@ int cmd_serve(int argc, char** argv) {
     go.max_running = o.parallel;
     go.drafter = drafter.get();
     worker = std::make_unique<server::EngineWorker>(*engine, go, size_t(queue), metrics);
-    api.attach(worker.get(), &metrics, std::move(mc));
+    server::EmbeddingContext ec;
+    ec.n_embd = engine->n_embd();
+    ec.add_eos = tokenizer_adds_eos(engine->file());
+    try {
+      ec.pooling = pooling_override ? *pooling_override : model_pooling(engine->file());
+    } catch (const Error& e) {
+      ec.unavailable = std::string(e.what()) + " (choose one with --pooling)";
+    }
+    api.attach(worker.get(), &metrics, std::move(mc), std::move(ec));
   } catch (...) {
     finish();
     throw;

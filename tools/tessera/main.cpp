@@ -22,6 +22,7 @@ int cmd_conformance(int argc, char** argv);
 int cmd_chat_template(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
+int cmd_embed(int argc, char** argv);
 }  // namespace tessera::cli
 
 namespace {
@@ -38,6 +39,7 @@ constexpr Command kCommands[] = {
     {"info", tessera::cli::cmd_info, "print a model's architecture, hyperparameters and tensors"},
     {"tokenize", tessera::cli::cmd_tokenize, "print the token ids of a text"},
     {"logits", tessera::cli::cmd_logits, "write the logits of a token list (batched prefill) to a file"},
+    {"embed", tessera::cli::cmd_embed, "print the embedding (pooled final hidden state) of each text"},
     {"bench", tessera::cli::cmd_bench, "measure prefill and decode tokens/s"},
     {"conformance", tessera::cli::cmd_conformance, "check backends op by op against the cpu_scalar oracle"},
     {"chat-template", tessera::cli::cmd_chat_template, "render a chat template (Jinja2) with a JSON file's variables"},

@@ -90,6 +90,7 @@ class Engine {
   const std::shared_ptr<FastPool>& pool() const { return pool_; }
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_vocab() const;
+  int64_t n_embd() const;
 
   int64_t batch_tokens() const { return batch_tokens_; }
   KvCache& kv() { return *kv_; }
@@ -109,6 +110,11 @@ class Engine {
   // out of range, a sequence would pass n_ctx, or the pool has too few free pages
   // (then nothing was evaluated). The caller keeps the total within its budget.
   std::span<const float> forward(std::span<const Chunk> chunks);
+  // The same forward pass ending at the output norm: the final hidden states (n_embd
+  // floats per row, what the LM head would read) of the rows the chunks ask for
+  // (Chunk::logits picks them), without computing the LM head. Embeddings are made
+  // from these (embedder.h).
+  std::span<const float> forward_hidden(std::span<const Chunk> chunks);
   // Tokens evaluated by forward() since the engine was made.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
   // The expert stream of a MoE model whose experts are streamed, else null.
@@ -148,6 +154,8 @@ class Engine {
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
   // out holds NaN or infinity, or is degenerate (every value equal).
   void check_logits(int64_t rows) const;
+  // forward() and forward_hidden(): rows of `width` floats (n_vocab or n_embd).
+  std::span<const float> run_step(std::span<const Chunk> chunks, bool hidden);
 
   std::shared_ptr<FastPool> pool_;
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open

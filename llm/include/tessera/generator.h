@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tessera/kv_cache.h"
@@ -31,6 +32,7 @@ namespace tessera {
 
 class Engine;
 class Drafter;
+class GrammarConstraint;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids (BOS included if wanted); not empty
@@ -45,19 +47,26 @@ struct GenerationRequest {
   // Speculative decoding: at most this many drafted tokens verified per step (0: off;
   // needs GeneratorOptions::drafter). The draft length adapts to the acceptance.
   int spec_max = 0;
+  // Structured output: only tokens the grammar allows are sampled (the mask comes
+  // before every other sampling step), an end-of-generation token only where the
+  // grammar may end, and the generation stops once nothing can follow. Constrained
+  // requests do not speculate.
+  std::shared_ptr<GrammarConstraint> grammar;
 };
 
 enum class FinishReason : uint8_t {
   None,
-  Stop,         // an end-of-generation or stop token was sampled
+  Stop,         // an end-of-generation or stop token was sampled, or the grammar is complete
   Length,       // max_tokens generated
   ContextFull,  // the sequence reached the context size
   Cancelled,
+  Failed,  // the request could not go on (its grammar): GenerationEvent::error says why
 };
 const char* finish_reason_name(FinishReason r);
 
 // What one step produced for one request: a sampled token (token >= 0, unless the
-// token ended the generation as a stop token), and/or the reason it finished; with
+// token ended the generation as a stop token), and/or the reason it finished (a token
+// that completes a grammar comes with Stop); with
 // GenerationRequest::logprobs >= 0, the token's log-probabilities (a stop token, which
 // is not reported, has none).
 struct GenerationEvent {
@@ -65,6 +74,7 @@ struct GenerationEvent {
   int32_t token = -1;
   FinishReason finish = FinishReason::None;
   std::optional<TokenLogprobs> logprobs;
+  std::string error;  // with FinishReason::Failed
 };
 
 struct GeneratorOptions {

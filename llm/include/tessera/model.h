@@ -59,6 +59,9 @@ struct ForwardBatch {
   // Rows whose logits are wanted, ascending; empty means the last row only.
   std::span<const int32_t> output_rows;
   PagedInputs paged;
+  // The step ends at the output norm: the output rows' final hidden states (what the
+  // LM head would read) instead of their logits; the LM head is not computed.
+  bool hidden_output = false;
 };
 
 // Fills `slots` and `table` for the slices of a step whose positions kv has reserved,
@@ -83,8 +86,9 @@ class Model {
   // KV cache geometry for a context of n_ctx positions.
   virtual KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const = 0;
   // Append the nodes of one forward step to `graph`; returns the logits tensor
-  // (F32 [n_vocab, rows]: one row per output row, in order). The caller has reserved
-  // the KV positions.
+  // (F32 [n_vocab, rows]: one row per output row, in order), or with
+  // batch.hidden_output the normed hidden states (F32 [n_embd, rows]). The caller has
+  // reserved the KV positions.
   virtual int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& batch) const = 0;
 
   // Tensors of the file the architecture recognises and deliberately leaves out of the

@@ -48,8 +48,10 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t chosen, int 
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
-  // Pick the next token from one row of logits (does not record it).
-  int32_t sample(std::span<const float> logits);
+  // Pick the next token from one row of logits (does not record it). A non-empty
+  // `allowed` (bit i of word i / 64 for token i; grammar.h's TokenMask) leaves out every
+  // other token before anything else is applied; tokens past its end are left out too.
+  int32_t sample(std::span<const float> logits, std::span<const uint64_t> allowed = {});
   // Speculative decoding: the token at a position whose drafted token was `draft`.
   // Greedy: the argmax, accepted when it equals the draft. Otherwise the draft (a
   // point mass) is accepted with the probability the sampler gives it, and a rejected
@@ -74,7 +76,7 @@ class Sampler {
   std::vector<Keyed> keyed_;  // sort_by_logit's work buffers (two halves)
   // cand_ (in ascending id order) into descending logit, ascending id on ties.
   void sort_by_logit();
-  int32_t candidates(std::span<const float> logits);
+  int32_t candidates(std::span<const float> logits, std::span<const uint64_t> allowed = {});
   double uniform();
   double weight(size_t i) const;
   int32_t draw(double total, int32_t skip);

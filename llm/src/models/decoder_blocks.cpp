@@ -187,6 +187,7 @@ int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInf
     x = g.get_rows(x, ids);
   }
   x = g.rms_norm(x, g.input(e.output_norm), i.rms_eps);
+  if (b.hidden_output) return x;
   return g.matmul(g.input(e.output), x);
 }
 

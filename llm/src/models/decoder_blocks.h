@@ -100,7 +100,8 @@ int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo&
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
                         int32_t v, float scale, int32_t window = 0, int32_t sinks = -1);
 
-// Final norm and output matrix for the batch's output rows (the last row by default).
+// Final norm and output matrix for the batch's output rows (the last row by default);
+// with b.hidden_output only the norm (the rows' final hidden states).
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x,
                       const ForwardBatch& b);
 

@@ -216,12 +216,19 @@ RequestJson messages_to_chat_body(const RequestJson& body, bool counting) {
     if (!c->is_object() || !c->contains("type") || !(*c)["type"].is_string())
       bad("tool_choice", "'tool_choice' must be an object with a string 'type'", "invalid_type");
     const std::string type = (*c)["type"].get<std::string>();
-    if (type == "none") chat["tool_choice"] = "none";
-    else if (type == "any" || type == "tool")
-      bad("tool_choice", "tool_choice '" + type + "' (forcing a tool call) is not supported by this server; use "
-                         "'auto' or 'none'", "unsupported_parameter");
-    else if (type != "auto")
+    // any and tool force a call: chat's "required" and named function.
+    if (type == "none") {
+      chat["tool_choice"] = "none";
+    } else if (type == "any") {
+      chat["tool_choice"] = "required";
+    } else if (type == "tool") {
+      auto name = c->find("name");
+      if (name == c->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
+        bad("tool_choice", "tool_choice 'tool' needs a non-empty string 'name'", "invalid_type");
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", *name}}}};
+    } else if (type != "auto") {
       bad("tool_choice", "'tool_choice' type must be 'auto', 'any', 'tool' or 'none'");
+    }
     if (bool off = false; get(*c, "disable_parallel_tool_use", off)) chat["parallel_tool_calls"] = !off;
   }
   if (!counting) {

@@ -12,10 +12,11 @@
 
 namespace tessera::server {
 
-// tessera's sampling extensions of the chat endpoint (llama.cpp's and vLLM's names),
-// passed through unchanged by the dialects' translations into the chat form.
+// tessera's sampling extensions of the chat endpoint (llama.cpp's and vLLM's names,
+// llama.cpp's GBNF `grammar` among them), passed through unchanged by the dialects'
+// translations into the chat form.
 inline constexpr const char* kSamplingExtensions[] = {"seed", "min_p", "repeat_penalty", "ignore_eos",
-                                                       "speculative.n_max"};
+                                                       "speculative.n_max", "grammar"};
 
 class ApiDialect {
  public:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include "tessera/engine.h"
 #include "tessera/error.h"
@@ -20,6 +21,19 @@ void Job::push(Event e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+bool EmbeddingJob::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return done_; });
+}
+
+void EmbeddingJob::complete() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
   }
   cv_.notify_all();
 }
@@ -60,16 +74,83 @@ bool EngineWorker::submit(const std::shared_ptr<Job>& job) {
   return true;
 }
 
+bool EngineWorker::submit(const std::shared_ptr<EmbeddingJob>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || end_all_ || embed_pending_.load() >= max_waiting_) return false;
+    embed_incoming_.push_back(job);
+    ++embed_pending_;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void EngineWorker::step_embeddings(std::vector<std::shared_ptr<EmbeddingJob>>& fresh) {
+  for (auto& job : fresh) embed_waiting_.push_back(std::move(job));
+  fresh.clear();
+  auto fail = [&](const std::string& why, bool busy) {
+    embed_job_->error = why;
+    embed_job_->busy = busy;
+    embed_batch_.reset();  // frees the sequences it holds
+    std::exchange(embed_job_, nullptr)->complete();
+  };
+  if (embed_job_ && embed_job_->cancelled()) {
+    embed_batch_.reset();
+    embed_job_ = nullptr;
+  }
+  while (!embed_job_ && !embed_waiting_.empty()) {
+    embed_job_ = std::move(embed_waiting_.front());
+    embed_waiting_.pop_front();
+    if (embed_job_->cancelled()) {
+      embed_job_ = nullptr;
+      continue;
+    }
+    try {
+      embed_batch_ = std::make_unique<EmbeddingBatch>(engine_, std::move(embed_job_->inputs), embed_job_->pooling);
+    } catch (const Error& e) {
+      fail(e.what(), false);
+    }
+  }
+  if (!embed_job_) return;
+  try {
+    bool done = false;
+    try {
+      done = embed_batch_->step();
+    } catch (const KvPagesExhausted&) {
+      // Finished sequences kept for reuse (recurrent models) give their pages back first.
+      if (gen_.kept_sequences() == 0) throw;
+      gen_.release_kept_sequences();
+      done = embed_batch_->step();
+    }
+    if (!done) return;
+  } catch (const KvPagesExhausted& e) {
+    return fail(e.what(), true);
+  } catch (const std::exception& e) {
+    return fail(e.what(), false);
+  }
+  ++metrics_.embedding_requests_total;
+  metrics_.embedding_inputs_total += int64_t(embed_batch_->results().size());
+  metrics_.embedding_tokens_total += embed_batch_->tokens();
+  embed_job_->results = embed_batch_->results();
+  embed_batch_.reset();
+  std::exchange(embed_job_, nullptr)->complete();
+}
+
 void EngineWorker::run() {
   using clock = std::chrono::steady_clock;
   for (;;) {
     std::vector<std::shared_ptr<Job>> fresh;
+    std::vector<std::shared_ptr<EmbeddingJob>> fresh_embeds;
     bool end_all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !active_.empty(); });
+      cv_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !active_.empty() || !embed_incoming_.empty() || embed_job_ ||
+               !embed_waiting_.empty();
+      });
       if (stop_) break;
       fresh.swap(incoming_);
+      fresh_embeds.swap(embed_incoming_);
       end_all = end_all_;
     }
     if (end_all) {
@@ -80,6 +161,7 @@ void EngineWorker::run() {
         job->push(Job::Event::ended(FinishReason::Length));
       }
       active_.clear();
+      fail_embeddings(fresh_embeds, "the server is shutting down");
     }
     for (auto& job : fresh) {
       if (job->cancelled()) continue;
@@ -102,6 +184,7 @@ void EngineWorker::run() {
         ++it;
       }
     }
+    step_embeddings(fresh_embeds);
     if (!gen_.idle()) {
       std::vector<GenerationEvent> events;
       try {
@@ -135,6 +218,7 @@ void EngineWorker::run() {
     {
       std::lock_guard<std::mutex> lock(mu_);  // submit() counts under this lock too
       pending_ = gen_.waiting() + incoming_.size();
+      embed_pending_ = embed_waiting_.size() + embed_incoming_.size();
     }
     metrics_.requests_running = int64_t(gen_.running());
     metrics_.requests_waiting = int64_t(pending_.load());
@@ -151,6 +235,23 @@ void EngineWorker::run() {
     job->push(Job::Event::failed("the server is shutting down"));
   }
   active_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_embeddings(embed_incoming_, "the server is shutting down");
+  }
+}
+
+void EngineWorker::fail_embeddings(std::vector<std::shared_ptr<EmbeddingJob>>& fresh, const std::string& why) {
+  for (auto& job : fresh) embed_waiting_.push_back(std::move(job));
+  fresh.clear();
+  if (embed_job_) embed_waiting_.push_front(std::exchange(embed_job_, nullptr));
+  embed_batch_.reset();
+  for (auto& job : embed_waiting_) {
+    job->error = why;
+    job->busy = true;
+    job->complete();
+  }
+  embed_waiting_.clear();
 }
 
 }  // namespace tessera::server

@@ -52,8 +52,9 @@ bool read_request(httplib::Response& res, F&& handle) {
 
 }  // namespace
 
-void HttpApi::attach(EngineWorker* worker, Metrics* metrics, ModelContext model) {
-  std::atomic_store(&ready_, std::make_shared<const Ready>(Ready{worker, metrics, std::move(model)}));
+void HttpApi::attach(EngineWorker* worker, Metrics* metrics, ModelContext model, EmbeddingContext embeddings) {
+  std::atomic_store(&ready_,
+                    std::make_shared<const Ready>(Ready{worker, metrics, std::move(model), std::move(embeddings)}));
 }
 
 void HttpApi::install(httplib::Server& svr) {
@@ -231,6 +232,44 @@ void HttpApi::install(httplib::Server& svr) {
   };
   svr.Post("/v1/completions", generate(false));
   svr.Post("/v1/chat/completions", generate(true));
+
+  svr.Post("/v1/embeddings", [this, ready_or_503](const httplib::Request& req, httplib::Response& res) {
+    auto r = ready_or_503(res);
+    if (!r) return;
+    if (draining_) {
+      send_error(res, 503, error_body("the server is shutting down", "server_error", "", "shutting_down"));
+      return;
+    }
+    InFlight in_flight(in_flight_);
+    EmbeddingRequest parsed;
+    if (!read_request(res, [&] {
+          parsed = parse_embedding_request(RequestJson::parse(req.body), r->model, r->embeddings);
+        })) {
+      ++r->metrics->request_errors_total;
+      return;
+    }
+    // The worker computes the pooled states between generation steps.
+    auto job = std::make_shared<EmbeddingJob>(std::move(parsed.inputs), *r->embeddings.pooling);
+    if (!r->worker->submit(job)) {
+      ++r->metrics->request_errors_total;
+      send_error(res, 503, error_body("the server is busy: too many requests are waiting; retry later", "server_error",
+                                      "", "queue_full"));
+      return;
+    }
+    while (!job->wait(std::chrono::milliseconds(100))) {
+      if (GuardedServer::client_gone()) {
+        job->cancel();
+        ++r->metrics->requests_cancelled_total;
+        return;
+      }
+    }
+    if (!job->error.empty()) {
+      ++r->metrics->request_errors_total;
+      send_error(res, job->busy ? 503 : 500, error_body(job->error, "server_error", "", job->busy ? "busy" : ""));
+      return;
+    }
+    res.set_content(dump(embedding_response(parsed, job->results, r->model.model_id)), "application/json");
+  });
 
   // llama.cpp's tokenizer endpoints: answered here, without the engine's worker.
   auto tokenizer_route = [ready_or_503](json (*respond)(const RequestJson&, const ModelContext&)) {

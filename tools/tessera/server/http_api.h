@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "server/embeddings_api.h"
 #include "server/engine_worker.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
@@ -25,6 +26,7 @@ struct ServedModel {
   EngineWorker* worker;
   Metrics* metrics;
   ModelContext model;
+  EmbeddingContext embeddings;
 };
 
 class HttpApi {
@@ -32,7 +34,7 @@ class HttpApi {
   explicit HttpApi(std::string api_key) : api_key_(std::move(api_key)) {}
   void install(httplib::Server& server);
   // The model is ready: requests are served from now on.
-  void attach(EngineWorker* worker, Metrics* metrics, ModelContext model);
+  void attach(EngineWorker* worker, Metrics* metrics, ModelContext model, EmbeddingContext embeddings = {});
   // The server is shutting down: no new generation request is taken.
   void begin_drain() { draining_ = true; }
   // Generation requests whose response is not finished yet.

@@ -63,6 +63,10 @@ std::string Metrics::render() const {
                plan_cache_misses_total);
   out += gauge("tessera_requests_cancelled_total", "counter", "Requests cancelled because their client went away.",
                requests_cancelled_total);
+  out += gauge("tessera_embedding_requests_total", "counter", "Embedding requests answered.", embedding_requests_total);
+  out += gauge("tessera_embedding_inputs_total", "counter", "Inputs embedded (a request may hold many).",
+               embedding_inputs_total);
+  out += gauge("tessera_embedding_tokens_total", "counter", "Tokens of the inputs embedded.", embedding_tokens_total);
   out += gauge("tessera_http_connections_open", "gauge", "HTTP connections being served.", http_connections_open);
   out += gauge("tessera_http_connections_refused_total", "counter",
                "Connections answered 503 beyond --max-connections.", http_connections_refused_total);

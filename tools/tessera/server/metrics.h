@@ -37,6 +37,8 @@ struct Metrics {
   std::atomic<int64_t> spec_drafted_tokens_total{0}, spec_accepted_tokens_total{0};
   // Requests cancelled because their client went away.
   std::atomic<int64_t> requests_cancelled_total{0};
+  // POST /v1/embeddings answered, the inputs they held, and those inputs' tokens.
+  std::atomic<int64_t> embedding_requests_total{0}, embedding_inputs_total{0}, embedding_tokens_total{0};
   Histogram time_to_first_token, inter_token_latency;
   std::string render() const;
 };

@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "server/request_fields.h"
+#include "server/tool_call_grammar.h"
+#include "tessera/json_schema_grammar.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::server {
@@ -22,6 +24,62 @@ json error_body(const std::string& message, const std::string& type, const std::
 json error_body(const ApiError& e) { return error_body(e.what(), e.type, e.param, e.code); }
 
 namespace {
+
+// Structured output: llama.cpp's `grammar` (GBNF), OpenAI's response_format
+// (json_object, json_schema with its `strict`), or the grammar of a forced tool call;
+// at most one of them.
+void parse_structured_output(const RequestJson& body, const ModelContext& m, ParsedRequest& r) {
+  std::string gbnf = r.tool_grammar;
+  std::string param = gbnf.empty() ? "" : "tool_choice";
+  auto take = [&](const std::string& from, std::string text) {
+    if (!param.empty())
+      bad(from, "'" + from + "' cannot be combined with '" + param + "': give one constraint on the answer");
+    gbnf = std::move(text);
+    param = from;
+  };
+  if (auto it = body.find("grammar"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) bad("grammar", "'grammar' must be a string of GBNF rules", "invalid_type");
+    if (!it->get<std::string>().empty()) take("grammar", it->get<std::string>());
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) bad("response_format", "'response_format' must be an object", "invalid_type");
+    const auto type = it->find("type");
+    if (type == it->end() || !type->is_string())
+      bad("response_format", "'response_format' needs a string 'type'", "invalid_type");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      take("response_format", json_object_gbnf());
+    } else if (t == "json_schema") {
+      const auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object())
+        bad("response_format", "'response_format' of type json_schema needs a 'json_schema' object",
+            "missing_required_parameter");
+      const auto schema = js->find("schema");
+      JsonSchemaOptions o;
+      if (auto st = js->find("strict"); st != js->end() && !st->is_null()) {
+        if (!st->is_boolean()) bad("response_format", "'json_schema.strict' must be a boolean", "invalid_type");
+        o.strict = st->get<bool>();
+      } else {
+        o.strict = false;  // OpenAI's default
+      }
+      const std::string text = schema == js->end() || schema->is_null() ? std::string("{}") : schema->dump();
+      try {
+        take("response_format", json_schema_to_gbnf(text, o));
+      } catch (const GrammarError& e) {
+        bad("response_format", e.what());
+      }
+    } else if (t != "text") {
+      bad("response_format", "'response_format' type must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+  }
+  if (gbnf.empty()) return;
+  if (!m.grammars) bad(param, "this server cannot constrain answers (the model has no tokenizer)", "unsupported_parameter");
+  try {
+    r.gen.grammar = m.grammars->get(gbnf);
+  } catch (const GrammarError& e) {
+    bad(param, e.what());
+  }
+}
 
 void parse_sampling(const RequestJson& body, const ModelContext& m, ParsedRequest& r, bool chat) {
   if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
@@ -99,12 +157,7 @@ void parse_sampling(const RequestJson& body, const ModelContext& m, ParsedReques
     }
   }
   r.gen.logprobs = r.logprobs ? r.top_logprobs : -1;
-  // Structured output would need constrained decoding: only plain text is produced.
-  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) bad("response_format", "'response_format' must be an object", "invalid_type");
-    if (it->value("type", json("text")) != json("text"))
-      bad("response_format", "only {\"type\": \"text\"} is supported as 'response_format'", "unsupported_parameter");
-  }
+  parse_structured_output(body, m, r);
   get(body, "ignore_eos", r.gen.ignore_eos);
   // Speculative decoding per request, under llama.cpp's server's name for it.
   r.gen.spec_max = m.spec_max;
@@ -244,21 +297,38 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
     }
     tools = *t;
   }
-  // tool_choice: "auto" (the default) or "none"; forcing a call ("required", a named
-  // function) would need constrained decoding, which this server does not have.
+  // tool_choice: "auto" (the default), "none", or a forced call: "required" (any of
+  // the tools) or {"type": "function", "function": {"name": ...}}, which constrain the
+  // answer to calls in the template's syntax.
   bool parse_calls = !tools.is_null() && !tools.empty();
+  bool forced = false;
+  std::string forced_name;
   if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
-    if (c->is_string() && c->get<std::string>() == "none") parse_calls = false;
-    else if (!(c->is_string() && c->get<std::string>() == "auto")) {
-      if (!c->is_string() && !c->is_object())
-        bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object", "invalid_type");
-      if (c->is_string() && c->get<std::string>() != "required")
-        bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
-      bad("tool_choice", "'tool_choice' can be \"auto\" or \"none\" here: forcing a tool call is not supported",
-          "unsupported_parameter");
+    if (c->is_string()) {
+      const std::string v = c->get<std::string>();
+      if (v == "none") parse_calls = false;
+      else if (v == "required") forced = true;
+      else if (v != "auto") bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
+    } else if (c->is_object()) {
+      const auto f = c->find("function");
+      if (c->value("type", json("")) != json("function") || f == c->end() || !f->is_object() ||
+          !f->contains("name") || !(*f)["name"].is_string())
+        bad("tool_choice", "a 'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      forced = true;
+      forced_name = (*f)["name"].get<std::string>();
+    } else {
+      bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object", "invalid_type");
     }
   }
   get(body, "parallel_tool_calls", r.parallel_tool_calls);
+  if (forced) {
+    if (!parse_calls) bad("tool_choice", "'tool_choice' forces a tool call, but the request has no 'tools'");
+    try {
+      r.tool_grammar = tool_call_gbnf(m.tool_format, json(tools), forced_name, r.parallel_tool_calls);
+    } catch (const GrammarError& e) {
+      bad("tool_choice", e.what());
+    }
+  }
   if (parse_calls) {
     r.tool_format = m.tool_format;
     r.tools = json(tools);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/answer_stream.h"
+#include "server/grammar_cache.h"
 #include "server/tool_calls.h"
 #include "tessera/generator.h"
 
@@ -50,6 +51,9 @@ struct ModelContext {
   // Speculative decoding: the server's --spec-max when it has a drafter (--spec), the
   // default of a request's "speculative.n_max"; 0 = no drafter (only 0 is accepted).
   int spec_max = 0;
+  // Compiled grammars for structured output (response_format, grammar, forced tool
+  // calls); null: requests that ask for them are refused.
+  std::shared_ptr<GrammarCache> grammars;
 };
 
 // Log-probabilities: at most this many alternatives per token (completions'
@@ -69,6 +73,8 @@ struct ParsedRequest {
   ToolCallFormat tool_format = ToolCallFormat::None;
   nlohmann::json tools;            // the request's tools array
   bool parallel_tool_calls = true;  // false: only the first call is returned
+  // The grammar a forced tool call (tool_choice) puts on the answer, as GBNF.
+  std::string tool_grammar;
 };
 
 // A request body, parsed once with its key order kept (a chat template's tojson prints

@@ -1,0 +1,24 @@
+// Pieces of GBNF text that the JSON Schema converter puts together.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessera::gbnf {
+
+// A GBNF string literal matching exactly `utf8`.
+std::string literal(std::string_view utf8);
+
+// An expression matching the decimal text of every integer in [lo, hi] (absent: no
+// bound), without leading zeros or "-0". Throws GrammarError when the range is empty.
+std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
+
+// An expression matching the inside of a JSON string (between the quotes) whose
+// decoded text matches the ECMA-262 regular expression `pattern` (unanchored unless it
+// starts with ^ / ends with $, as JSON Schema says). `any_char` names the rule of one
+// JSON string character. Throws GrammarError for what is not regular (back-references,
+// look-around) or not supported, naming it.
+std::string regex(std::string_view pattern, const std::string& any_char);
+
+}  // namespace tessera::gbnf

@@ -1,0 +1,19 @@
+// The grammar of a forced tool call (tool_choice "required" or a named function): the
+// answer is one call, or several with parallel_tool_calls, in the template's format
+// (tool_calls.h), to one of the allowed tools, with arguments that match that tool's
+// `parameters` schema.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/tool_calls.h"
+
+namespace tessera::server {
+
+// GBNF for calls to the tools of `tools` (OpenAI's array) named `only` (empty: any of
+// them). Throws GrammarError for a schema that cannot be enforced or a format without
+// a known call syntax.
+std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, const std::string& only, bool parallel);
+
+}  // namespace tessera::server
