@@ -258,6 +258,8 @@ test('errors come back in Anthropic\'s shape with the right status', async () =>
     [await post('/v1/messages/batches', {}), 404, 'not_found_error', /unknown path/],
     [await post('/v1/messages', greedy, { 'x-api-key': 'wrong' }), 401, 'authentication_error', /invalid API key/],
     [await h.postJson(server.url + '/v1/messages', greedy), 401, 'authentication_error', /missing API key/],
+    // A limit of the GuardedServer (--max-body, 8 MiB by default), answered before the body is read.
+    [await post('/v1/messages', { ...greedy, system: 'x'.repeat(9 << 20) }), 413, 'request_too_large', /./],
   ];
   for (const [r, status, type, says] of checks) {
     assert.equal(r.status, status, r.text);
