@@ -1,5 +1,6 @@
 // libFuzzer target: any bytes as the JSON body of POST /v1/completions, POST
-// /v1/chat/completions, /tokenize and /detokenize, through the server's request parser (sampling parameters,
+// /v1/chat/completions, /tokenize, /detokenize, Anthropic's /v1/messages and
+// /v1/messages/count_tokens, and /v1/responses, through the server's request parsers (sampling parameters,
 // stop strings, logprobs, tools, messages rendered by a ChatML template with tools).
 // The only allowed failures are a JSON parse error and an ApiError (a 4xx answer);
 // an accepted request must be one the engine can run: its prompt and answer fit the
@@ -11,8 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/anthropic_api.h"
 #include "server/chat_prompt.h"
 #include "server/openai_api.h"
+#include "server/responses_api.h"
 #include "server/tokenize_api.h"
 #include "tessera/tokenizer.h"
 
@@ -67,7 +70,8 @@ void check(bool ok, const char* what) {
   }
 }
 
-void check_request(const tessera::server::ParsedRequest& r, const tessera::server::ModelContext& m) {
+void check_request(const tessera::server::ParsedRequest& r, const tessera::server::ModelContext& m,
+                   size_t max_stops = 4) {
   const auto& g = r.gen;
   check(!g.prompt.empty(), "empty prompt");
   for (int32_t id : g.prompt) check(id >= 0 && id < m.n_vocab, "prompt token outside the vocabulary");
@@ -82,7 +86,7 @@ void check_request(const tessera::server::ParsedRequest& r, const tessera::serve
   check(s.repeat_penalty > 0, "repeat_penalty");
   for (const auto& [id, bias] : s.logit_bias) check(id >= 0 && id < m.n_vocab && bias >= -100 && bias <= 100, "logit_bias");
   check(g.logprobs >= -1 && g.logprobs <= tessera::server::kMaxTopLogprobs, "logprobs");
-  check(r.stop.size() <= 4, "more than 4 stop strings");
+  check(r.stop.size() <= max_stops, "more stop strings than allowed");
   if (g.grammar) {
     // A few steps through the grammar: every token its mask allows is accepted.
     tessera::GrammarMatcher matcher(g.grammar);
@@ -121,13 +125,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const nlohmann::json::exception&) {
     return 0;  // the server's 400 invalid_json
   }
-  for (int route = 0; route < 4; ++route) {
+  for (int route = 0; route < 7; ++route) {
     try {
       switch (route) {
         case 0: check_request(tessera::server::parse_completion_request(body_json, model), model); break;
         case 1: check_request(tessera::server::parse_chat_request(body_json, model), model); break;
         case 2: (void)tessera::server::tokenize_response(body_json, model); break;
-        default: (void)tessera::server::detokenize_response(body_json, model); break;
+        case 3: (void)tessera::server::detokenize_response(body_json, model); break;
+        case 4: check_request(tessera::server::parse_messages_request(body_json, model), model, 64); break;
+        case 5: (void)tessera::server::parse_messages_request(body_json, model, true); break;
+        default: check_request(tessera::server::parse_responses_request(body_json, model), model); break;
       }
     } catch (const tessera::server::ApiError& e) {
       check(e.status >= 400 && e.status < 500, "an ApiError that is not a 4xx");

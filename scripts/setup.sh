@@ -43,9 +43,9 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
-# The official OpenAI client for the server tests, and ajv (JSON Schema validation of
-# structured output), into the build tree (not committed).
-for pkg in openai@4.95.0 ajv@8.17.1; do
+# The official OpenAI and Anthropic clients for the server tests, and ajv (JSON Schema
+# validation of structured output), into the build tree (not committed).
+for pkg in openai@4.95.0 @anthropic-ai/sdk@0.60.0 ajv@8.17.1; do
   if [ ! -f "$BUILD_DIR/node/node_modules/${pkg%@*}/package.json" ]; then
     mkdir -p "$BUILD_DIR/node"
     npm install --prefix "$BUILD_DIR/node" --no-audit --no-fund --loglevel=error "$pkg" >/dev/null

@@ -8,11 +8,11 @@ const BIN = process.env.TESSERA_BIN;            // build/bin/tessera
 const FIXTURES = process.env.TESSERA_FIXTURES;  // ../shared/fixtures
 const NODE_MODULES = process.env.TESSERA_NODE_MODULES;  // build/node/node_modules
 
-// Why the tests cannot run here, or null.
-function missing() {
+// Why the tests cannot run here, or null. `pkg`: the npm package the test needs.
+function missing(pkg = 'openai') {
   if (!BIN || !fs.existsSync(BIN)) return `tessera binary not found (${BIN})`;
   if (!FIXTURES || !fs.existsSync(path.join(FIXTURES, 'models'))) return `fixtures not found (${FIXTURES})`;
-  if (!NODE_MODULES || !fs.existsSync(path.join(NODE_MODULES, 'openai'))) return `npm package openai not installed in ${NODE_MODULES} (scripts/setup.sh installs it)`;
+  if (!NODE_MODULES || !fs.existsSync(path.join(NODE_MODULES, pkg))) return `npm package ${pkg} not installed in ${NODE_MODULES} (scripts/setup.sh installs it)`;
   return null;
 }
 

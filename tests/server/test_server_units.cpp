@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "server/answer_stream.h"
+#include "server/exchange.h"
 #include "server/openai_api.h"
 #include "server/tool_calls.h"
+#include "fake_tokenizer.h"
 #include "tessera/chat_template.h"
 #include "tessera/tokenizer.h"
 
@@ -20,34 +22,6 @@ namespace {
 
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
-
-// A vocabulary of fixed pieces; id 0 is a control token (no text unless shown).
-class FakeTokenizer : public Tokenizer {
- public:
-  explicit FakeTokenizer(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {}
-  std::vector<int32_t> encode(std::string_view, bool) const override { return {1}; }
-  std::vector<int32_t> encode_with_special(std::string_view, bool) const override { return {1}; }
-  std::string token_to_piece(int32_t id, bool show_special) const override {
-    if (id == 0) return show_special ? "<|ctl|>" : "";
-    return pieces_.at(size_t(id));
-  }
-  int32_t n_vocab() const override { return int32_t(pieces_.size()); }
-  int32_t bos() const override { return -1; }
-  int32_t eos() const override { return 0; }
-  bool add_bos_default() const override { return false; }
-  bool is_end_of_generation(int32_t id) const override { return id == 0; }
-  std::string model_name() const override { return "fake"; }
-  // The id of a piece (added if new).
-  int32_t id(const std::string& piece) {
-    for (size_t i = 1; i < pieces_.size(); ++i)
-      if (pieces_[i] == piece) return int32_t(i);
-    pieces_.push_back(piece);
-    return int32_t(pieces_.size() - 1);
-  }
-
- private:
-  std::vector<std::string> pieces_;
-};
 
 const json kTools = json::parse(R"([
   {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city.",
@@ -271,6 +245,60 @@ TEST(AnswerStream, StopStringCutsTextAndTokensAlike) {
   const Collected at = stream(tok, {"Hel", "lo", " wor", "ld"}, {" wor"});
   EXPECT_EQ(at.content, "Hello");
   EXPECT_EQ(at.tokens.size(), 2u);
+}
+
+TEST(AnswerStream, SaysWhichStopStringEndedTheText) {
+  FakeTokenizer tok({"<ctl>"});
+  AnswerStream a(tok, {"zz", "wor", "lo w"});
+  for (const char* p : {"Hel", "lo", " wor", "ld"}) {
+    EXPECT_EQ(a.stop_sequence(), "");
+    a.push(tok.id(p), std::nullopt);
+    if (a.stopped()) break;
+  }
+  EXPECT_EQ(a.text(), "Hel");  // "lo w" starts before "wor": the earliest one ends it
+  EXPECT_EQ(a.stop_sequence(), "lo w");
+}
+
+// The job's events as the engine worker hands them out.
+std::vector<Job::Event> token_events(FakeTokenizer& tok, const std::vector<std::string>& pieces,
+                                     FinishReason last = FinishReason::None) {
+  std::vector<Job::Event> v;
+  for (const auto& p : pieces) {
+    GenerationEvent e;
+    e.token = tok.id(p);
+    v.push_back(Job::Event::of(e));
+  }
+  if (last != FinishReason::None) v.back().finish = last;
+  return v;
+}
+
+TEST(Exchange, RecordsWhatEndedTheAnswer) {
+  FakeTokenizer tok({"<ctl>"});
+  ParsedRequest req;
+  req.stop = {"lo w"};
+  Exchange stopped(req, {}, tok);
+  stopped.job = std::make_shared<Job>(GenerationRequest{});
+  const char* finish = nullptr;
+  std::string error;
+  AnswerDelta d = stopped.advance(token_events(tok, {"Hel", "lo", " wor", "ld"}), finish, error);
+  EXPECT_EQ(d.content, "Hel");
+  EXPECT_STREQ(finish, "stop");
+  EXPECT_TRUE(stopped.finished && stopped.stop_string);
+  EXPECT_EQ(stopped.answer.stop_sequence(), "lo w");
+  EXPECT_EQ(stopped.ended, FinishReason::None);
+  EXPECT_TRUE(stopped.job->cancelled()) << "a stop string cancels the job";
+  EXPECT_EQ(stopped.completion_tokens, 3);
+
+  Exchange full(req, {}, tok);
+  full.job = std::make_shared<Job>(GenerationRequest{});
+  finish = nullptr;
+  d = full.advance(token_events(tok, {"Hel", "lo"}, FinishReason::Length), finish, error);
+  EXPECT_EQ(d.content, "Hello");
+  EXPECT_STREQ(finish, "length");
+  EXPECT_TRUE(full.finished);
+  EXPECT_FALSE(full.stop_string);
+  EXPECT_EQ(full.ended, FinishReason::Length);
+  EXPECT_TRUE(error.empty());
 }
 
 TEST(AnswerStream, TokensTravelWithTheTextThatHoldsThem) {

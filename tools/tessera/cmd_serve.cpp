@@ -94,7 +94,7 @@ int cmd_serve(int argc, char** argv) {
     ("port", po::value(&port)->default_value(8080), "TCP port (0 = any free port; the one chosen is printed)")
     ("parallel", po::value(&o.parallel)->default_value(8), "sequences generated at once (each holds --ctx positions of KV cache)")
     ("queue", po::value(&queue)->default_value(64), "requests waiting beyond the running ones before 503")
-    ("api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' on every route but /health")
+    ("api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but /health")
     ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template); "
                                                  "it also decides how tool calls in answers are parsed (<tool_call> blocks, "
                                                  "Llama 3 JSON, Mistral [TOOL_CALLS])")
@@ -125,7 +125,8 @@ int cmd_serve(int argc, char** argv) {
   if (!parse(argc, argv,
              "usage: tessera serve [-m MODEL] [--host H] [--port P] [--parallel N] [--ctx N] [options]\n"
              "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions (streaming, logprobs,\n"
-             "tools), POST /v1/embeddings, GET /v1/models, /health, /metrics (docs/server.md)",
+             "tools), POST /v1/embeddings, POST /v1/responses (stateless), GET /v1/models, /health, /metrics;\n"
+             "Anthropic's POST /v1/messages (streaming, tools) and /v1/messages/count_tokens (docs/server.md)",
              desc, nullptr, vm))
     return 0;
   if (port < 0 || port > 65535) throw Error("--port must be in [0, 65535]");

@@ -59,6 +59,7 @@ class AnswerStream {
   AnswerDelta push(int32_t token, const std::optional<TokenLogprobs>& logprobs);
   // A stop string completed: call finish() for the rest (further tokens are ignored).
   bool stopped() const { return text_.stopped(); }
+  const std::string& stop_sequence() const { return text_.stop_sequence(); }  // the one that did
   // The generation ended (or a stop string ended it): everything still held back,
   // the tool calls if the answer holds some, and the remaining tokens.
   AnswerDelta finish();

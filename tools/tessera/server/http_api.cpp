@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <random>
 
+#include "server/anthropic_api.h"
 #include "server/answer_stream.h"
+#include "server/dialect_routes.h"
+#include "server/exchange.h"
 #include "server/guarded_server.h"
 #include "server/tokenize_api.h"
 #include "tessera/tokenizer.h"
@@ -17,20 +19,17 @@ using nlohmann::json;
 
 namespace {
 
-// Generated text can hold invalid UTF-8 (a model may emit any byte); JSON gets U+FFFD.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 void send_error(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
 }
 
-std::string new_id(const char* prefix) {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, (unsigned long long)(salt ^ (++counter * 0x9e3779b97f4a7c15ull)));
-  return buf;
+// An error of the shared handlers (limits, API key, unknown path, exceptions), in the
+// shape of the API that `req`'s path belongs to.
+void send_error(const httplib::Request& req, httplib::Response& res, int status, const std::string& message,
+                const std::string& type, const std::string& code) {
+  send_error(res, status,
+             is_anthropic_path(req.path) ? anthropic_error_body(status, message) : error_body(message, type, "", code));
 }
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
@@ -51,70 +50,6 @@ bool read_request(httplib::Response& res, F&& handle) {
   return false;
 }
 
-// Counts one generation response from its handler until its last byte is written
-// (a streamed one's provider holds it).
-struct InFlight {
-  std::shared_ptr<std::atomic<int64_t>> count;
-  explicit InFlight(std::shared_ptr<std::atomic<int64_t>> c) : count(std::move(c)) { ++*count; }
-  ~InFlight() { --*count; }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-};
-
-// Everything one generation request needs while its answer is produced.
-struct Exchange {
-  ParsedRequest req;
-  ResponseIds ids;
-  std::shared_ptr<Job> job;
-  const Tokenizer& tok;
-  AnswerStream answer;
-  int64_t completion_tokens = 0;
-  bool role_sent = false, finished = false;
-  Exchange(ParsedRequest r, ResponseIds i, const Tokenizer& t)
-      : req(std::move(r)), ids(std::move(i)), tok(t), answer(t, req.stop, req.tool_format, req.tools) {}
-  // Feed the job's events; returns what to send and sets `finish` when done.
-  AnswerDelta advance(const std::vector<Job::Event>& events, const char*& finish, std::string& error) {
-    AnswerDelta out;
-    auto add = [&](AnswerDelta d) {
-      out.content += d.content;
-      for (auto& t : d.tokens) out.tokens.push_back(std::move(t));
-      for (auto& c : d.tool_calls) out.tool_calls.push_back(std::move(c));
-    };
-    for (const Job::Event& e : events) {
-      if (finished) break;
-      if (!e.error.empty()) {
-        error = e.error;
-        finished = true;
-        break;
-      }
-      if (e.token >= 0) {
-        ++completion_tokens;
-        add(answer.push(e.token, e.logprobs));
-        if (answer.stopped()) {
-          job->cancel();  // the stop string ends it; the worker frees its pages
-          add(answer.finish());
-          finish = "stop";
-          finished = true;
-          break;
-        }
-      }
-      if (e.finish != FinishReason::None) {
-        add(answer.finish());
-        finish = openai_finish_reason(e.finish, false);
-        finished = true;
-      }
-    }
-    if (!out.tool_calls.empty()) {
-      if (!req.parallel_tool_calls) out.tool_calls.resize(1);
-      finish = "tool_calls";
-    }
-    return out;
-  }
-  nlohmann::json logprobs(const std::vector<AnswerToken>& tokens) const {
-    return req.logprobs ? logprobs_json(tokens, tok, req.chat, req.top_logprobs) : nlohmann::json(nullptr);
-  }
-};
-
 }  // namespace
 
 void HttpApi::attach(EngineWorker* worker, Metrics* metrics, ModelContext model, EmbeddingContext embeddings) {
@@ -126,15 +61,17 @@ void HttpApi::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // A request over a limit of the GuardedServer (its body is not read).
     if (const auto r = GuardedServer::refusal(); r.status != 0) {
-      send_error(res, r.status, error_body(r.message, "invalid_request_error", "", r.code));
+      send_error(req, res, r.status, r.message, "invalid_request_error", r.code);
       return httplib::Server::HandlerResponse::Handled;
     }
     if (api_key_.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth != "Bearer " + api_key_) {
-      send_error(res, 401,
-                 error_body(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
-                            "invalid_request_error", "", "invalid_api_key"));
+    // OpenAI's clients send "Authorization: Bearer KEY", Anthropic's "x-api-key: KEY".
+    const std::string auth = req.get_header_value("Authorization"), x_api_key = req.get_header_value("x-api-key");
+    if (auth != "Bearer " + api_key_ && x_api_key != api_key_) {
+      send_error(req, res, 401,
+                 auth.empty() && x_api_key.empty() ? "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                                   : "invalid API key",
+                 "invalid_request_error", "invalid_api_key");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -142,16 +79,16 @@ void HttpApi::install(httplib::Server& svr) {
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     // cpp-httplib answers 400 when a read fails; say which limit made it fail.
     if (const auto r = GuardedServer::refusal(); r.status != 0) {
-      send_error(res, r.status, error_body(r.message, "invalid_request_error", "", r.code));
+      send_error(req, res, r.status, r.message, "invalid_request_error", r.code);
       return;
     }
     if (!res.body.empty()) return;
     if (res.status == 404)
-      send_error(res, 404, error_body("unknown path " + req.path, "invalid_request_error", "", "not_found"));
+      send_error(req, res, 404, "unknown path " + req.path, "invalid_request_error", "not_found");
     else
-      send_error(res, res.status, error_body("HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""));
+      send_error(req, res, res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "");
   });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       std::rethrow_exception(ep);
@@ -159,7 +96,7 @@ void HttpApi::install(httplib::Server& svr) {
       what = e.what();
     } catch (...) {
     }
-    send_error(res, 500, error_body(what, "server_error", "", ""));
+    send_error(req, res, 500, what, "server_error", "");
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -209,7 +146,7 @@ void HttpApi::install(httplib::Server& svr) {
         ++r->metrics->request_errors_total;
         return;
       }
-      ResponseIds ids{new_id(chat ? "chatcmpl" : "cmpl"),
+      ResponseIds ids{new_id(chat ? "chatcmpl-" : "cmpl-"),
                       std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count(),
                       r->model.model_id};
@@ -346,6 +283,8 @@ void HttpApi::install(httplib::Server& svr) {
   };
   svr.Post("/tokenize", tokenizer_route(&tokenize_response));
   svr.Post("/detokenize", tokenizer_route(&detokenize_response));
+
+  install_dialect_routes(svr, *this);
 }
 
 }  // namespace tessera::server

@@ -1,8 +1,10 @@
 // The OpenAI-compatible HTTP API over cpp-httplib: routes, the API key, OpenAI's
-// error objects for every failure (the GuardedServer's limits included), and
-// Server-Sent Events streaming. The model is attached once loaded; until then every
-// route but /health answers 503. A request whose client goes away is cancelled. While
-// draining, /health and new generation requests answer 503.
+// error objects for every failure (the GuardedServer's limits included; on
+// Anthropic's paths, Anthropic's shape), and Server-Sent Events streaming. Anthropic's
+// Messages and OpenAI's Responses are installed beside it (dialect_routes.h). The
+// model is attached once loaded; until then every route but /health answers 503. A
+// request whose client goes away is cancelled. While draining, /health and new
+// generation requests answer 503.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -19,6 +21,14 @@ class Server;
 
 namespace tessera::server {
 
+// What a generation route needs once the model is loaded.
+struct ServedModel {
+  EngineWorker* worker;
+  Metrics* metrics;
+  ModelContext model;
+  EmbeddingContext embeddings;
+};
+
 class HttpApi {
  public:
   explicit HttpApi(std::string api_key) : api_key_(std::move(api_key)) {}
@@ -30,13 +40,14 @@ class HttpApi {
   // Generation requests whose response is not finished yet.
   int64_t in_flight() const { return in_flight_->load(); }
 
+  // For the routes of other APIs (dialect_routes.h): the model (null while it
+  // loads), whether the server is draining, and the counter of responses in flight.
+  std::shared_ptr<const ServedModel> served() const { return std::atomic_load(&ready_); }
+  bool draining() const { return draining_; }
+  const std::shared_ptr<std::atomic<int64_t>>& in_flight_counter() const { return in_flight_; }
+
  private:
-  struct Ready {
-    EngineWorker* worker;
-    Metrics* metrics;
-    ModelContext model;
-    EmbeddingContext embeddings;
-  };
+  using Ready = ServedModel;
   std::string api_key_;
   std::shared_ptr<const Ready> ready_;  // read with std::atomic_load
   std::atomic<bool> draining_{false};

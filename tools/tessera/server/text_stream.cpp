@@ -38,9 +38,12 @@ std::string TextStream::push_piece(const std::string& piece) {
   pending_ += piece;
   // The earliest complete stop string ends the text.
   size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+  const std::string* which = nullptr;
+  for (const auto& s : stops_)
+    if (const size_t at = pending_.find(s); at < cut) cut = at, which = &s;
   if (cut != std::string::npos) {
     stopped_ = true;
+    stop_sequence_ = *which;
     std::string out = take(cut);
     pending_.clear();
     return out;

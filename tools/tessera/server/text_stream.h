@@ -23,6 +23,8 @@ class TextStream {
   // The generation ended without a stop string: everything still held back.
   std::string finish();
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text (empty while none has).
+  const std::string& stop_sequence() const { return stop_sequence_; }
   const std::string& text() const { return sent_; }  // all text returned so far
   size_t held() const { return pending_.size(); }     // bytes received but not returned
 
@@ -30,7 +32,7 @@ class TextStream {
   std::string take(size_t n);
   const Tokenizer& tok_;
   std::vector<std::string> stops_;
-  std::string pending_, sent_;
+  std::string pending_, sent_, stop_sequence_;
   bool stopped_ = false;
 };
 
