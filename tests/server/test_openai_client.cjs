@@ -98,6 +98,44 @@ test('chat completion and chat streaming through the template', async () => {
   assert.equal(finish, r.choices[0].finish_reason);
 });
 
+test('n choices: each is the same request with seed + its index; streamed by index', async () => {
+  const body = { model: 'llama-q8_0', prompt: 'Once upon a time', max_tokens: 12, temperature: 1.0, seed: 7,
+                 stop: ['zz'] };
+  const r = await client.completions.create({ ...body, n: 3 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  let tokens = 0;
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...body, seed: 7 + i });
+    assert.equal(r.choices[i].text, one.choices[0].text, `choice ${i}`);
+    assert.equal(r.choices[i].finish_reason, one.choices[0].finish_reason, `choice ${i}`);
+    tokens += one.usage.completion_tokens;
+  }
+  assert.notEqual(r.choices[0].text, r.choices[1].text);
+  assert.equal(r.usage.completion_tokens, tokens);
+  assert.equal(r.usage.prompt_tokens, (await client.completions.create({ ...body, max_tokens: 1 })).usage.prompt_tokens);
+  // A stop string that ends choice 1 early ends only that choice.
+  const stop = [...r.choices[1].text].slice(2, 4).join('');
+  const s = await client.completions.create({ ...body, n: 3, stop: [stop] });
+  assert.ok(s.choices[1].text.length < r.choices[1].text.length, JSON.stringify(stop));
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...body, seed: 7 + i, stop: [stop] });
+    assert.equal(s.choices[i].text, one.choices[0].text, `choice ${i} with stop ${JSON.stringify(stop)}`);
+  }
+  // Chat, streamed: the deltas of each index add up to that choice's whole answer.
+  const chat = { model: 'llama-q8_0', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 10, temperature: 1.0,
+                 seed: 3, n: 2 };
+  const whole = await client.chat.completions.create(chat);
+  const texts = ['', ''], finishes = [null, null];
+  for await (const chunk of await client.chat.completions.create({ ...chat, stream: true })) {
+    for (const c of chunk.choices) {
+      if (c.delta?.content) texts[c.index] += c.delta.content;
+      if (c.finish_reason) finishes[c.index] = c.finish_reason;
+    }
+  }
+  assert.deepEqual(texts, whole.choices.map((c) => c.message.content));
+  assert.deepEqual(finishes, whole.choices.map((c) => c.finish_reason));
+});
+
 test('errors come back as OpenAI error objects', async () => {
   await assert.rejects(client.completions.create({ model: 'm', prompt: 'x', max_tokens: 0 }),
                        (e) => e.status === 400 && e.param === 'max_tokens');
@@ -107,7 +145,8 @@ test('errors come back as OpenAI error objects', async () => {
   const cases = [
     ['/v1/completions', '{not json', 400, 'invalid_json'],
     ['/v1/completions', { prompt: 'x', temperature: 'hot' }, 400, 'invalid_type'],
-    ['/v1/completions', { prompt: 'x', n: 2 }, 400, 'invalid_value'],
+    ['/v1/completions', { prompt: 'x', n: 17 }, 400, 'invalid_value'],
+    ['/v1/completions', { prompt: 'x', n: 0 }, 400, 'invalid_value'],
     ['/v1/completions', { max_tokens: 3 }, 400, 'missing_required_parameter'],
     ['/v1/completions', { prompt: [1, 99999] }, 400, 'invalid_value'],
     ['/v1/completions', { prompt: 'x', stop: 5 }, 400, 'invalid_type'],

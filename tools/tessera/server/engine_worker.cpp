@@ -25,6 +25,12 @@ void Job::push(Event e) {
   cv_.notify_all();
 }
 
+int Job::choice_of(uint64_t id) const {
+  for (size_t i = 0; i < ids_.size(); ++i)
+    if (ids_[i] == id) return int(i);
+  return -1;
+}
+
 bool EmbeddingJob::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, timeout, [&] { return done_; });
@@ -136,6 +142,11 @@ void EngineWorker::step_embeddings(std::vector<std::shared_ptr<EmbeddingJob>>& f
   std::exchange(embed_job_, nullptr)->complete();
 }
 
+void EngineWorker::cancel_all(Job& job) {
+  for (size_t c = 0; c < job.ids_.size(); ++c)
+    if (!job.finished_[c]) gen_.cancel(job.ids_[c]);
+}
+
 void EngineWorker::run() {
   using clock = std::chrono::steady_clock;
   for (;;) {
@@ -157,7 +168,7 @@ void EngineWorker::run() {
       for (auto& job : fresh) job->push(Job::Event::ended(FinishReason::Length));
       fresh.clear();
       for (auto& job : active_) {
-        gen_.cancel(job->id_);
+        cancel_all(*job);
         job->push(Job::Event::ended(FinishReason::Length));
       }
       active_.clear();
@@ -166,7 +177,10 @@ void EngineWorker::run() {
     for (auto& job : fresh) {
       if (job->cancelled()) continue;
       try {
-        job->id_ = gen_.add(job->request);
+        job->ids_ = job->choices > 1 ? gen_.add_choices(job->request, job->choices)
+                                     : std::vector<uint64_t>{gen_.add(job->request)};
+        job->finished_.assign(job->ids_.size(), false);
+        job->unfinished_ = int(job->ids_.size());
         metrics_.prompt_tokens_total += int64_t(job->request.prompt.size());
         ++metrics_.requests_total;
         active_.push_back(job);
@@ -176,13 +190,31 @@ void EngineWorker::run() {
     }
     // Clients that went away: their sequences and pages are released now.
     for (auto it = active_.begin(); it != active_.end();) {
-      if ((*it)->cancelled()) {
-        gen_.cancel((*it)->id_);
-        (*it)->push(Job::Event::ended(FinishReason::Cancelled));
+      Job& job = **it;
+      if (job.cancelled()) {
+        cancel_all(job);
+        job.push(Job::Event::ended(FinishReason::Cancelled));
         it = active_.erase(it);
-      } else {
-        ++it;
+        continue;
       }
+      if (job.some_choice_cancelled_.exchange(false)) {  // a choice whose stop string matched
+        std::vector<int> which;
+        {
+          std::lock_guard<std::mutex> lock(job.mu_);
+          which.swap(job.cancelled_choices_);
+        }
+        for (int c : which)
+          if (c >= 0 && size_t(c) < job.ids_.size() && !job.finished_[size_t(c)]) {
+            gen_.cancel(job.ids_[size_t(c)]);
+            job.finished_[size_t(c)] = true;
+            --job.unfinished_;
+          }
+        if (job.unfinished_ == 0) {
+          it = active_.erase(it);
+          continue;
+        }
+      }
+      ++it;
     }
     step_embeddings(fresh_embeds);
     if (!gen_.idle()) {
@@ -192,16 +224,18 @@ void EngineWorker::run() {
       } catch (const std::exception& e) {
         // The engine failed: every request in flight gets the error.
         for (auto& job : active_) {
-          gen_.cancel(job->id_);
+          cancel_all(*job);
           job->push(Job::Event::failed(e.what()));
         }
         active_.clear();
       }
       const auto now = clock::now();
       for (GenerationEvent& ev : events) {
-        auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& j) { return j->id_ == ev.id; });
+        auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& j) { return j->choice_of(ev.id) >= 0; });
         if (it == active_.end()) continue;
         Job& job = **it;
+        const int choice = job.choice_of(ev.id);
+        if (job.finished_[size_t(choice)]) continue;
         if (!job.first_token_seen_) {
           job.first_token_seen_ = true;
           metrics_.time_to_first_token.observe(std::chrono::duration<double>(now - job.submitted).count());
@@ -211,8 +245,13 @@ void EngineWorker::run() {
         job.last_token_ = now;
         ++metrics_.generated_tokens_total;
         const bool done = ev.finish != FinishReason::None;
-        job.push(Job::Event::of(std::move(ev)));
-        if (done) active_.erase(it);
+        Job::Event out = Job::Event::of(std::move(ev));
+        out.choice = choice;
+        job.push(std::move(out));
+        if (done) {
+          job.finished_[size_t(choice)] = true;
+          if (--job.unfinished_ == 0) active_.erase(it);
+        }
       }
     }
     {
@@ -231,7 +270,7 @@ void EngineWorker::run() {
     metrics_.plan_cache_misses_total = int64_t(plans.misses);
   }
   for (auto& job : active_) {
-    gen_.cancel(job->id_);
+    cancel_all(*job);
     job->push(Job::Event::failed("the server is shutting down"));
   }
   active_.clear();

@@ -32,6 +32,7 @@ class Job {
   // The Generator's event (a token and/or a finish), or the engine's failure.
   // error (GenerationEvent's) is also set when the engine failed: then no token.
   struct Event : GenerationEvent {
+    int choice = -1;  // which of the job's choices it belongs to; -1: all of them
     static Event of(GenerationEvent e) {
       Event x;
       static_cast<GenerationEvent&>(x) = std::move(e);
@@ -49,13 +50,26 @@ class Job {
       return x;
     }
   };
-  explicit Job(GenerationRequest r) : request(std::move(r)) {}
+  // `choices` answers to one prompt (OpenAI's n): the prompt is prefilled once and the
+  // choices fork it (Generator::add_choices).
+  explicit Job(GenerationRequest r, int choices = 1) : request(std::move(r)), choices(choices) {}
   // Wait for the next events (up to `timeout`); returns them (maybe none).
   std::vector<Event> wait(std::chrono::milliseconds timeout);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
+  // Ends one choice (its stop string matched); the others go on. With one choice,
+  // the same as cancel().
+  void cancel_choice(int i) {
+    if (choices == 1) return cancel();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_choices_.push_back(i);
+    }
+    some_choice_cancelled_ = true;
+  }
 
   GenerationRequest request;
+  const int choices;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 
  private:
@@ -65,7 +79,12 @@ class Job {
   std::condition_variable cv_;
   std::deque<Event> events_;
   std::atomic<bool> cancelled_{false};
-  uint64_t id_ = 0;  // the Generator's id once admitted
+  std::vector<int> cancelled_choices_;  // under mu_
+  std::atomic<bool> some_choice_cancelled_{false};
+  std::vector<uint64_t> ids_;  // the Generator's id of each choice once admitted
+  std::vector<bool> finished_;  // per choice (the worker's thread only)
+  int unfinished_ = 0;
+  int choice_of(uint64_t id) const;
   bool first_token_seen_ = false;
   std::chrono::steady_clock::time_point last_token_;
 };
@@ -115,6 +134,7 @@ class EngineWorker {
 
  private:
   void run();
+  void cancel_all(Job& job);  // every unfinished choice of the job
   // One forward step of the current embedding job (starting the next one queued).
   void step_embeddings(std::vector<std::shared_ptr<EmbeddingJob>>& fresh);
   // Ends every embedding job (fresh, waiting, running) with the error `why`.

@@ -33,6 +33,7 @@ AnswerDelta Exchange::advance(const std::vector<Job::Event>& events, const char*
   };
   for (const Job::Event& e : events) {
     if (finished) break;
+    if (e.choice >= 0 && e.choice != choice) continue;  // another choice's
     if (!e.error.empty()) {
       error = e.error;
       finished = true;
@@ -42,7 +43,7 @@ AnswerDelta Exchange::advance(const std::vector<Job::Event>& events, const char*
       ++completion_tokens;
       add(answer.push(e.token, e.logprobs));
       if (answer.stopped()) {
-        job->cancel();  // the stop string ends it; the worker frees its pages
+        job->cancel_choice(choice);  // the stop string ends it; the worker frees its pages
         add(answer.finish());
         finish = "stop";
         stop_string = true;

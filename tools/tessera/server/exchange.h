@@ -48,14 +48,15 @@ struct Exchange {
   const Tokenizer& tok;
   AnswerStream answer;
   int64_t completion_tokens = 0;
+  int choice = 0;  // which of the job's choices this answer is (OpenAI's n)
   bool role_sent = false, finished = false;
   // Once finished: why the engine ended the answer (None when a stop string did, or
   // on an error), and whether a stop string did (answer.stop_sequence() says which).
   FinishReason ended = FinishReason::None;
   bool stop_string = false;
   Exchange(ParsedRequest r, ResponseIds i, const Tokenizer& t);
-  // Feed the job's events; returns what to send and sets `finish` (OpenAI's finish
-  // reason) when done.
+  // Feed the job's events (another choice's are skipped); returns what to send and
+  // sets `finish` (OpenAI's finish reason) when done.
   AnswerDelta advance(const std::vector<Job::Event>& events, const char*& finish, std::string& error);
   nlohmann::json logprobs(const std::vector<AnswerToken>& tokens) const;
 };

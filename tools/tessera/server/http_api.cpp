@@ -1,5 +1,7 @@
 #include "server/http_api.h"
 
+#include <algorithm>
+
 #include <httplib.h>
 
 #include <atomic>
@@ -150,81 +152,124 @@ void HttpApi::install(httplib::Server& svr) {
                       std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count(),
                       r->model.model_id};
-      auto ex = std::make_shared<Exchange>(std::move(parsed), std::move(ids), *r->model.tokenizer);
-      ex->job = std::make_shared<Job>(ex->req.gen);
-      if (!r->worker->submit(ex->job)) {
+      // One job for the request, one answer (Exchange) per choice (OpenAI's n).
+      const int n = parsed.n;
+      auto job = std::make_shared<Job>(parsed.gen, n);
+      std::vector<std::shared_ptr<Exchange>> exs;
+      for (int i = 0; i < n; ++i) {
+        exs.push_back(std::make_shared<Exchange>(parsed, ids, *r->model.tokenizer));
+        exs.back()->job = job;
+        exs.back()->choice = i;
+      }
+      if (!r->worker->submit(job)) {
         ++r->metrics->request_errors_total;
         send_error(res, 503, error_body("the server is busy: too many requests are waiting; retry later",
                                         "server_error", "", "queue_full"));
         return;
       }
-      const int64_t prompt_tokens = int64_t(ex->req.gen.prompt.size());
-      if (!ex->req.stream) {
-        const char* finish = "stop";
+      const int64_t prompt_tokens = int64_t(parsed.gen.prompt.size());
+      auto all_finished = [exs] {
+        return std::all_of(exs.begin(), exs.end(), [](const auto& e) { return e->finished; });
+      };
+      auto completion_tokens = [exs] {
+        int64_t sum = 0;
+        for (const auto& e : exs) sum += e->completion_tokens;
+        return sum;
+      };
+      // A choice's JSON (built for choice 0) placed at its index.
+      auto at_index = [](json j, int i) {
+        if (j.contains("choices") && !j["choices"].empty()) j["choices"][0]["index"] = i;
+        return j;
+      };
+      if (!parsed.stream) {
+        std::vector<const char*> finish(size_t(n), "stop");
         std::string error;
-        AnswerDelta all;
-        while (!ex->finished) {
+        std::vector<AnswerDelta> all(static_cast<size_t>(n));
+        while (!all_finished()) {
           if (GuardedServer::client_gone()) {  // nobody will read the answer
-            ex->job->cancel();
+            job->cancel();
             ++r->metrics->requests_cancelled_total;
             return;
           }
-          AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
-          all.content += d.content;
-          for (auto& t : d.tokens) all.tokens.push_back(std::move(t));
-          for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
+          const std::vector<Job::Event> events = job->wait(std::chrono::milliseconds(100));
+          for (int i = 0; i < n; ++i) {
+            AnswerDelta d = exs[size_t(i)]->advance(events, finish[size_t(i)], error);
+            AnswerDelta& a = all[size_t(i)];
+            a.content += d.content;
+            for (auto& t : d.tokens) a.tokens.push_back(std::move(t));
+            for (auto& c : d.tool_calls) a.tool_calls.push_back(std::move(c));
+          }
         }
         if (!error.empty()) {  // the request was validated: an error here is the engine's
           ++r->metrics->request_errors_total;
           send_error(res, 500, error_body(error, "server_error", "", ""));
           return;
         }
-        res.set_content(dump(completion_response(ex->ids, chat, all.content, finish, prompt_tokens,
-                                                 ex->completion_tokens, ex->logprobs(all.tokens), all.tool_calls)),
-                        "application/json");
+        json out;
+        for (int i = 0; i < n; ++i) {
+          const Exchange& ex = *exs[size_t(i)];
+          const AnswerDelta& a = all[size_t(i)];
+          json one = completion_response(ex.ids, chat, a.content, finish[size_t(i)], prompt_tokens,
+                                         ex.completion_tokens, ex.logprobs(a.tokens), a.tool_calls);
+          if (i == 0) out = std::move(one);
+          else out["choices"].push_back(at_index(one, i)["choices"][0]);
+        }
+        out["usage"] = usage_json(prompt_tokens, completion_tokens());
+        res.set_content(dump(out), "application/json");
         return;
       }
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [ex, chat, prompt_tokens, in_flight](size_t, httplib::DataSink& sink) {
+          [exs, job, chat, n, prompt_tokens, in_flight, all_finished, completion_tokens, at_index](
+              size_t, httplib::DataSink& sink) {
             auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-            if (chat && !ex->role_sent) {
-              ex->role_sent = true;
-              if (!write(sse(stream_chunk(ex->ids, true, "", nullptr, true)))) return ex->job->cancel(), false;
+            for (int i = 0; i < n; ++i) {
+              Exchange& ex = *exs[size_t(i)];
+              if (chat && !ex.role_sent) {
+                ex.role_sent = true;
+                if (!write(sse(at_index(stream_chunk(ex.ids, true, "", nullptr, true), i)))) return job->cancel(), false;
+              }
             }
-            while (!ex->finished) {
+            while (!all_finished()) {
               if (!sink.is_writable()) {
-                ex->job->cancel();  // the client went away
+                job->cancel();  // the client went away
                 return false;
               }
-              const char* finish = nullptr;
+              const std::vector<Job::Event> events = job->wait(std::chrono::milliseconds(100));
               std::string error;
-              const AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
+              for (int i = 0; i < n; ++i) {
+                Exchange& ex = *exs[size_t(i)];
+                if (ex.finished) continue;
+                const char* finish = nullptr;
+                const AnswerDelta d = ex.advance(events, finish, error);
+                if (!error.empty()) break;
+                if ((!d.content.empty() || !d.tokens.empty()) &&
+                    !write(sse(at_index(stream_chunk(ex.ids, chat, d.content, nullptr, false, ex.logprobs(d.tokens)), i)))) {
+                  job->cancel();
+                  return false;
+                }
+                if (!d.tool_calls.empty() &&
+                    !write(sse(at_index(stream_chunk(ex.ids, chat, "", nullptr, false, nullptr, d.tool_calls), i)))) {
+                  job->cancel();
+                  return false;
+                }
+                if (finish) write(sse(at_index(stream_chunk(ex.ids, chat, "", finish), i)));
+              }
               if (!error.empty()) {
                 write(sse(error_body(error, "server_error", "", "")));
                 break;
               }
-              if ((!d.content.empty() || !d.tokens.empty()) &&
-                  !write(sse(stream_chunk(ex->ids, chat, d.content, nullptr, false, ex->logprobs(d.tokens))))) {
-                ex->job->cancel();
-                return false;
-              }
-              if (!d.tool_calls.empty() &&
-                  !write(sse(stream_chunk(ex->ids, chat, "", nullptr, false, nullptr, d.tool_calls)))) {
-                ex->job->cancel();
-                return false;
-              }
-              if (finish) write(sse(stream_chunk(ex->ids, chat, "", finish)));
             }
-            if (ex->req.include_usage) write(sse(usage_chunk(ex->ids, chat, prompt_tokens, ex->completion_tokens)));
+            if (exs[0]->req.include_usage)
+              write(sse(usage_chunk(exs[0]->ids, chat, prompt_tokens, completion_tokens())));
             write("data: [DONE]\n\n");
             sink.done();
             return true;
           },
-          [ex, metrics = r->metrics](bool success) {
-            if (!success || !ex->finished) {  // the stream was cut: the client went away or stopped reading
-              ex->job->cancel();
+          [job, all_finished, metrics = r->metrics](bool success) {
+            if (!success || !all_finished()) {  // the stream was cut: the client went away or stopped reading
+              job->cancel();
               ++metrics->requests_cancelled_total;
             }
           });

@@ -127,8 +127,8 @@ void parse_sampling(const RequestJson& body, const ModelContext& m, ParsedReques
       sp.logit_bias.emplace_back(int32_t(id), v.get<float>());
     }
   }
-  int n = 1;
-  if (get(body, "n", n) && n != 1) bad("n", "only n = 1 is supported");
+  if (get(body, "n", r.n) && (r.n < 1 || r.n > kMaxChoices))
+    bad("n", "'n' must be between 1 and " + std::to_string(kMaxChoices));
   const std::string max_top = std::to_string(kMaxTopLogprobs);
   if (chat) {
     // OpenAI's chat form: logprobs true/false, top_logprobs 0..20 (needs logprobs).

@@ -60,9 +60,15 @@ struct ModelContext {
 // `logprobs`, chat's `top_logprobs`).
 constexpr int kMaxTopLogprobs = 20;
 
+// The most choices one request may ask for (n).
+constexpr int kMaxChoices = 16;
+
 struct ParsedRequest {
   bool chat = false;
   GenerationRequest gen;
+  // Choices (OpenAI's n): the prompt is prefilled once and each choice samples with
+  // the seed + its index.
+  int n = 1;
   std::vector<std::string> stop;  // stop strings
   bool stream = false;
   bool include_usage = false;
