@@ -132,6 +132,19 @@ TEST(GrammarMatcher, TokensSpanningAndSplittingCodePoints) {
   EXPECT_FALSE(m.accepts(4));
 }
 
+// A prefix that can only end in a surrogate (ED A0-BF) is refused at once: no byte
+// could finish it as a character, so allowing it would leave the sequence stuck.
+TEST(GrammarMatcher, NoPrefixThatOnlySurrogatesComplete) {
+  auto c = std::make_shared<GrammarConstraint>(Grammar::parse("root ::= [^a]+\n"), byte_vocabulary());
+  GrammarMatcher m(c);
+  m.accept(0xED);
+  EXPECT_TRUE(token_allowed(m.allowed(), 0x9F));   // U+D7C0-U+D7FF
+  EXPECT_FALSE(token_allowed(m.allowed(), 0xA0));  // U+D800-: surrogates only
+  EXPECT_FALSE(token_allowed(m.allowed(), 0xBF));
+  m.accept(0x9F);
+  EXPECT_TRUE(token_allowed(m.allowed(), 0xBF));
+}
+
 // The mask of a real 151k-token vocabulary equals a token-by-token walk of each
 // token's bytes, in states inside and outside JSON strings.
 TEST(GrammarMatcher, MaskEqualsEachTokensWalkOnQwen2Vocabulary) {

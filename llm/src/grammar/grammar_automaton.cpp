@@ -121,9 +121,13 @@ bool GrammarAutomaton::feasible(const std::vector<uint32_t>& stacks, uint32_t pa
   lo = std::max(lo, min_cp);
   hi = std::min(hi, 0x10FFFFu);
   if (lo > hi) return false;
+  // Surrogates (U+D800-U+DFFF) are not characters: a prefix that can only end in one
+  // is a dead end, however the grammar's classes are written.
+  const uint32_t parts[2][2] = {{lo, std::min(hi, 0xD7FFu)}, {std::max(lo, 0xE000u), hi}};
   for (uint32_t s : stacks) {
     if (s == kEmptyStack) continue;
-    if (g_.may_match(g_.elements()[nodes_[s].pos], lo, hi)) return true;
+    for (const auto& p : parts)
+      if (p[0] <= p[1] && g_.may_match(g_.elements()[nodes_[s].pos], p[0], p[1])) return true;
   }
   return false;
 }
