@@ -31,6 +31,10 @@ class GrammarError : public Error {
   using Error::Error;
 };
 
+// A GBNF string literal that matches exactly `utf8` (quotes, backslashes and control
+// characters escaped), for code that writes grammars.
+std::string gbnf_literal(std::string_view utf8);
+
 class Grammar {
  public:
   // One element of an alternative. Alternatives of a rule are stored one after the

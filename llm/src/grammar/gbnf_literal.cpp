@@ -1,10 +1,10 @@
 #include <cstdio>
 
-#include "grammar/gbnf_pieces.h"
+#include "tessera/grammar.h"
 
-namespace tessera::gbnf {
+namespace tessera {
 
-std::string literal(std::string_view utf8) {
+std::string gbnf_literal(std::string_view utf8) {
   std::string out = "\"";
   for (char ch : utf8) {
     const unsigned char c = static_cast<unsigned char>(ch);
@@ -28,4 +28,4 @@ std::string literal(std::string_view utf8) {
   return out + "\"";
 }
 
-}  // namespace tessera::gbnf
+}  // namespace tessera

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "chat_template/utf8.h"
 #include "tessera/grammar.h"
 
 namespace tessera {
@@ -326,17 +327,12 @@ class GbnfParser {
         default: fail_at(p_ - 2, std::string("unknown escape '\\") + e + "'");
       }
     }
-    int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || p_ + size_t(n) > s_.size()) fail("invalid UTF-8 in grammar");
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
-    for (int i = 1; i < n; ++i) {
-      const unsigned char b = static_cast<unsigned char>(s_[p_ + size_t(i)]);
-      if ((b & 0xC0) != 0x80) fail("invalid UTF-8 in grammar");
-      cp = (cp << 6) | (b & 0x3Fu);
-    }
-    p_ += size_t(n);
+    const size_t at = p_;
+    const uint32_t cp = chat_template::next_code_point(s_, p_);
+    if (cp == 0xFFFD && s_.substr(at, 3) != "\xEF\xBF\xBD") fail_at(at, "invalid UTF-8 in grammar");
     return cp;
   }
+
   uint32_t parse_hex(int digits) {
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {

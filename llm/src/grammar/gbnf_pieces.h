@@ -7,9 +7,6 @@
 
 namespace tessera::gbnf {
 
-// A GBNF string literal matching exactly `utf8`.
-std::string literal(std::string_view utf8);
-
 // An expression matching the decimal text of every integer in [lo, hi] (absent: no
 // bound), without leading zeros or "-0". Throws GrammarError when the range is empty.
 std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi);

@@ -91,10 +91,10 @@ class SchemaConverter {
     if (auto e = s.find("enum"); e != s.end()) {
       if (!e->is_array() || e->empty()) refuse("'enum' must be a non-empty array");
       std::string body;
-      for (const json& v : *e) body += (body.empty() ? "" : " | ") + gbnf::literal(v.dump());
+      for (const json& v : *e) body += (body.empty() ? "" : " | ") + gbnf_literal(v.dump());
       return new_rule(hint, body);
     }
-    if (auto c = s.find("const"); c != s.end()) return new_rule(hint, gbnf::literal(c->dump()));
+    if (auto c = s.find("const"); c != s.end()) return new_rule(hint, gbnf_literal(c->dump()));
     for (const char* key : {"anyOf", "oneOf"}) {
       if (auto a = s.find(key); a != s.end()) {
         if (!a->is_array() || a->empty()) refuse("'" + std::string(key) + "' must be a non-empty array");
@@ -178,7 +178,7 @@ class SchemaConverter {
     if (auto p = s.find("properties"); p != s.end()) {
       if (!p->is_object()) refuse("'properties' must be an object");
       for (const auto& [name, sub] : p->items()) {
-        props.emplace_back(gbnf::literal(json(name).dump()), visit(sub, hint + "-" + name));
+        props.emplace_back(gbnf_literal(json(name).dump()), visit(sub, hint + "-" + name));
         is_required.push_back(required.count(name) > 0);
         required.erase(name);
       }
@@ -359,7 +359,7 @@ class SchemaConverter {
         alts.push_back(gbnf::integer_range(a, std::nullopt) + " " + frac);
       } else {
         if (*hi > a) alts.push_back(gbnf::integer_range(a, *hi - 1) + " " + frac);
-        alts.push_back(gbnf::literal(std::to_string(*hi)) + " " + zero);
+        alts.push_back(gbnf_literal(std::to_string(*hi)) + " " + zero);
       }
     }
     if (!lo || *lo < 0) {
@@ -369,7 +369,7 @@ class SchemaConverter {
       } else {
         const int64_t m_hi = -*lo;
         if (m_hi > m_lo) alts.push_back("\"-\" " + gbnf::integer_range(m_lo, m_hi - 1) + " " + frac);
-        alts.push_back("\"-\" " + gbnf::literal(std::to_string(m_hi)) + " " + zero);
+        alts.push_back("\"-\" " + gbnf_literal(std::to_string(m_hi)) + " " + zero);
       }
     }
     std::string body;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_template/utf8.h"
 #include "grammar/gbnf_pieces.h"
 #include "tessera/grammar.h"
 
@@ -105,24 +106,15 @@ class RegexConverter {
 
   // A character of the decoded string, as grammar over its JSON text.
   static std::string json_char(uint32_t c) {
-    if (c == '"') return literal("\\\"");
-    if (c == '\\') return literal("\\\\");
-    if (c == '\n') return literal("\\n");
-    if (c == '\t') return literal("\\t");
-    if (c == '\r') return literal("\\r");
-    std::string utf8;
-    if (c < 0x80) {
-      utf8 += char(c);
-    } else if (c < 0x800) {
-      utf8 += char(0xC0 | (c >> 6)), utf8 += char(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      utf8 += char(0xE0 | (c >> 12)), utf8 += char(0x80 | ((c >> 6) & 0x3F)), utf8 += char(0x80 | (c & 0x3F));
-    } else {
-      utf8 += char(0xF0 | (c >> 18)), utf8 += char(0x80 | ((c >> 12) & 0x3F)), utf8 += char(0x80 | ((c >> 6) & 0x3F));
-      utf8 += char(0x80 | (c & 0x3F));
-    }
+    if (c == '"') return gbnf_literal("\\\"");
+    if (c == '\\') return gbnf_literal("\\\\");
+    if (c == '\n') return gbnf_literal("\\n");
+    if (c == '\t') return gbnf_literal("\\t");
+    if (c == '\r') return gbnf_literal("\\r");
     if (c < 0x20) fail_static("a control character");
-    return literal(utf8);
+    std::string utf8;
+    chat_template::append_utf8(utf8, c);
+    return gbnf_literal(utf8);
   }
   [[noreturn]] static void fail_static(const std::string& what) {
     throw GrammarError("JSON schema: pattern: " + what + " is not supported");
@@ -192,15 +184,7 @@ class RegexConverter {
     }
   }
 
-  uint32_t utf8_char() {
-    const unsigned char c = static_cast<unsigned char>(p_[i_]);
-    int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
-    if (i_ + size_t(n) > p_.size()) fail("invalid UTF-8");
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(p_[i_ + size_t(k)]) & 0x3Fu);
-    i_ += size_t(n);
-    return cp;
-  }
+  uint32_t utf8_char() { return chat_template::next_code_point(p_, i_); }  // patterns come from JSON: valid UTF-8
 
   std::string atom() {
     const char c = peek();

@@ -5,23 +5,6 @@
 
 namespace tessera::server {
 
-namespace {
-
-std::string literal(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None)
     throw GrammarError("this model's chat template has no tool-call syntax that the server knows, so a call cannot be forced");
@@ -39,8 +22,8 @@ std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, c
     const auto p = f.find("parameters");
     const std::string schema = p != f.end() && !p->is_null() ? p->dump() : std::string(R"({"type":"object"})");
     rules += json_schema_rules(schema, rule + "-args", o);
-    rules += rule + " ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws " + literal(nlohmann::json(name).dump()) +
-             " ws \",\" ws " + literal(nlohmann::json(args_key).dump()) + " ws \":\" ws " + rule + "-args ws \"}\"\n";
+    rules += rule + " ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws " + gbnf_literal(nlohmann::json(name).dump()) +
+             " ws \",\" ws " + gbnf_literal(nlohmann::json(args_key).dump()) + " ws \":\" ws " + rule + "-args ws \"}\"\n";
     choices += (choices.empty() ? "" : " | ") + rule;
   }
   if (choices.empty()) throw GrammarError("no tool named '" + only + "' among the request's tools");
