@@ -25,8 +25,14 @@ cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture
   tessera-gen default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good test_grammar test_generator_grammar \
   -j"$(nproc)"
 echo "== GGUF, CLI, hardening, fixture (cpu_scalar) and server tests under ASan+UBSan"
+# The client tests of structured output, Anthropic's and the Responses API and
+# embeddings (the slowest under the sanitizers, docs/hardening.md) run in the full
+# suite only: their parsers, the grammar engine and the Generator under grammars run
+# under the sanitizers below through their unit tests.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -L 'gguf|server|cli|hardening' -j"$(nproc)" --output-on-failure --timeout 600
+  ctest --test-dir build-asan -L 'gguf|server|cli|hardening' \
+  -E '^server\.test_(structured_output|anthropic_client|responses_client|embeddings_client)$' \
+  -j"$(nproc)" --output-on-failure --timeout 600
 # The fixtures' prompt logits (batched prefill) and greedy decode (one token per step)
 # run every code path under the sanitizers; their comparison with each
 # other (BatchedPrefillMatchesTokenByToken) runs in the full suite only. Speculative
