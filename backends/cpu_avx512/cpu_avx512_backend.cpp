@@ -229,10 +229,14 @@ class CpuAvx512Backend final : public Backend {
         if (T(node.src[0]).ne[0] > 1024) return OpSupport::no("Attention: head_dim above 1024");
         if (node.i[0] != 0) return OpSupport::no("Attention: no sliding-window kernel on cpu_avx512 yet");
         if (node.src[4] >= 0) return OpSupport::no("Attention: no attention-sink kernel on cpu_avx512 yet");
+        if (T(node.dst).ne[0] != T(node.src[0]).ne[0])
+          return OpSupport::no("Attention: no kernel on cpu_avx512 yet for value heads of another size (latent attention)");
         return OpSupport::yes();
       case Op::GeGlu:
       case Op::NormalizeRows:
       case Op::SwiGluOai:
+      case Op::Concat:
+      case Op::GroupLimit:
         return OpSupport::no(std::string(op_name(node.op)) + ": no cpu_avx512 kernel yet");
       case Op::GatedDeltaNet:
         if (!delta_net_strides_ok(T(node.src[0]), T(node.src[1]), T(node.src[2]), T(node.dst), node.i[3]))
@@ -506,6 +510,8 @@ class CpuAvx512Backend final : public Backend {
       case Op::GeGlu:
       case Op::NormalizeRows:
       case Op::SwiGluOai:
+      case Op::Concat:
+      case Op::GroupLimit:
       case Op::Count: break;
     }
     return false;

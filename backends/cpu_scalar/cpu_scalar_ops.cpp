@@ -23,6 +23,9 @@
 //  - Attention sinks: after the positions, the sink joins the online softmax in F32 (the
 //    F16 sum converted to F32 first), as a score with no value.
 //  - Argmax:    first maximum.
+//  - Concat:    copies.
+//  - GroupLimit: group score = largest + second largest in float; kept groups by score,
+//    lower group first on equal scores; the others' values -infinity.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -139,6 +142,8 @@ class CpuScalarBackend final : public Backend {
       case Op::NormalizeRows: return normalize_rows(g.tensor(n.src[0]), g.tensor(n.dst), n.f[0], n.f[1]);
       case Op::SwiGluOai:
         return swiglu_oai(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n.f[0], n.f[1]);
+      case Op::Concat: return concat(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
+      case Op::GroupLimit: return group_limit(g.tensor(n.src[0]), g.tensor(n.dst), n.i[0], n.i[1]);
       case Op::Add: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), false);
       case Op::Mul: return binary(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), true);
       case Op::Argmax: return argmax(g.tensor(n.src[0]), g.tensor(n.dst));
@@ -276,7 +281,7 @@ class CpuScalarBackend final : public Backend {
   // --- Attention -----------------------------------------------------------
   void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
                  float scale, int64_t window, const float* sinks) {
-    const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2];
+    const int64_t hd = q.ne[0], n_head = q.ne[1], T = q.ne[2], dv = dst.ne[0];
     const int64_t n_kv = kc.ne[0] / hd;
     const int64_t group = n_head / n_kv;
 
@@ -307,7 +312,7 @@ class CpuScalarBackend final : public Backend {
     // qwen3moe-q4_k_m); the scores, max and sum stay F32.
     auto round_f16 = [](float v) { return quant::fp16_to_fp32(quant::fp32_to_fp16(v)); };
     parallel_for(T * n_head, [&](int64_t b, int64_t e) {
-      std::vector<float> qf(static_cast<size_t>(hd)), acc(static_cast<size_t>(hd));
+      std::vector<float> qf(static_cast<size_t>(hd)), acc(static_cast<size_t>(dv));
       for (int64_t item = b; item < e; ++item) {
         const int64_t t = item / n_head, h = item % n_head;
         const int64_t kvh = h / group;
@@ -332,8 +337,8 @@ class CpuScalarBackend final : public Backend {
           } else {
             vs = std::exp(s - M);
           }
-          const uint16_t* vr = seq_v[size_t(j)] + kvh * hd;
-          for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] = round_f16(acc[size_t(d)] + quant::fp16_to_fp32(vr[d]) * vs);
+          const uint16_t* vr = seq_v[size_t(j)] + kvh * dv;
+          for (int64_t d = 0; d < dv; ++d) acc[size_t(d)] = round_f16(acc[size_t(d)] + quant::fp16_to_fp32(vr[d]) * vs);
           S = S * ms + vs;
         }
         if (sinks) {
@@ -349,9 +354,43 @@ class CpuScalarBackend final : public Backend {
         }
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
         float* out = dst.row<float>(h, t);
-        for (int64_t d = 0; d < hd; ++d) out[d] = acc[size_t(d)] * inv;
+        for (int64_t d = 0; d < dv; ++d) out[d] = acc[size_t(d)] * inv;
       }
     });
+  }
+
+  // --- Concat, GroupLimit ------------------------------------------------------
+  static void concat(const Tensor& a, const Tensor& b, const Tensor& dst) {
+    const int64_t na = a.ne[0], nb = b.ne[0];
+    for (int64_t r = 0; r < dst.nrows(); ++r) {
+      float* out = dst.flat_row<float>(r);
+      std::memcpy(out, a.flat_row<float>(r), size_t(na) * sizeof(float));
+      std::memcpy(out + na, b.flat_row<float>(r), size_t(nb) * sizeof(float));
+    }
+  }
+
+  static void group_limit(const Tensor& x, const Tensor& dst, int64_t groups, int64_t kept) {
+    const int64_t E = x.ne[0], per = E / groups;
+    std::vector<float> score(static_cast<size_t>(groups));
+    std::vector<int64_t> order(static_cast<size_t>(groups));
+    for (int64_t r = 0; r < x.nrows(); ++r) {
+      const float* in = x.flat_row<float>(r);
+      float* out = dst.flat_row<float>(r);
+      for (int64_t g = 0; g < groups; ++g) {
+        float first = -std::numeric_limits<float>::infinity(), second = first;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          if (in[e] > first) second = first, first = in[e];
+          else if (in[e] > second) second = in[e];
+        }
+        score[size_t(g)] = per == 1 ? first : first + second;
+      }
+      for (int64_t g = 0; g < groups; ++g) order[size_t(g)] = g;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return score[size_t(p)] > score[size_t(q)]; });
+      std::vector<bool> keep(static_cast<size_t>(groups), false);
+      for (int64_t k = 0; k < kept; ++k) keep[size_t(order[size_t(k)])] = true;
+      for (int64_t e = 0; e < E; ++e)
+        out[e] = keep[size_t(e / per)] ? in[e] : -std::numeric_limits<float>::infinity();
+    }
   }
 
   // --- Softmax, Silu, SwiGlu, Add, Mul, Argmax -----------------------------

@@ -242,6 +242,11 @@ class VulkanBackend final : public Backend {
         return all_dense({n.src[0], n.src[1], n.dst});
       case Op::RmsNorm:
         return all_dense({n.src[0], n.src[1], n.dst});
+      case Op::Concat:
+        return all_dense({n.src[0], n.src[1], n.dst});
+      case Op::GroupLimit:
+        if (n.i[0] > 64) return "GroupLimit: more than 64 expert groups";
+        return all_dense({n.src[0], n.dst});
       case Op::Cont: {
         const Tensor& x = T(n.src[0]);
         if (x.nb[0] != 4 || x.nb[1] % 4 || x.nb[2] % 4 || x.nb[3] % 4) return "Cont: source strides must be multiples of 4 bytes";
@@ -281,7 +286,9 @@ class VulkanBackend final : public Backend {
       case Op::Attention:
         if (!kv_buffer(T(n.src[1])) || !kv_buffer(T(n.src[2])))
           return "Attention: the KV storage is not in this backend's device memory";
-        if (T(n.src[0]).ne[0] > 256 || T(n.src[0]).ne[0] % 2 != 0) return "Attention: head_dim must be even and <= 256";
+        if (T(n.src[0]).ne[0] > 1024 || T(n.src[0]).ne[0] % 2 != 0)
+          return "Attention: key heads must have an even size <= 1024";
+        if (T(n.dst).ne[0] > 512) return "Attention: value heads above 512 values";
         return all_dense({n.src[0], n.src[3], n.src[4], n.dst});
       case Op::SsmConv:
         return all_dense({n.src[0], n.src[1], n.dst});
@@ -821,6 +828,20 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       dispatch(cb, "cont", arena, pc, cdiv(x.nelements(), 256), {{devr(x)}, {devr(d)}});
       break;
     }
+    case Op::Concat: {
+      const Tensor &x = T(n.src[0]), &y = T(n.src[1]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.ne[0]).add(y.ne[0]).add(d.nrows()).add(dev(x)).add(dev(y)).add(dev(d));
+      dispatch(cb, "concat", arena, pc, cdiv(d.nelements(), 256), {{devr(x), devr(y)}, {devr(d)}});
+      break;
+    }
+    case Op::GroupLimit: {
+      const Tensor &x = T(n.src[0]), &d = T(n.dst);
+      Push pc;
+      pc.add(x.ne[0]).add(n.i[0]).add(n.i[1]).add(x.nrows()).add(dev(x)).add(dev(d));
+      dispatch(cb, "group_limit", arena, pc, cdiv(x.nrows(), 64), {{devr(x)}, {devr(d)}});
+      break;
+    }
     case Op::NormalizeRows: {
       const Tensor &x = T(n.src[0]), &d = T(n.dst);
       Push pc;
@@ -902,7 +923,7 @@ void Run::record_node(VkCommandBuffer cb, size_t k) {
       Push pc;
       pc.add(q.ne[0]).add(q.ne[1]).add(q.ne[2]).add(q.ne[1] / (kc.ne[0] / q.ne[0])).add(dev(q)).add(dev(d))
           .add(dev(table)).add(table.ne[0]).add(table.ne[1]).add(kc.nb[1]).add(kc.nb[2]).add(kc.ne[1]).addf(n.f[0])
-          .add(n.i[0]).add(n.src[4] >= 0 ? dev(T(n.src[4])) : 0xFFFFFFFFu);
+          .add(n.i[0]).add(n.src[4] >= 0 ? dev(T(n.src[4])) : 0xFFFFFFFFu).add(d.ne[0]);
       Access acc{{devr(q), devr(table), kb.range(), vb.range()}, {devr(d)}};
       if (n.src[4] >= 0) acc.reads.push_back(devr(T(n.src[4])));
       dispatch(cb, "attention", arena, pc, uint64_t(q.ne[1]) * q.ne[2], acc, kb.buffer(), vb.buffer());

@@ -43,6 +43,8 @@ const char* op_label(Op op) {
     case Op::GeGlu: return "GeGlu";
     case Op::NormalizeRows: return "NormalizeRows";
     case Op::SwiGluOai: return "SwiGluOai";
+    case Op::Concat: return "Concat";
+    case Op::GroupLimit: return "GroupLimit";
     case Op::Add: return "Add";
     case Op::Mul: return "Mul";
     case Op::Argmax: return "Argmax";
@@ -331,6 +333,18 @@ std::vector<ConformanceCase> make_cases() {
             (win ? "_win" + s(win) : std::string()) + "_sinks_dec1");
   }
 
+  // Multi-head latent attention (deepseek2): one KV head whose rows are a latent then a
+  // roped part, V the latent read out of the same rows; the fixture's shape, DeepSeek-V3's
+  // (512 + 64) and a prefill spanning pages after cached history.
+  for (auto [lat, rope, nh, page, p0, T] : {std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int64_t>{64, 16, 4, 4, 21, 9},
+                                           {64, 16, 16, 16, 0, 19},
+                                           {512, 64, 8, 16, 13, 5}}) {
+    ConformanceCase c;
+    c.k = lat + rope, c.latent = lat, c.n_head = nh, c.n_kv = 1, c.page = page, c.pos0 = p0, c.m = T;
+    add(c, Op::Attention, DType::F32,
+        "hd" + s(lat + rope) + "_latent" + s(lat) + "_h" + s(nh) + "_pg" + s(page) + "_p" + s(p0) + "_T" + s(T) + "_dec1");
+  }
+
   // Batched attention: several sequences of different lengths in one cache, some
   // forked from others (sharing pages, copy on write), one step mixing prefill and
   // decode slices over row views of shared batch tensors (every Attention writing its
@@ -392,6 +406,23 @@ std::vector<ConformanceCase> make_cases() {
     ConformanceCase c;
     c.k = N, c.m = k, c.n = n;
     add(c, Op::MoeCombine, DType::F32, "N" + s(N) + "_k" + s(k) + "_n" + s(n));
+  }
+
+  // Concat (latent attention's query and cached row) and GroupLimit (routing by expert
+  // groups: 8 groups keeping 4, and single-expert groups; a tie between two groups).
+  for (auto [a, b, rows] : {std::tuple<int64_t, int64_t, int64_t>{64, 16, 12}, {512, 64, 3}, {1, 7, 5}}) {
+    ConformanceCase c;
+    c.k = a, c.n = b, c.m = rows;
+    add(c, Op::Concat, DType::F32, "A" + s(a) + "_B" + s(b) + "_rows" + s(rows));
+  }
+  for (auto [E, groups, kept, n, ties] : {std::tuple<int64_t, int32_t, int32_t, int64_t, bool>{256, 8, 4, 5, false},
+                                          {16, 4, 2, 7, false},
+                                          {8, 8, 3, 3, false},
+                                          {16, 4, 2, 4, true}}) {
+    ConformanceCase c;
+    c.k = E, c.n = n, c.n_head = groups, c.n_kv = kept, c.flag = ties;
+    add(c, Op::GroupLimit, DType::F32,
+        "E" + s(E) + "_g" + s(groups) + "_keep" + s(kept) + "_n" + s(n) + (ties ? "_ties" : ""));
   }
 
   // Gates, views and the gated delta-net (qwen35moe).
@@ -620,7 +651,9 @@ std::pair<int, int> kv_storage_specs(CaseGraph& g) {
   const std::array<int64_t, 4> ne{int64_t(g.kv.cfg.n_kv_heads) * g.kv.cfg.head_dim, g.kv.cfg.page_tokens,
                                   g.kv.cfg.n_pages, 1};
   const int k = add_spec(g, "k_cache", DType::F16, ne, Role::KvK);
-  add_spec(g, "v_cache", DType::F16, ne, Role::KvV);
+  std::array<int64_t, 4> v_ne = ne;
+  if (g.kv.cfg.v_in_k > 0) v_ne[0] = g.kv.cfg.v_in_k;
+  add_spec(g, "v_cache", DType::F16, v_ne, Role::KvV);
   return {k, k + 1};
 }
 
@@ -640,8 +673,11 @@ void paged_step(CaseGraph& g, const std::vector<PagedSlice>& slices, const std::
   const int slots = add_spec(g, "slots" + sfx, DType::I32, {n, 1, 1, 1}, Role::Slots);
   g.tensors[size_t(slots)].paged = slices;
   g.nodes.push_back(node(Op::KvWrite, kc, k, slots));
-  g.nodes.push_back(node(Op::KvWrite, vc, v, slots));
-  size_t count = 2;
+  size_t count = 1;
+  if (v >= 0) {  // no V write where V is read out of K's rows
+    g.nodes.push_back(node(Op::KvWrite, vc, v, slots));
+    ++count;
+  }
   if (q >= 0) {
     const int64_t seqs = int64_t(std::bit_ceil(uint64_t(columns.size())));
     const int64_t pages = int64_t(std::bit_ceil(uint64_t(max_pages)));
@@ -835,16 +871,18 @@ CaseGraph build_case(const ConformanceCase& c) {
       g.kv.cfg.head_dim = int(K);
       g.kv.cfg.page_tokens = c.page;
       g.kv.cfg.n_pages = int(2 * pages);
+      g.kv.cfg.v_in_k = c.latent;
+      const int64_t dv = c.latent > 0 ? c.latent : K;
       const float scale = 1.0f / std::sqrt(float(K));
       // Sinks of either sign and size: some dominate the scores (|q.k| scale <= ~8), some vanish.
       const int sinks = c.sinks ? f32_input(g, r, "sinks", {c.n_head, 1, 1, 1}, -6.0f, 6.0f, Role::Weight) : -1;
       auto step = [&](int64_t T, int64_t p0, bool with_attention, const char* sfx) {
         int k = f32_input(g, r, std::string("k") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
-        int v = f32_input(g, r, std::string("v") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
+        int v = c.latent > 0 ? -1 : f32_input(g, r, std::string("v") + sfx, {K, c.n_kv, T, 1}, -1.0f, 1.0f);
         int q = -1, y = -1;
         if (with_attention) {
           q = f32_input(g, r, std::string("q") + sfx, {K, c.n_head, T, 1}, -1.0f, 1.0f);
-          y = add_spec(g, std::string("dst") + sfx, DType::F32, {K, c.n_head, T, 1}, Role::Output);
+          y = add_spec(g, std::string("dst") + sfx, DType::F32, {dv, c.n_head, T, 1}, Role::Output);
         }
         const std::vector<PagedSlice> one{{0, 0, T, p0}};
         paged_step(g, one, one, q, k, v, y, scale, sfx, c.window, sinks);
@@ -855,6 +893,30 @@ CaseGraph build_case(const ConformanceCase& c) {
         step(M, c.pos0, true, "_prefill");
         step(1, c.pos0 + M, true, "_decode");
       }
+      break;
+    }
+    case Op::Concat: {  // c.k + c.n values per row, c.m rows (as [.., 3, m / 3] where it divides)
+      const int64_t r1 = M % 3 == 0 ? 3 : 1, r2 = M / r1;
+      int a = f32_input(g, r, "a", {K, r1, r2, 1}, -1.0f, 1.0f);
+      int b = f32_input(g, r, "b", {N, r1, r2, 1}, -1.0f, 1.0f);
+      int y = add_spec(g, "dst", DType::F32, {K + N, r1, r2, 1}, Role::Output);
+      g.nodes.push_back(node(Op::Concat, y, a, b));
+      break;
+    }
+    case Op::GroupLimit: {  // c.k experts, c.n rows: router sigmoids plus a bias
+      std::vector<float> v(size_t(K * N));
+      for (float& x : v) x = r.uniform(0.0f, 1.2f);
+      if (c.flag)  // groups 1 and 2 of every row score alike (the same two values)
+        for (int64_t t = 0; t < N; ++t) {
+          const int64_t per = K / c.n_head;
+          for (int64_t e = 0; e < per; ++e) v[size_t(t * K + 2 * per + e)] = v[size_t(t * K + per + e)];
+        }
+      int x = add_spec(g, "x", DType::F32, {K, N, 1, 1}, Role::Input, to_bytes(v));
+      int y = add_spec(g, "dst", DType::F32, {K, N, 1, 1}, Role::Output);
+      Node n = node(Op::GroupLimit, y, x);
+      n.i[0] = c.n_head;
+      n.i[1] = c.n_kv;
+      g.nodes.push_back(n);
       break;
     }
     case Op::NormalizeRows: {  // values as a router's sigmoids: in (0, 1), or tiny
@@ -1033,6 +1095,9 @@ struct Instance {
   Graph graph;
 };
 
+// 2 (K and V), or 1 where V is read out of K's rows (latent attention).
+int kv_planes(const KvCache& kv) { return kv.config().v_in_k > 0 ? 1 : 2; }
+
 // Fills positions [from, to) of sequence `s` (every layer) with kv_init(tag, ...).
 void fill_kv(KvCache& kv, KvCache::SeqId s, int tag, int64_t from, int64_t to) {
   const int64_t row = int64_t(kv.row_elems());
@@ -1044,7 +1109,7 @@ void fill_kv(KvCache& kv, KvCache::SeqId s, int tag, int64_t from, int64_t to) {
         v[size_t(e)] = kv_init(tag, layer, pos, 1, e);
       }
       kv.write_row(layer, s, pos, 0, k.data());
-      kv.write_row(layer, s, pos, 1, v.data());
+      if (kv.config().v_in_k == 0) kv.write_row(layer, s, pos, 1, v.data());
     }
 }
 
@@ -1115,7 +1180,7 @@ std::unique_ptr<Instance> instantiate(const CaseGraph& spec, Backend& be) {
             v[size_t(e)] = kv_init(int(s), layer, pos, 1, e);
           }
           kv.write_row(layer, s, pos, 0, k.data());
-          kv.write_row(layer, s, pos, 1, v.data());
+          if (kv.config().v_in_k == 0) kv.write_row(layer, s, pos, 1, v.data());
         }
     kv.set_length(inst->seq, spec.kv.history);
     const RecurrentStateConfig& rc = spec.kv.cfg.recurrent;
@@ -1223,6 +1288,15 @@ struct Compared {
 };
 
 Compared compare_floats(const float* ref, const float* got, size_t n, ConformanceLimits lim, const std::string& what) {
+  // An infinity where the reference has the same one (GroupLimit's masked experts) is
+  // an exact match; the metrics are then taken over the other elements.
+  std::vector<float> ref_finite, got_finite;
+  for (size_t i = 0; i < n; ++i)
+    if (std::isinf(ref[i]) && got[i] == ref[i]) {
+      for (size_t j = 0; j < n; ++j)
+        if (!(std::isinf(ref[j]) && got[j] == ref[j])) ref_finite.push_back(ref[j]), got_finite.push_back(got[j]);
+      return compare_floats(ref_finite.data(), got_finite.data(), ref_finite.size(), lim, what);
+    }
   Compared c;
   c.limit = lim.nmse;
   c.max_err_limit = lim.element;
@@ -1477,7 +1551,7 @@ ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, 
         for (int64_t pos = 0; pos < ss.capacity; ++pos) {
           const bool written = layer == spec.kv.layer && pos >= ss.history && pos < end;
           const int owner = spec.kv.owner(int(i), pos);
-          for (int kvsel = 0; kvsel < 2; ++kvsel) {
+          for (int kvsel = 0; kvsel < kv_planes(rk); ++kvsel) {
             gk.read_row(layer, gs, pos, kvsel, gr.data());
             if (written) {
               rk.read_row(layer, rs, pos, kvsel, rr.data());
@@ -1517,7 +1591,7 @@ ConformanceResult run_conformance_case(const ConformanceCase& c, Backend& test, 
       for (int layer = 0; layer < spec.kv.cfg.n_layers; ++layer)
         for (int64_t pos = 0; pos < spec.kv.capacity; ++pos) {
           const bool written = s == got->seq && layer == spec.kv.layer && pos >= spec.kv.history && pos < end;
-          for (int kvsel = 0; kvsel < 2; ++kvsel) {
+          for (int kvsel = 0; kvsel < kv_planes(rk); ++kvsel) {
             gk.read_row(layer, s, pos, kvsel, gr.data());
             if (written) {
               rk.read_row(layer, ref->seq, pos, kvsel, rr.data());

@@ -38,6 +38,8 @@ std::string_view op_name(Op op) {
     case Op::GeGlu: return "geglu";
     case Op::NormalizeRows: return "normalize_rows";
     case Op::SwiGluOai: return "swiglu_oai";
+    case Op::Concat: return "concat";
+    case Op::GroupLimit: return "group_limit";
     case Op::Count: break;
   }
   return "unknown";

@@ -122,6 +122,9 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
   positive(cfg.head_dim, "head_dim");
   positive(cfg.page_tokens, "page_tokens");
   positive(cfg.n_pages, "n_pages");
+  if (cfg.v_in_k < 0 || cfg.v_in_k > cfg.head_dim || (cfg.v_in_k > 0 && cfg.n_kv_heads != 1))
+    throw Error("KvCache: config.v_in_k = " + std::to_string(cfg.v_in_k) + " needs one KV head and at most head_dim (" +
+                std::to_string(cfg.head_dim) + ") values");
 
   const size_t row_bytes = checked_mul(row_elems(), 2, "row bytes");
   size_t plane = checked_mul(size_t(cfg.page_tokens), row_bytes, "plane bytes");
@@ -132,10 +135,10 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
     throw Error("KvCache: pool of " + std::to_string(cfg.n_pages) + " pages is too large");
 
   // One buffer per layer and K/V (a backend then needs no offsets into device memory).
-  const size_t n_planes = size_t(cfg.n_layers) * 2;
+  const size_t n_planes = size_t(cfg.n_layers) * (cfg.v_in_k > 0 ? 1 : 2);
   storage_.reserve(n_planes);
   host_.assign(n_planes, nullptr);
-  storage_tensors_.resize(n_planes);
+  storage_tensors_.resize(size_t(cfg.n_layers) * 2);
   for (size_t i = 0; i < n_planes; ++i) {
     std::unique_ptr<Buffer> b;
     try {
@@ -149,7 +152,7 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
     host_[i] = static_cast<uint8_t*>(b->data());
     if (host_[i] && reinterpret_cast<uintptr_t>(host_[i]) % 64 != 0)
       throw Error("KvCache: storage is not 64-byte aligned");
-    Tensor& t = storage_tensors_[i];
+    Tensor& t = storage_tensors_[cfg.v_in_k > 0 ? i * 2 : i];
     t.type = DType::F16;
     t.ne[0] = int64_t(row_elems());
     t.ne[1] = cfg.page_tokens;
@@ -160,9 +163,17 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
     t.nb[3] = total;
     t.data = host_[i];
     t.buffer = b.get();
-    t.name = std::string(i % 2 ? "v_cache." : "k_cache.") + std::to_string(i / 2);
+    t.name = std::string(i % 2 && cfg.v_in_k == 0 ? "v_cache." : "k_cache.") +
+             std::to_string(cfg.v_in_k > 0 ? i : i / 2);
     storage_.push_back(std::move(b));
   }
+  if (cfg.v_in_k > 0)
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      Tensor& v = storage_tensors_[size_t(l) * 2 + 1];
+      v = storage_tensors_[size_t(l) * 2];
+      v.ne[0] = cfg.v_in_k;
+      v.name = "v_cache." + std::to_string(l) + " (view of k_cache." + std::to_string(l) + ")";
+    }
 
   refcount_.assign(size_t(cfg.n_pages), 0);
   page_key_.assign(size_t(cfg.n_pages), 0);
@@ -176,8 +187,12 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
 
 KvCache::~KvCache() = default;
 
+size_t KvCache::bytes_per_token() const {
+  return size_t(cfg_.n_layers) * (row_elems() + (cfg_.v_in_k > 0 ? 0 : row_elems())) * 2;
+}
+
 uint16_t* KvCache::plane(int32_t page, int layer, int kv) const {
-  uint8_t* base = host_[size_t(layer) * 2 + size_t(kv)];
+  uint8_t* base = host_[buffer_index(layer, kv)];
   if (!base) throw Error("KvCache: the KV storage is device memory; rows are reached through its backend");
   return reinterpret_cast<uint16_t*>(base + size_t(page) * plane_bytes_);
 }
@@ -186,16 +201,16 @@ void KvCache::read_row(int layer, SeqId seq, int64_t pos, int kv, uint16_t* out)
   if (layer < 0 || layer >= cfg_.n_layers || (kv != 0 && kv != 1))
     throw Error("KvCache::read_row: layer " + std::to_string(layer) + " / kv " + std::to_string(kv) + " out of range");
   const int64_t s = slot(seq, pos), pt = cfg_.page_tokens;
-  const size_t row_bytes = row_elems() * 2;
-  storage_[size_t(layer) * 2 + size_t(kv)]->get(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * row_bytes, out, row_bytes);
+  const size_t stride = row_elems() * 2, row_bytes = (kv ? v_row_elems() : row_elems()) * 2;
+  storage_[buffer_index(layer, kv)]->get(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * stride, out, row_bytes);
 }
 
 void KvCache::write_row(int layer, SeqId seq, int64_t pos, int kv, const uint16_t* in) {
   if (layer < 0 || layer >= cfg_.n_layers || (kv != 0 && kv != 1))
     throw Error("KvCache::write_row: layer " + std::to_string(layer) + " / kv " + std::to_string(kv) + " out of range");
   const int64_t s = slot(seq, pos), pt = cfg_.page_tokens;
-  const size_t row_bytes = row_elems() * 2;
-  storage_[size_t(layer) * 2 + size_t(kv)]->set(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * row_bytes, in, row_bytes);
+  const size_t stride = row_elems() * 2, row_bytes = (kv ? v_row_elems() : row_elems()) * 2;
+  storage_[buffer_index(layer, kv)]->set(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * stride, in, row_bytes);
 }
 
 int32_t KvCache::slot(SeqId seq, int64_t pos) const {

@@ -109,6 +109,8 @@ class Checker {
       case Op::GeGlu: return swiglu();
       case Op::NormalizeRows: return normalize_rows();
       case Op::SwiGluOai: return swiglu_oai();
+      case Op::Concat: return concat();
+      case Op::GroupLimit: return group_limit();
       case Op::Count: break;
     }
     return "unknown op " + std::to_string(int(n_.op));
@@ -282,10 +284,14 @@ class Checker {
     TRY(plain(dst, DType::F32, "dst"));
     if (q.ne[3] != 1) return "q must be 3-D, got " + desc(q);
     TRY(kv_storage(kc, q.ne[0], "K storage"));
-    TRY(kv_storage(vc, q.ne[0], "V storage"));
-    if (!same_shape(kc, vc) || kc.nb[1] != vc.nb[1] || kc.nb[2] != vc.nb[2])
+    // Value heads of dv = dst.ne[0] values: V's rows hold as many heads as K's.
+    const int64_t n_kv = kc.ne[0] / q.ne[0], dv = dst.ne[0];
+    TRY(kv_storage(vc, dv, "V storage"));
+    if (vc.ne[0] != n_kv * dv)
+      return "V storage " + desc(vc) + " must hold " + std::to_string(n_kv) + " heads of " + std::to_string(dv) +
+             " values per row (K storage " + desc(kc) + ")";
+    if (kc.ne[1] != vc.ne[1] || kc.ne[2] != vc.ne[2] || kc.nb[1] != vc.nb[1] || kc.nb[2] != vc.nb[2])
       return "K storage " + desc(kc) + " and V storage " + desc(vc) + " differ in layout";
-    const int64_t n_kv = kc.ne[0] / q.ne[0];
     if (q.ne[1] % n_kv != 0)
       return "q " + desc(q) + ": " + std::to_string(q.ne[1]) + " heads is not a multiple of the storage's " +
              std::to_string(n_kv) + " KV heads";
@@ -293,7 +299,9 @@ class Checker {
     if (st.ne[0] <= kSeqTableHeader || st.ne[2] != 1 || st.ne[3] != 1 || st.nb[1] != size_t(st.ne[0]) * 4)
       return "sequence table " + desc(st) + " must be a contiguous [" + std::to_string(kSeqTableHeader) +
              " + pages, sequences] with at least one page";
-    if (!same_shape(q, dst)) return "dst " + desc(dst) + " must have the shape of q " + desc(q);
+    if (dst.ne[1] != q.ne[1] || dst.ne[2] != q.ne[2] || dst.ne[3] != 1)
+      return "dst " + desc(dst) + " must be [dv, " + std::to_string(q.ne[1]) + ", " + std::to_string(q.ne[2]) +
+             "] (q " + desc(q) + ")";
     if (!std::isfinite(n_.f[0]) || !(n_.f[0] > 0.0f)) return "scale (f[0]) must be > 0";
     if (n_.i[0] < 0) return "sliding window (i[0]) must be >= 0, got " + std::to_string(n_.i[0]);
     if (n_.src[4] >= 0) {
@@ -310,6 +318,32 @@ class Checker {
     TRY(swiglu());
     if (!std::isfinite(n_.f[0])) return "alpha (f[0]) must be finite";
     if (!std::isfinite(n_.f[1]) || !(n_.f[1] > 0.0f)) return "limit (f[1]) must be > 0";
+    return {};
+  }
+
+  std::string concat() const {
+    TRY(need(n_.src[0], "src0"));
+    TRY(need(n_.src[1], "src1"));
+    TRY(need(n_.dst, "dst"));
+    const Tensor &a = t(n_.src[0]), &b = t(n_.src[1]), &dst = t(n_.dst);
+    TRY(plain(a, DType::F32, "src0"));
+    TRY(plain(b, DType::F32, "src1"));
+    TRY(plain(dst, DType::F32, "dst"));
+    for (int d = 1; d < Tensor::kMaxDims; ++d)
+      if (a.ne[d] != b.ne[d] || dst.ne[d] != a.ne[d])
+        return "src0 " + desc(a) + ", src1 " + desc(b) + " and dst " + desc(dst) + " differ beyond dimension 0";
+    if (dst.ne[0] != a.ne[0] + b.ne[0])
+      return "dst " + desc(dst) + " must have " + std::to_string(a.ne[0] + b.ne[0]) + " values per row";
+    return {};
+  }
+
+  std::string group_limit() const {
+    TRY(unary());
+    const int64_t e = t(n_.src[0]).ne[0], groups = n_.i[0], kept = n_.i[1];
+    if (groups < 1 || e % groups != 0)
+      return "groups (i[0]) = " + std::to_string(groups) + " must divide the row of " + std::to_string(e);
+    if (kept < 1 || kept > groups)
+      return "kept groups (i[1]) = " + std::to_string(kept) + " must be 1 .. " + std::to_string(groups);
     return {};
   }
 

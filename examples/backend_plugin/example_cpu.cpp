@@ -51,7 +51,7 @@ const char* op_name(uint32_t op) {
       "get_rows", "rms_norm", "mat_mul", "rope", "kv_write", "attention", "softmax",
       "silu", "swiglu", "add", "mul", "argmax", "top_k", "gather_cols", "mat_mul_id",
       "moe_combine", "sigmoid", "softplus", "cont", "ssm_conv", "gated_delta_net",
-      "geglu", "normalize_rows", "swiglu_oai"};
+      "geglu", "normalize_rows", "swiglu_oai", "concat", "group_limit"};
   // A name missing here (an op added to the ABI after this table) stays NULL.
   return op < TESSERA_OP_COUNT && kNames[op] ? kNames[op] : "unknown";
 }

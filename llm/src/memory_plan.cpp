@@ -43,9 +43,10 @@ MemoryNeeds memory_needs(Model& model, const EngineOptions& opt, int64_t n_ctx, 
   n.max_sequences = std::max(1, opt.max_sequences);
   n.expert_cache_request = opt.expert_cache_bytes;
   const KvCacheConfig c = model.kv_config(n_ctx, n.page_tokens);
-  // As KvCache lays a page out: every layer's K and V plane, each 64-byte aligned.
+  // As KvCache lays a page out: every layer's K and V plane (K only when V is read out
+  // of K), each 64-byte aligned.
   const uint64_t plane = (uint64_t(n.page_tokens) * uint64_t(c.n_kv_heads) * uint64_t(c.head_dim) * 2 + 63) / 64 * 64;
-  n.kv_page_bytes = plane * 2 * uint64_t(c.n_layers);
+  n.kv_page_bytes = plane * (c.v_in_k > 0 ? 1 : 2) * uint64_t(c.n_layers);
   n.pages_per_sequence = c.n_pages;
   n.kv_sequence_bytes = uint64_t(c.recurrent.n_layers) * uint64_t(c.recurrent.conv_elems + c.recurrent.state_elems) * 4;
   return n;

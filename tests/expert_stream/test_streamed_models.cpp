@@ -21,7 +21,7 @@ std::vector<FixtureCase> cases() {
   std::vector<FixtureCase> out;
   for (const char* f : {"qwen3moe-f32", "qwen3moe-q8_0", "qwen3moe-q4_k_m", "qwen3moe-mxfp4_moe", "qwen35moe-f16",
                         "qwen35moe-q4_0", "qwen35moe-q4_k_m", "gpt-oss-mxfp4_moe", "gpt-oss-q4_k_m", "glm4moe-q8_0",
-                        "glm4moe-q4_k_m"})
+                        "glm4moe-q4_k_m", "deepseek2-q8_0", "deepseek2-q4_k_m"})
     for (const char* b : {"cpu_scalar", "cpu_avx512"}) out.push_back({f, b});
   return out;
 }

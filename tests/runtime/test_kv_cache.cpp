@@ -195,6 +195,59 @@ TEST(KvCache, ForkSharesAndCopiesOnWrite) {
   EXPECT_EQ(kv.free_pages(), 8);
 }
 
+// Latent attention: V is the leading part of each K row (no V planes of its own).
+TEST(KvCache, ValuesReadOutOfTheKeyRows) {
+  KvCacheConfig c = small_config();
+  c.n_kv_heads = 1;
+  c.head_dim = 10;  // latent 8 + rope 2
+  c.v_in_k = 8;
+  KvCache kv(c);
+  EXPECT_EQ(kv.v_row_elems(), 8u);
+  EXPECT_EQ(kv.bytes_per_token(), size_t(3 * 10 * 2));  // one row per layer
+  for (int l = 0; l < 3; ++l) {
+    const tessera::Tensor &k = kv.k_storage(l), &v = kv.v_storage(l);
+    EXPECT_EQ(v.data, k.data);
+    EXPECT_EQ(v.buffer, k.buffer);
+    EXPECT_EQ(v.ne[0], 8);
+    EXPECT_EQ(k.ne[0], 10);
+    EXPECT_EQ(v.nb[1], k.nb[1]);
+    EXPECT_EQ(v.nb[2], k.nb[2]);
+  }
+  auto s = kv.create_sequence();
+  ASSERT_TRUE(kv.reserve(s, 6));
+  for (int64_t p = 0; p < 6; ++p)
+    for (int l = 0; l < 3; ++l) {
+      uint16_t* k = kv.k_row(l, s, p);
+      for (size_t e = 0; e < 10; ++e) k[e] = value(l, 0, p, e, 3);
+    }
+  kv.set_length(s, 6);
+  // V rows are K's first 8 values, through every accessor, also after a copy on write.
+  auto child = kv.fork_sequence(s);
+  ASSERT_TRUE(kv.reserve(child, 7));
+  for (auto seq : {s, child})
+    for (int64_t p = 0; p < 6; ++p)
+      for (int l = 0; l < 3; ++l) {
+        EXPECT_EQ(kv.v_row(l, seq, p), kv.k_row(l, seq, p));
+        std::vector<uint16_t> got(8, 0);
+        kv.read_row(l, seq, p, 1, got.data());
+        for (size_t e = 0; e < 8; ++e) ASSERT_EQ(got[e], value(l, 0, p, e, 3)) << "pos " << p << " layer " << l;
+      }
+  // Writing a V row writes the leading part of the K row and nothing after it.
+  std::vector<uint16_t> v(8, 0x3c00);
+  kv.write_row(1, child, 5, 1, v.data());
+  EXPECT_EQ(kv.k_row(1, child, 5)[7], 0x3c00);
+  EXPECT_EQ(kv.k_row(1, child, 5)[8], value(1, 0, 5, 8, 3));
+  EXPECT_EQ(kv.k_row(1, s, 5)[0], value(1, 0, 5, 0, 3));  // the parent's page was not written
+  kv.check_invariants();
+
+  KvCacheConfig bad = c;
+  bad.n_kv_heads = 2;
+  EXPECT_THROW(KvCache{bad}, tessera::Error);
+  bad = c;
+  bad.v_in_k = 11;
+  EXPECT_THROW(KvCache{bad}, tessera::Error);
+}
+
 TEST(KvCache, ForkPrefixAndParentMustReserveAgain) {
   KvCache kv(small_config());
   auto parent = kv.create_sequence();

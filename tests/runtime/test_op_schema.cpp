@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -257,4 +258,51 @@ TEST(OpSchema, RunStateIsCheckedBeforeEveryRun) {
   expect_error("need 2 pages, the table has 1");
   EXPECT_EQ(s.plan_misses(), 1u);
   EXPECT_EQ(s.nodes_validated(), 3u);
+}
+
+// The ops of the deepseek2 family on the reference: Concat joins rows; GroupLimit keeps
+// the groups whose two largest values sum highest (the lower group on a tie) and masks
+// the rest with -infinity; the schema refuses shapes and parameters that do not fit.
+TEST(OpSchema, ConcatAndGroupLimit) {
+  auto ref = cpu_scalar::make_backend(nullptr);
+  {
+    std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8, 9, 10}, y(10, 0.0f);
+    Graph g;
+    const int ta = g.add_tensor(Tensor::contiguous(DType::F32, {2, 2}, a.data()));
+    const int tb = g.add_tensor(Tensor::contiguous(DType::F32, {3, 2}, b.data()));
+    const int ty = g.add_tensor(Tensor::contiguous(DType::F32, {5, 2}, y.data()));
+    g.add_node(node(Op::Concat, ty, ta, tb));
+    ASSERT_EQ(op_schema::check(g, g.nodes()[0]), "");
+    ref->execute(g, 0, 1);
+    EXPECT_EQ(y, (std::vector<float>{1, 2, 5, 6, 7, 3, 4, 8, 9, 10}));
+    const int bad = g.add_tensor(Tensor::contiguous(DType::F32, {4, 2}, y.data()));
+    g.add_node(node(Op::Concat, bad, ta, tb));
+    EXPECT_NE(op_schema::check(g, g.nodes()[1]).find("must have 5 values per row"), std::string::npos);
+  }
+  {
+    // Four groups of two; row 0: scores 3, 7, 7, 1 (groups 1 and 2 tie): keeping 2 keeps
+    // groups 1 and 2; keeping 1 keeps group 1, the lower of the tie.
+    std::vector<float> x = {1, 2, 3, 4, 5, 2, 0.5f, 0.5f}, y(8), y1(8);
+    Graph g;
+    const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {8, 1}, x.data()));
+    const int ty = g.add_tensor(Tensor::contiguous(DType::F32, {8, 1}, y.data()));
+    const int ty1 = g.add_tensor(Tensor::contiguous(DType::F32, {8, 1}, y1.data()));
+    Node n = node(Op::GroupLimit, ty, tx);
+    n.i[0] = 4, n.i[1] = 2;
+    g.add_node(n);
+    n.dst = ty1, n.i[1] = 1;
+    g.add_node(n);
+    ASSERT_EQ(op_schema::check(g, g.nodes()[0]), "");
+    ref->execute(g, 0, 2);
+    const float inf = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(y, (std::vector<float>{-inf, -inf, 3, 4, 5, 2, -inf, -inf}));
+    EXPECT_EQ(y1, (std::vector<float>{-inf, -inf, 3, 4, -inf, -inf, -inf, -inf}));
+    Node bad = n;
+    bad.i[0] = 3;  // does not divide 8
+    g.add_node(bad);
+    EXPECT_NE(op_schema::check(g, g.nodes()[2]).find("must divide the row of 8"), std::string::npos);
+    bad.i[0] = 4, bad.i[1] = 5;
+    g.add_node(bad);
+    EXPECT_NE(op_schema::check(g, g.nodes()[3]).find("must be 1 .. 4"), std::string::npos);
+  }
 }

@@ -466,7 +466,8 @@ int cmd_bench(int argc, char** argv) {
   // position max(n_prompt, 1) and attends to itself and everything before it).
   // Recurrent layers read and write their whole state once per token.
   const KvCacheConfig kvc = engine->model().kv_config(engine->n_ctx(), 16);
-  const double kv_bytes_per_pos = double(kvc.n_layers) * 2.0 * double(kvc.n_kv_heads) * double(kvc.head_dim) * 2.0;
+  const double kv_bytes_per_pos =
+      double(kvc.n_layers) * (kvc.v_in_k > 0 ? 1.0 : 2.0) * double(kvc.n_kv_heads) * double(kvc.head_dim) * 2.0;
   const double mean_attended = double(std::max(n_prompt, 1)) + (double(n_gen) - 1.0) / 2.0 + 1.0;
   const double kv_bytes = kv_bytes_per_pos * mean_attended;
   const double state_bytes =
@@ -556,6 +557,7 @@ int cmd_bench(int argc, char** argv) {
                    {"tok_s_max", s.max},
                    {"weight_bytes_per_token", wc.bytes_per_token},
                    {"kv_bytes_per_token", kv_bytes},
+                   {"kv_bytes_per_position", kv_bytes_per_pos},
                    {"recurrent_state_bytes_per_token", state_bytes},
                    {"mean_positions_attended", mean_attended},
                    {"bytes_per_token", decode_bytes}};

@@ -11,13 +11,15 @@
 //       11 page_tokens, 12 scale, 13 sliding window (0: none; else positions
 //       last - window + 1 .. last only, and pages before those may be released),
 //       14 offset of the sinks (F32 per head; 0xFFFFFFFF: none), applied in F32 after
-//       the positions as a score without a value
+//       the positions as a score without a value, 15 dv (values per V head: hd, or
+//       fewer where V is the leading part of each K row, as in latent attention).
+// hd <= 1024, dv <= 512: each invocation keeps up to four output dimensions.
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 128) in;
 #include "common.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer KStore { uint ks[]; };
 layout(std430, set = 0, binding = 3) readonly buffer VStore { uint vs[]; };
-shared float qf[256];
+shared float qf[1024];
 shared float sc[128];
 
 float k_at(uint byte) {  // the half at an even byte offset of the K storage
@@ -47,10 +49,11 @@ void main() {
       last = a[c + 2u] + (t - f0);
     }
   }
-  uint head = 2u * kvh * hd;  // byte offset of this KV head in a row
+  uint dv = pc.u[15];
+  uint head = 2u * kvh * hd, vhead = 2u * kvh * dv;  // byte offsets of this KV head in a K / V row
   uint qo = pc.u[4] + 4u * hd * item;
   for (uint d = tid; d < hd; d += 128u) qf[d] = round_f16(a_f32(qo + 4u * d));
-  float acc0 = 0.0, acc1 = 0.0;
+  float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
   float M = 0.0, S = 0.0;
   bool first = true;
   uint win = pc.u[13];
@@ -73,15 +76,14 @@ void main() {
         ms = first ? 0.0 : exp(M - s);
         M = s;
         first = false;
-        acc0 = round_f16(acc0 * ms);
-        acc1 = round_f16(acc1 * ms);
+        for (uint r = 0u; r < 4u; ++r) acc[r] = round_f16(acc[r] * ms);
       } else {
         vsc = exp(s - M);
       }
       uint j = j0 + i;
-      uint vb = a[col + 3u + j / pt] * ps + (j % pt) * rs + head;
-      if (tid < hd) acc0 = round_f16(acc0 + v_at(vb + 2u * tid) * vsc);
-      if (tid + 128u < hd) acc1 = round_f16(acc1 + v_at(vb + 2u * (tid + 128u)) * vsc);
+      uint vb = a[col + 3u + j / pt] * ps + (j % pt) * rs + vhead;
+      for (uint r = 0u; r < 4u; ++r)
+        if (tid + 128u * r < dv) acc[r] = round_f16(acc[r] + v_at(vb + 2u * (tid + 128u * r)) * vsc);
       S = S * ms + vsc;
     }
   }
@@ -90,15 +92,14 @@ void main() {
     float ms = 1.0, vsc = 1.0;
     if (s > M || first) {
       ms = first ? 0.0 : exp(M - s);
-      acc0 *= ms;
-      acc1 *= ms;
+      for (uint r = 0u; r < 4u; ++r) acc[r] *= ms;
     } else {
       vsc = exp(s - M);
     }
     S = S * ms + vsc;
   }
   float inv = S == 0.0 ? 0.0 : 1.0 / S;
-  uint od = pc.u[5] + 4u * hd * item;
-  if (tid < hd) a_st(od + 4u * tid, acc0 * inv);
-  if (tid + 128u < hd) a_st(od + 4u * (tid + 128u), acc1 * inv);
+  uint od = pc.u[5] + 4u * dv * item;
+  for (uint r = 0u; r < 4u; ++r)
+    if (tid + 128u * r < dv) a_st(od + 4u * (tid + 128u * r), acc[r] * inv);
 }

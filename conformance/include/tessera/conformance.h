@@ -56,6 +56,11 @@ struct ConformanceCase {
   //   Rope with mode kRopeImrope: also sections (t, h, w, e); yarn_ctx > 0: YaRN over
   //             that original context (ext_factor 1, attn_factor 1, betas 32 and 1)
   //   Attention with sinks: per-head sink logits (some above every score, some below)
+  //   Attention with latent > 0: multi-head latent attention: one KV head of k values,
+  //             V the first `latent` values of each K row (no V planes), dst [latent, n_head, m]
+  //   Concat    rows of k values followed by rows of n values, m rows
+  //   GroupLimit k = experts, n = rows, n_head = groups, n_kv = groups kept; flag = two
+  //             groups of equal score in every row
   //   SwiGluOai as SwiGlu (alpha 1.702, limit 7; values span the clamps)
   //   GeGlu     as SwiGlu; NormalizeRows k = values per row, n = rows; flag = sums
   //             below the floor
@@ -67,7 +72,7 @@ struct ConformanceCase {
   int64_t k = 1, n = 1, m = 1;
   bool flag = false;
   int32_t n_dims = 0, mode = 0, pos0 = 0;
-  int32_t n_head = 0, n_kv = 0, page = 0, window = 0, yarn_ctx = 0;
+  int32_t n_head = 0, n_kv = 0, page = 0, window = 0, yarn_ctx = 0, latent = 0;
   bool sinks = false;
   float freq_scale = 1.0f;
   std::array<int32_t, 4> sections{};

@@ -41,7 +41,9 @@ enum class Op : uint16_t {
               // positions [pos0 + j - w + 1, pos0 + j], and block-table entries of pages wholly
               // before the first position any row sees may be -1 (released); optional src4
               // sinks F32 [n_head]: head h's logit joins the softmax's maximum and denominator
-              // (unscaled, no value) -> F32 [hd, n_head, n]
+              // (unscaled, no value) -> F32 [dv, n_head, n]. V's rows hold the same KV heads
+              // as K's with dv values each (dv = hd except in multi-head latent attention, whose
+              // V storage is a view of the first dv values of each K row: same pages, strides)
   Softmax,    // src0 F32 rows -> F32 rows
   Silu,       // src0 F32 -> F32
   SwiGlu,     // src0 gate F32, src1 up F32 (same shape) -> silu(gate) * up
@@ -77,6 +79,13 @@ enum class Op : uint16_t {
               // times f[0] (a router's chosen weights normalised and scaled)
   SwiGluOai,  // src0 gate F32, src1 up F32 (same shape) -> gpt-oss's clamped SwiGLU: with
               // g = min(gate, f[1]), u = clamp(up, -f[1], f[1]): g / (1 + exp(-f[0] g)) * (u + 1)
+  // Appended with the deepseek2 family:
+  Concat,     // src0 F32 [a, r1, r2], src1 F32 [b, r1, r2] -> F32 [a + b, r1, r2]: each row of
+              // src0 followed by the same row of src1
+  GroupLimit, // src0 F32 [E, n] -> F32 [E, n]: the E values of a row form i[0] groups of E / i[0];
+              // a group's score is the sum of its two largest values (one value: that value);
+              // the i[1] groups of highest score are kept (lower group first on ties), every
+              // value of the other groups becomes -infinity (routing by expert groups)
   Count
 };
 std::string_view op_name(Op op);

@@ -42,6 +42,10 @@ struct KvCacheConfig {
   int page_tokens = 16;
   int n_pages = 0;  // pool size; capacity = n_pages * page_tokens positions in total
   RecurrentStateConfig recurrent;  // recurrent layers' per-sequence state (none by default)
+  // > 0: there are no V planes; a position's V row is the first v_in_k values of its K
+  // row (multi-head latent attention caches one latent per token, read as K and as V).
+  // Needs n_kv_heads == 1 and v_in_k <= head_dim.
+  int v_in_k = 0;
 };
 
 // A KvCache is the KvAccess a node names (Node::kv): plugins reach it through the C
@@ -63,7 +67,10 @@ class KvCache : public KvAccess {
 
   const KvCacheConfig& config() const { return cfg_; }
   DType type() const { return DType::F16; }
-  size_t row_elems() const { return size_t(cfg_.n_kv_heads) * size_t(cfg_.head_dim); }
+  size_t row_elems() const { return size_t(cfg_.n_kv_heads) * size_t(cfg_.head_dim); }  // of a K row
+  size_t v_row_elems() const { return cfg_.v_in_k > 0 ? size_t(cfg_.v_in_k) : row_elems(); }
+  // Bytes of KV storage per cached position, all layers.
+  size_t bytes_per_token() const;
 
   SeqId create_sequence();
   // A new sequence sharing the first `n_tokens` positions of `parent` (all if < 0).
@@ -97,13 +104,14 @@ class KvCache : public KvAccess {
 
   // Layer `layer`'s K (V) planes as one tensor F16 [row_elems, page_tokens, n_pages]
   // (page p's position o is row (o, p)), in the storage buffer: what KvWrite writes and
-  // Attention reads. data is null when the storage is device memory.
+  // Attention reads. data is null when the storage is device memory. With v_in_k the V
+  // tensor is a view of the K planes: [v_in_k, page_tokens, n_pages] with K's strides.
   const Tensor& k_storage(int layer) const { return storage_tensors_.at(size_t(layer) * 2); }
   const Tensor& v_storage(int layer) const { return storage_tensors_.at(size_t(layer) * 2 + 1); }
   // The slot (page * page_tokens + offset) of a reserved position of seq.
   int32_t slot(SeqId seq, int64_t pos) const;
   // The K (kv = 0) or V (kv = 1) row of a reserved position copied out of / into the
-  // storage, whatever memory it is in (row_elems() F16 values).
+  // storage, whatever memory it is in (row_elems() / v_row_elems() F16 values).
   void read_row(int layer, SeqId seq, int64_t pos, int kv, uint16_t* out) const;
   void write_row(int layer, SeqId seq, int64_t pos, int kv, const uint16_t* in);
 
@@ -154,6 +162,10 @@ class KvCache : public KvAccess {
  private:
   struct Sequence;
   uint16_t* plane(int32_t page, int layer, int kv) const;  // kv: 0 = K, 1 = V (host storage)
+  // The buffer holding layer's K (kv = 0) or V (kv = 1) planes (V's is K's with v_in_k).
+  size_t buffer_index(int layer, int kv) const {
+    return cfg_.v_in_k > 0 ? size_t(layer) : size_t(layer) * 2 + size_t(kv);
+  }
   int32_t take_page();
   void release_page(int32_t page);
   void unregister(int32_t page);
@@ -166,7 +178,7 @@ class KvCache : public KvAccess {
 
   KvCacheConfig cfg_;
   size_t plane_bytes_ = 0;  // one layer's K (or V) rows of a page
-  std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K, V
+  std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K, V (K only with v_in_k)
   std::vector<uint8_t*> host_;                    // their data(), null for device memory
   std::vector<Tensor> storage_tensors_;           // per layer: K, V
   std::vector<int32_t> refcount_;

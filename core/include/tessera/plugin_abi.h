@@ -34,13 +34,16 @@
 extern "C" {
 #endif
 
-/* 5: Attention's sliding window (i[0]) and sinks (TesseraNode::src4), YaRN RoPE (f[2], f[3],
+/* 6: Attention whose value heads differ in size from its key heads (dst [dv, n_head, n], V
+ *    storage rows of n_kv * dv values, possibly a view of the first dv values of each K
+ *    row: multi-head latent attention), the Concat and GroupLimit ops;
+ * 5: Attention's sliding window (i[0]) and sinks (TesseraNode::src4), YaRN RoPE (f[2], f[3],
  *    i[6], i[7]), the GeGlu, NormalizeRows and SwiGluOai ops;
  * 4: KvWrite and Attention over the KV storage tensors of a layer, with slots and a
  *    sequence table as I32 inputs (one node per layer for every sequence of a step);
  * 3: the C ABI (1 and 2 passed C++ objects). */
 #ifndef TESSERA_PLUGIN_ABI_VERSION /* a plugin may declare an older generation the host still accepts */
-#define TESSERA_PLUGIN_ABI_VERSION 5u
+#define TESSERA_PLUGIN_ABI_VERSION 6u
 #endif
 #define TESSERA_PLUGIN_ABI_MIN_VERSION 3u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
@@ -69,7 +72,8 @@ typedef enum TesseraOp {
   TESSERA_OP_GATHER_COLS, TESSERA_OP_MAT_MUL_ID, TESSERA_OP_MOE_COMBINE, TESSERA_OP_SIGMOID,
   TESSERA_OP_SOFTPLUS, TESSERA_OP_CONT, TESSERA_OP_SSM_CONV, TESSERA_OP_GATED_DELTA_NET,
   TESSERA_OP_GEGLU /* since ABI 5 */, TESSERA_OP_NORMALIZE_ROWS /* since ABI 5 */,
-  TESSERA_OP_SWIGLU_OAI /* since ABI 5 */,
+  TESSERA_OP_SWIGLU_OAI /* since ABI 5 */, TESSERA_OP_CONCAT /* since ABI 6 */,
+  TESSERA_OP_GROUP_LIMIT /* since ABI 6 */,
   TESSERA_OP_COUNT
 } TesseraOp;
 

@@ -158,6 +158,15 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
     if (desc_->abi_version < 5 && node.op == Op::Rope && node.f[2] != 0.0f)
       return OpSupport::no("rope: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
                            ", whose Rope has no YaRN");
+    // Before ABI 6 an Attention's value heads had the key heads' size, and Concat and
+    // GroupLimit did not exist.
+    if (desc_->abi_version < 6 && (node.op == Op::Concat || node.op == Op::GroupLimit))
+      return OpSupport::no(std::string(op_name(node.op)) + ": the plugin is built for ABI " +
+                           std::to_string(desc_->abi_version) + ", which has no such op");
+    if (desc_->abi_version < 6 && node.op == Op::Attention && node.dst >= 0 && node.src[0] >= 0 &&
+        graph.tensor(node.dst).ne[0] != graph.tensor(node.src[0]).ne[0])
+      return OpSupport::no("attention: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
+                           ", whose Attention has value heads of the key heads' size");
     const TesseraGraph& g = view(graph, false);
     const auto& nodes = graph.nodes();
     const bool inside = !nodes.empty() && &node >= nodes.data() && &node < nodes.data() + nodes.size();

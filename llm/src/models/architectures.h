@@ -14,4 +14,5 @@ std::unique_ptr<Model> make_qwen35moe(const ModelDescription& desc);
 std::unique_ptr<Model> make_glm4moe(const ModelDescription& desc);
 std::unique_ptr<Model> make_gemma3(const ModelDescription& desc);
 std::unique_ptr<Model> make_gpt_oss(const ModelDescription& desc);
+std::unique_ptr<Model> make_deepseek2(const ModelDescription& desc);
 }

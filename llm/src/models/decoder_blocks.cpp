@@ -165,7 +165,9 @@ int32_t routed_experts_sigmoid(GraphBuilder& g, const ExpertWeights& e, const Si
   const int64_t n = g.graph().tensor(h).ne[1];
   const int32_t logits = g.matmul(g.input(e.router), h);  // [n_expert, n]
   const int32_t probs = g.sigmoid(logits);
-  const int32_t chosen = g.top_k(g.add(probs, g.input(r.correction_bias)), i.n_expert_used);  // [k, n]
+  int32_t selection = g.add(probs, g.input(r.correction_bias));
+  if (r.groups > 1) selection = g.group_limit(selection, r.groups, r.groups_kept);
+  const int32_t chosen = g.top_k(selection, i.n_expert_used);  // [k, n]
   // The reference's floor on the sum of the chosen weights (an F16 epsilon).
   const int32_t weights = g.normalize_rows(g.gather_cols(probs, chosen), r.scale, 6.103515625e-5f);
   const int32_t x3 = g.reshape(h, {i.n_embd, 1, n});

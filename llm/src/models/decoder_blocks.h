@@ -27,10 +27,12 @@ struct FfnWeights {
 enum class Glu { Silu, GeluTanh };
 
 // Sigmoid routing (glm4moe, deepseek2): experts chosen by sigmoid(logit) + correction
-// bias, weighted by the unbiased sigmoid values normalised to sum 1 and scaled.
+// bias (among the experts of the groups_kept best of `groups` groups, when groups > 1),
+// weighted by the unbiased sigmoid values normalised to sum 1 and scaled.
 struct SigmoidRouting {
   Tensor correction_bias;  // F32 [n_expert] (exp_probs_b)
   float scale = 1.0f;
+  int64_t groups = 1, groups_kept = 1;
 };
 
 struct AttentionWeights {

@@ -44,9 +44,7 @@ class Glm4MoeModel final : public Model {
       w.refuse("expert_shared_count", std::to_string(n_shared), "is not supported (glm4moe has one shared expert)");
     if (const int64_t gating = w.hp_int("expert_gating_func", 2); gating != 2)
       w.refuse("expert_gating_func", std::to_string(gating), "is not supported (glm4moe routes by sigmoid, 2)");
-    if (w.hp_int("expert_group_count", 1) > 1)
-      w.refuse("expert_group_count", std::to_string(w.hp_int("expert_group_count", 1)),
-               "expert groups are not supported for glm4moe");
+    const ExpertGroups groups = read_expert_groups(w, i);
     if (!w.hp_bool("expert_weights_norm").value_or(true))
       w.refuse("expert_weights_norm", "false", "un-normalised sigmoid routing weights are not supported");
     const float routed_scale = w.hp_positive_float("expert_weights_scale", 1.f);
@@ -67,6 +65,8 @@ class Glm4MoeModel final : public Model {
       L.routing.correction_bias = w.require(p + "exp_probs_b.bias", {i.n_expert});
       if (L.routing.correction_bias.type != DType::F32) throw Error(arch + ": tensor '" + p + "exp_probs_b.bias' must be F32");
       L.routing.scale = routed_scale;
+      L.routing.groups = groups.groups;
+      L.routing.groups_kept = groups.kept;
       L.shared = load_ffn(w, p, "_shexp", E, i.n_ff);
     }
     // The NextN layers: every tensor named blk.N.* for N past the forward layers.

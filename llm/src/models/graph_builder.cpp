@@ -65,7 +65,11 @@ int32_t GraphBuilder::attention(int32_t q, int32_t k_storage, int32_t v_storage,
                                 int32_t window, int32_t sinks) {
   Node n;
   n.op = Op::Attention;
-  n.dst = same_shape_f32(q);
+  // Value heads as wide as V's rows hold per KV head (the key heads' size but in latent
+  // attention, whose V is the leading part of each K row).
+  const Tensor &qt = g_.tensor(q), &kt = g_.tensor(k_storage), &vt = g_.tensor(v_storage);
+  const int64_t dv = qt.ne[0] * vt.ne[0] / kt.ne[0];
+  n.dst = vt.ne[0] == kt.ne[0] ? same_shape_f32(q) : g_.new_tensor(DType::F32, {dv, qt.ne[1], qt.ne[2]});
   n.src = {q, k_storage, v_storage, seq_table, sinks};
   n.f[0] = scale;
   n.i[0] = window;
@@ -95,6 +99,22 @@ int32_t GraphBuilder::normalize_rows(int32_t x, float scale, float min_sum) {
   n.src = {x, -1, -1, -1, -1};
   n.f[0] = scale;
   n.f[1] = min_sum;
+  g_.add_node(n);
+  return n.dst;
+}
+
+int32_t GraphBuilder::concat(int32_t a, int32_t b) {
+  const Tensor &x = g_.tensor(a), &y = g_.tensor(b);
+  return node(Op::Concat, g_.new_tensor(DType::F32, {x.ne[0] + y.ne[0], x.ne[1], x.ne[2]}), {a, b});
+}
+
+int32_t GraphBuilder::group_limit(int32_t x, int64_t groups, int64_t kept) {
+  Node n;
+  n.op = Op::GroupLimit;
+  n.dst = same_shape_f32(x);
+  n.src = {x, -1, -1, -1, -1};
+  n.i[0] = int32_t(groups);
+  n.i[1] = int32_t(kept);
   g_.add_node(n);
   return n.dst;
 }

@@ -28,7 +28,8 @@ class GraphBuilder {
                const RopeYarn& yarn = {});
   // x [hd, n_kv, n] into rows `slots` (I32 [n]) of a KV storage tensor.
   void kv_write(int32_t storage, int32_t x, int32_t slots);
-  // Causal attention of q [hd, n_head, n] over the K/V storage through the sequence table;
+  // Causal attention of q [hd, n_head, n] over the K/V storage through the sequence table
+  // -> [dv, n_head, n] (dv: V's values per KV head);
   // window > 0: each token sees only itself and the window - 1 positions before it.
   // sinks: -1, or F32 [n_head] per-head logits joining each softmax (gpt-oss).
   int32_t attention(int32_t q, int32_t k_storage, int32_t v_storage, int32_t seq_table, float scale,
@@ -36,6 +37,11 @@ class GraphBuilder {
   int32_t swiglu(int32_t gate, int32_t up);
   int32_t geglu(int32_t gate, int32_t up);
   int32_t swiglu_oai(int32_t gate, int32_t up, float alpha, float limit);
+  // Rows of a [p, r1, r2] followed by the rows of b [q, r1, r2].
+  int32_t concat(int32_t a, int32_t b);
+  // x [E, n] with every group of E / groups values outside the `kept` best groups (by
+  // the sum of their two largest values) set to -infinity.
+  int32_t group_limit(int32_t x, int64_t groups, int64_t kept);
   // Each row divided by max(its sum, min_sum), times scale.
   int32_t normalize_rows(int32_t x, float scale, float min_sum);
   int32_t add(int32_t a, int32_t b);

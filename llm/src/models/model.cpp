@@ -25,6 +25,7 @@ constexpr Architecture kArchitectures[] = {
     {"glm4moe", models::make_glm4moe},
     {"gemma3", models::make_gemma3},
     {"gpt-oss", models::make_gpt_oss},
+    {"deepseek2", models::make_deepseek2},
 };
 }  // namespace
 

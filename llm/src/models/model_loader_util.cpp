@@ -172,7 +172,7 @@ void read_decoder_hparams(const WeightSource& w, ModelInfo& i, const DecoderDefa
     w.refuse("attention.head_count", std::to_string(i.n_head),
              "is not a multiple of attention.head_count_kv " + std::to_string(i.n_head_kv));
   i.head_dim = w.hp_size("attention.key_length", i.n_embd / i.n_head);
-  if (const int64_t vl = w.hp_int("attention.value_length", i.head_dim); vl != i.head_dim)
+  if (const int64_t vl = w.hp_int("attention.value_length", i.head_dim); vl != i.head_dim && !defaults.own_value_length)
     w.refuse("attention.value_length", std::to_string(vl),
              "differs from attention.key_length " + std::to_string(i.head_dim) + " (not supported)");
   i.rope_dims = w.hp_int("rope.dimension_count", i.head_dim);
@@ -208,6 +208,21 @@ void read_expert_hparams(const WeightSource& w, ModelInfo& i) {
   i.n_ff = w.hp_has("expert_feed_forward_length") || !w.hp_has("feed_forward_length")
                ? w.hp_size("expert_feed_forward_length")
                : w.hp_size("feed_forward_length");
+}
+
+ExpertGroups read_expert_groups(const WeightSource& w, const ModelInfo& i) {
+  ExpertGroups g;
+  g.groups = w.hp_int("expert_group_count", 1);
+  if (g.groups < 1 || g.groups > i.n_expert || i.n_expert % g.groups != 0)
+    w.refuse("expert_group_count", std::to_string(g.groups),
+             "must divide expert_count " + std::to_string(i.n_expert) + " into equal groups");
+  g.kept = w.hp_int("expert_group_used_count", g.groups);
+  if (g.kept < 1 || g.kept > g.groups)
+    w.refuse("expert_group_used_count", std::to_string(g.kept), "must be 1 .. expert_group_count " + std::to_string(g.groups));
+  if (g.kept * (i.n_expert / g.groups) < i.n_expert_used)
+    w.refuse("expert_group_used_count", std::to_string(g.kept),
+             "leaves fewer experts than expert_used_count " + std::to_string(i.n_expert_used));
+  return g;
 }
 
 int32_t read_sliding_window(const WeightSource& w, int64_t fallback) {

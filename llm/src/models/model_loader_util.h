@@ -27,11 +27,21 @@ struct DecoderDefaults {
   int64_t context_length;
   float rms_eps;
   float rope_freq_base;
+  // The architecture reads attention.value_length itself (multi-head latent attention,
+  // whose cached value is narrower than its cached key); otherwise it must equal the
+  // key length.
+  bool own_value_length = false;
 };
 // The hyperparameters every decoder shares, checked (block count, width, heads,
 // context, RMS epsilon, RoPE base, head size = value size, RoPE dimensions), into
 // `info`; the architecture reads its own (feed-forward, experts, ...) after.
 void read_decoder_hparams(const WeightSource& w, ModelInfo& info, const DecoderDefaults& defaults);
+// expert_group_count (1 when absent) and expert_group_used_count (all groups when
+// absent), checked against the expert counts read by read_expert_hparams.
+struct ExpertGroups {
+  int64_t groups = 1, kept = 1;
+};
+ExpertGroups read_expert_groups(const WeightSource& w, const ModelInfo& info);
 // rope.scaling.*: none, linear (info.rope_freq_scale) or yarn (also the returned YaRN
 // parameters: ext_factor 1, attn_factor 1, beta_fast 32 and beta_slow 1 unless the file
 // says otherwise, correction dimensions from original_context_length). Other types are
