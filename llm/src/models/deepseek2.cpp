@@ -108,11 +108,6 @@ class Deepseek2Model final : public Model {
 
     embd_ = load_embedding(w, i);
     const int64_t E = i.n_embd, H = i.n_head, qk = nope_ + rope_;
-    auto f32 = [&](const std::string& name, std::initializer_list<int64_t> shape) {
-      Tensor t = w.require(name, shape);
-      if (t.type != DType::F32) throw Error(arch + ": tensor '" + name + "' must be F32");
-      return t;
-    };
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
@@ -137,7 +132,7 @@ class Deepseek2Model final : public Model {
         continue;
       }
       L.experts = load_experts(w, p, i);
-      L.routing.correction_bias = f32(p + "exp_probs_b.bias", {i.n_expert});
+      L.routing.correction_bias = w.require_f32(p + "exp_probs_b.bias", {i.n_expert});
       L.routing.scale = routed_scale;
       L.routing.groups = groups.groups;
       L.routing.groups_kept = groups.kept;

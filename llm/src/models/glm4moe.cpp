@@ -62,8 +62,7 @@ class Glm4MoeModel final : public Model {
         continue;
       }
       L.experts = load_experts(w, p, i);
-      L.routing.correction_bias = w.require(p + "exp_probs_b.bias", {i.n_expert});
-      if (L.routing.correction_bias.type != DType::F32) throw Error(arch + ": tensor '" + p + "exp_probs_b.bias' must be F32");
+      L.routing.correction_bias = w.require_f32(p + "exp_probs_b.bias", {i.n_expert});
       L.routing.scale = routed_scale;
       L.routing.groups = groups.groups;
       L.routing.groups_kept = groups.kept;

@@ -44,24 +44,19 @@ class GptOssModel final : public Model {
 
     embd_ = load_embedding(w, i);
     const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
-    auto f32 = [&](const std::string& name, std::initializer_list<int64_t> shape) {
-      Tensor t = w.require(name, shape);
-      if (t.type != DType::F32) throw Error(arch + ": tensor '" + name + "' must be F32");
-      return t;
-    };
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       GptOssLayer& L = layers_[size_t(l)];
       L.attn = load_attention(w, p, i, /*qk_norms=*/false, /*qkv_bias=*/true);
-      L.bo = f32(p + "attn_output.bias", {E});
-      L.sinks = f32(p + "attn_sinks.weight", {i.n_head});
+      L.bo = w.require_f32(p + "attn_output.bias", {E});
+      L.sinks = w.require_f32(p + "attn_sinks.weight", {i.n_head});
       L.ffn_norm = w.require(p + "post_attention_norm.weight", {E});
       L.experts = load_experts(w, p, i);
-      L.bias.router = f32(p + "ffn_gate_inp.bias", {X});
-      L.bias.up = f32(p + "ffn_up_exps.bias", {F, X});
-      L.bias.gate = f32(p + "ffn_gate_exps.bias", {F, X});
-      L.bias.down = f32(p + "ffn_down_exps.bias", {E, X});
+      L.bias.router = w.require_f32(p + "ffn_gate_inp.bias", {X});
+      L.bias.up = w.require_f32(p + "ffn_up_exps.bias", {F, X});
+      L.bias.gate = w.require_f32(p + "ffn_gate_exps.bias", {F, X});
+      L.bias.down = w.require_f32(p + "ffn_down_exps.bias", {E, X});
       L.local = l % 2 == 0;  // sliding window on even layers, full attention on odd ones
     }
   }

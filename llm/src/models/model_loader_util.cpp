@@ -239,6 +239,12 @@ static std::string shape_str(const int64_t* ne, size_t n) {
   return s.str();
 }
 
+Tensor WeightSource::require_f32(const std::string& name, std::initializer_list<int64_t> shape) const {
+  Tensor t = require(name, shape);
+  if (t.type != DType::F32) throw Error(arch() + ": tensor '" + name + "' must be F32");
+  return t;
+}
+
 Tensor WeightSource::require(const std::string& name, std::initializer_list<int64_t> shape) const {
   const TensorInfo* ti = find(name);
   if (!ti) throw Error("model is missing tensor '" + desc_.origin_of(name) + "'");

@@ -113,6 +113,8 @@ class WeightSource {
   // The tensor `name` with exactly this shape (ggml order); throws naming the
   // tensor and both shapes otherwise. Optional variant returns an empty Tensor.
   Tensor require(const std::string& name, std::initializer_list<int64_t> shape) const;
+  // require(), and the tensor must be F32 (biases, sinks, routing corrections).
+  Tensor require_f32(const std::string& name, std::initializer_list<int64_t> shape) const;
   bool has(const std::string& name) const { return find(name) != nullptr; }
   const TensorInfo* find(const std::string& name) const;
 
