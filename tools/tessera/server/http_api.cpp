@@ -196,6 +196,7 @@ void HttpApi::install(httplib::Server& svr) {
             AnswerDelta d = exs[size_t(i)]->advance(events, finish[size_t(i)], error);
             AnswerDelta& a = all[size_t(i)];
             a.content += d.content;
+            a.reasoning += d.reasoning;
             for (auto& t : d.tokens) a.tokens.push_back(std::move(t));
             for (auto& c : d.tool_calls) a.tool_calls.push_back(std::move(c));
           }
@@ -210,7 +211,7 @@ void HttpApi::install(httplib::Server& svr) {
           const Exchange& ex = *exs[size_t(i)];
           const AnswerDelta& a = all[size_t(i)];
           json one = completion_response(ex.ids, chat, a.content, finish[size_t(i)], prompt_tokens,
-                                         ex.completion_tokens, ex.logprobs(a.tokens), a.tool_calls);
+                                         ex.completion_tokens, ex.logprobs(a.tokens), a.tool_calls, a.reasoning);
           if (i == 0) out = std::move(one);
           else out["choices"].push_back(at_index(one, i)["choices"][0]);
         }
@@ -244,8 +245,10 @@ void HttpApi::install(httplib::Server& svr) {
                 const char* finish = nullptr;
                 const AnswerDelta d = ex.advance(events, finish, error);
                 if (!error.empty()) break;
-                if ((!d.content.empty() || !d.tokens.empty()) &&
-                    !write(sse(at_index(stream_chunk(ex.ids, chat, d.content, nullptr, false, ex.logprobs(d.tokens)), i)))) {
+                if ((!d.content.empty() || !d.reasoning.empty() || !d.tokens.empty()) &&
+                    !write(sse(at_index(stream_chunk(ex.ids, chat, d.content, nullptr, false, ex.logprobs(d.tokens), {},
+                                                     d.reasoning),
+                                        i)))) {
                   job->cancel();
                   return false;
                 }

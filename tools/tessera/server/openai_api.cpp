@@ -280,6 +280,11 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
         }
       }
     }
+    // An earlier answer's reasoning, sent back as we return it: the gpt-oss template
+    // reads it from `thinking` (and renders it only before a tool call, as harmony asks).
+    if (m.tool_format == ToolCallFormat::Harmony && rs == "assistant" && !out.contains("thinking"))
+      if (auto rc = out.find("reasoning_content"); rc != out.end() && rc->is_string() && !rc->get<std::string>().empty())
+        out["thinking"] = *rc;
     messages.push_back(std::move(out));
   }
   ojson tools = nullptr;
@@ -333,6 +338,7 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
     r.tool_format = m.tool_format;
     r.tools = json(tools);
   }
+  if (m.tool_format == ToolCallFormat::Harmony) r.tool_format = ToolCallFormat::Harmony;
   if (!m.render_chat)
     bad("messages", "this model has no chat template; start the server with --chat-template FILE",
         "chat_template_missing");
@@ -447,10 +453,11 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
 
 json completion_response(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
                          int64_t prompt_tokens, int64_t completion_tokens, const json& logprobs,
-                         const std::vector<ToolCall>& calls) {
+                         const std::vector<ToolCall>& calls, const std::string& reasoning) {
   json choice = {{"index", 0}, {"finish_reason", finish}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
     if (!calls.empty()) {
       if (text.empty()) choice["message"]["content"] = nullptr;
       choice["message"]["tool_calls"] = tool_calls_json(calls, false);
@@ -468,12 +475,13 @@ json completion_response(const ResponseIds& ids, bool chat, const std::string& t
 }
 
 json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish, bool role_only,
-                  const json& logprobs, const std::vector<ToolCall>& calls) {
+                  const json& logprobs, const std::vector<ToolCall>& calls, const std::string& reasoning) {
   json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", logprobs}};
   if (chat) {
     json delta = json::object();
     if (role_only) delta["role"] = "assistant";
     if (!text.empty()) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!calls.empty()) delta["tool_calls"] = tool_calls_json(calls, true);
     choice["delta"] = delta;
   } else {

@@ -1,7 +1,10 @@
 // The grammar of a forced tool call (tool_choice "required" or a named function): the
 // answer is one call, or several with parallel_tool_calls, in the template's format
 // (tool_calls.h), to one of the allowed tools, with arguments that match that tool's
-// `parameters` schema.
+// `parameters` schema. Harmony (gpt-oss): one commentary-channel message to
+// functions.NAME, perhaps after an analysis message; its markers are matched as text,
+// which the server's vocabulary gives the marker tokens (TokenVocabulary's
+// shown_control).
 #pragma once
 #include <string>
 
