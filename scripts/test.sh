@@ -41,7 +41,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # (parser, schema converter, automaton and masks) and the Generator under grammars.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan \
-  -R 'FixtureLogits.*cpu_scalar|RightAndWrong|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Exchange|AnthropicRequests|AnthropicResponses|ResponsesRequests|ResponsesResponses|Gbnf|GrammarMatcher|JsonSchemaGrammar|GeneratorGrammar)\.' \
+  -R 'FixtureLogits.*cpu_scalar|RightAndWrong|^(AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Exchange|Harmony|AnthropicRequests|AnthropicResponses|ResponsesRequests|ResponsesResponses|Gbnf|GrammarMatcher|JsonSchemaGrammar|GeneratorGrammar)\.' \
   -E 'BatchedPrefillMatchesTokenByToken' -j"$(nproc)" --output-on-failure --timeout 600
 
 # Fuzzing (libFuzzer, clang): each target briefly, seeded from ../shared/fixtures
