@@ -613,6 +613,39 @@ TEST(Requests, EarlierToolCallArgumentsReachTheTemplateAsObjects) {
   EXPECT_EQ(seen[1]["tool_calls"][1]["function"]["arguments"], "not json");  // left as it was
 }
 
+// gpt-oss: reasoning sent back reaches the template as `thinking`, a call's null
+// content is "", tools without a description get an empty one; every answer is parsed
+// as harmony, its calls only with tools. Other templates get the messages unchanged.
+TEST(Requests, HarmonyConversationsReachTheTemplateAsItNeeds) {
+  FakeTokenizer tok({"<ctl>", "a"});
+  ModelContext m = model_context(tok);
+  ojson seen, seen_tools;
+  m.render_chat = [&](const ojson& messages, const ojson& tools) {
+    seen = messages;
+    seen_tools = tools;
+    return std::string("x");
+  };
+  const std::string body = R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "reasoning_content": "Look it up.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]})";
+  ParsedRequest r = chat(m, body);
+  EXPECT_FALSE(seen[1].contains("thinking"));
+  EXPECT_TRUE(seen[1]["content"].is_null());
+  EXPECT_FALSE(seen_tools[0]["function"].contains("description"));
+  m.tool_format = ToolCallFormat::Harmony;
+  r = chat(m, body);
+  EXPECT_EQ(seen[1]["thinking"], "Look it up.");
+  EXPECT_EQ(seen[1]["content"], "");
+  EXPECT_EQ(seen_tools[0]["function"]["description"], "");
+  EXPECT_EQ(r.tool_format, ToolCallFormat::Harmony);
+  EXPECT_FALSE(r.tools.is_null());
+  r = chat(m, R"({"messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(r.tool_format, ToolCallFormat::Harmony);  // channels parsed without tools too
+  EXPECT_TRUE(r.tools.is_null());
+}
+
 TEST(Requests, MaxTokensLimitCapsMinusOneAndLargerValues) {
   FakeTokenizer tok({"<ctl>", "a", "b"});
   ModelContext m = model_context(tok);  // n_ctx 64

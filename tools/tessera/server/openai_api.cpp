@@ -280,11 +280,16 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
         }
       }
     }
-    // An earlier answer's reasoning, sent back as we return it: the gpt-oss template
-    // reads it from `thinking` (and renders it only before a tool call, as harmony asks).
-    if (m.tool_format == ToolCallFormat::Harmony && rs == "assistant" && !out.contains("thinking"))
-      if (auto rc = out.find("reasoning_content"); rc != out.end() && rc->is_string() && !rc->get<std::string>().empty())
-        out["thinking"] = *rc;
+    if (m.tool_format == ToolCallFormat::Harmony && rs == "assistant") {
+      // An earlier answer's reasoning, sent back as we return it: the gpt-oss template
+      // reads it from `thinking` (and renders it only before a tool call, as harmony asks).
+      if (!out.contains("thinking"))
+        if (auto rc = out.find("reasoning_content"); rc != out.end() && rc->is_string() && !rc->get<std::string>().empty())
+          out["thinking"] = *rc;
+      // A call's message comes back from OpenAI's clients with content null, which the
+      // gpt-oss template cannot search for markers: no content is "".
+      if (auto c = out.find("content"); c != out.end() && c->is_null()) *c = "";
+    }
     messages.push_back(std::move(out));
   }
   ojson tools = nullptr;
@@ -301,6 +306,11 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
         bad("tools", "a function's 'parameters' must be a JSON Schema object", "invalid_type");
     }
     tools = *t;
+    // The gpt-oss template writes every tool's description into the prompt and fails
+    // on one without; OpenAI makes it optional.
+    if (m.tool_format == ToolCallFormat::Harmony)
+      for (auto& tool : tools)
+        if (auto& f = tool["function"]; !f.contains("description") || !f["description"].is_string()) f["description"] = "";
   }
   // tool_choice: "auto" (the default), "none", or a forced call: "required" (any of
   // the tools) or {"type": "function", "function": {"name": ...}}, which constrain the

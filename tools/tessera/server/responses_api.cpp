@@ -372,7 +372,8 @@ std::string ResponseEvents::open_reasoning() {
   reasoning_open_ = true;
   reasoning_index_ = items_++;
   reasoning_.clear();
-  const json item = reasoning_item(ids_, reasoning_items_, "in_progress", "");
+  json item = reasoning_item(ids_, reasoning_items_, "in_progress", "");
+  item["content"] = json::array();  // its part is added next, as a message's is
   out += event("response.output_item.added", {{"output_index", reasoning_index_}, {"item", item}});
   out += event("response.content_part.added", {{"item_id", item["id"]},
                                                {"output_index", reasoning_index_},
