@@ -15,6 +15,7 @@
 #include "server/tool_calls.h"
 #include "tessera/chat_template.h"
 #include "tessera/grammar.h"
+#include "tessera/json_schema_grammar.h"
 
 namespace tessera::server {
 namespace {
@@ -335,6 +336,22 @@ TEST(Harmony, ForcedCallGrammar) {
   const HarmonyDelta d = parse_harmony(call, kTools);
   ASSERT_EQ(d.calls.size(), 1u);
   EXPECT_EQ(d.calls[0].name, "get_weather");
+}
+
+// response_format on gpt-oss: the JSON is the final message, perhaps after reasoning,
+// and parses as the content.
+TEST(Harmony, StructuredFinalAnswerGrammar) {
+  const std::string g = harmony_final_gbnf(
+      json_schema_rules(R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})", "answer"),
+      "answer");
+  EXPECT_TRUE(grammar_takes(g, "<|channel|>final<|message|>{\"n\": 3}"));
+  EXPECT_TRUE(grammar_takes(g, "<|channel|>analysis<|message|>Three.<|end|><|start|>assistant<|channel|>final<|message|>{\"n\":3}"));
+  EXPECT_FALSE(grammar_takes(g, "{\"n\": 3}"));
+  EXPECT_FALSE(grammar_takes(g, "<|channel|>final<|message|>{\"n\": \"3\"}"));
+  EXPECT_FALSE(grammar_takes(g, "<|channel|>commentary to=functions.get_time<|message|>{}"));
+  const HarmonyDelta d = parse_harmony("<|channel|>analysis<|message|>Three.<|end|><|start|>assistant<|channel|>final<|message|>{\"n\":3}", kTools);
+  EXPECT_EQ(d.content, "{\"n\":3}");
+  EXPECT_EQ(d.reasoning, "Three.");
 }
 
 // The server's vocabulary shows the marker tokens' text to grammars; without that they

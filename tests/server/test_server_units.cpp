@@ -11,6 +11,8 @@
 
 #include "server/answer_stream.h"
 #include "server/exchange.h"
+#include "server/harmony_answer.h"
+#include "server/grammar_cache.h"
 #include "server/openai_api.h"
 #include "server/tool_calls.h"
 #include "fake_tokenizer.h"
@@ -644,6 +646,16 @@ TEST(Requests, HarmonyConversationsReachTheTemplateAsItNeeds) {
   r = chat(m, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_EQ(r.tool_format, ToolCallFormat::Harmony);  // channels parsed without tools too
   EXPECT_TRUE(r.tools.is_null());
+  // response_format: the JSON is the final message, so the answer starts with a marker.
+  const int32_t channel = tok.control("<|channel|>"), brace = tok.id("{");
+  m.grammars = std::make_shared<GrammarCache>(std::make_shared<const TokenVocabulary>(tok, harmony_marker_tokens(tok)));
+  for (const char* format : {R"({"type": "json_object"})",
+                             R"({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}})"}) {
+    r = chat(m, std::string(R"({"messages": [{"role": "user", "content": "x"}], "response_format": )") + format + "}");
+    GrammarMatcher g(r.gen.grammar);
+    EXPECT_TRUE(g.accepts(channel)) << format;
+    EXPECT_FALSE(g.accepts(brace)) << format;
+  }
 }
 
 TEST(Requests, MaxTokensLimitCapsMinusOneAndLargerValues) {

@@ -47,8 +47,14 @@ void parse_structured_output(const RequestJson& body, const ModelContext& m, Par
     if (type == it->end() || !type->is_string())
       bad("response_format", "'response_format' needs a string 'type'", "invalid_type");
     const std::string t = type->get<std::string>();
+    // gpt-oss writes the JSON as its final message, perhaps after reasoning.
+    const bool harmony = r.chat && m.tool_format == ToolCallFormat::Harmony;
+    auto json_answer = [&](const std::string& schema, const JsonSchemaOptions& o) {
+      return harmony ? harmony_final_gbnf(json_schema_rules(schema, "answer", o), "answer") : json_schema_to_gbnf(schema, o);
+    };
     if (t == "json_object") {
-      take("response_format", json_object_gbnf());
+      take("response_format", harmony ? json_answer(R"({"type": "object", "additionalProperties": true})", {})
+                                      : json_object_gbnf());
     } else if (t == "json_schema") {
       const auto js = it->find("json_schema");
       if (js == it->end() || !js->is_object())
@@ -64,7 +70,7 @@ void parse_structured_output(const RequestJson& body, const ModelContext& m, Par
       }
       const std::string text = schema == js->end() || schema->is_null() ? std::string("{}") : schema->dump();
       try {
-        take("response_format", json_schema_to_gbnf(text, o));
+        take("response_format", json_answer(text, o));
       } catch (const GrammarError& e) {
         bad("response_format", e.what());
       }

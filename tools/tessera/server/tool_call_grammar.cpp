@@ -5,6 +5,16 @@
 
 namespace tessera::server {
 
+std::string harmony_analysis_gbnf() {
+  return "analysis ::= \"<|channel|>analysis<|message|>\" thought \"<|end|><|start|>assistant\"\n"
+         "thought ::= ([^<] | \"<\" [^|])*\n";
+}
+
+std::string harmony_final_gbnf(const std::string& rules, const std::string& start) {
+  return "root ::= analysis? \"<|channel|>final<|message|>\" " + start + "\n" + harmony_analysis_gbnf() + rules +
+         json_common_gbnf();
+}
+
 std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None)
     throw GrammarError("this model's chat template has no tool-call syntax that the server knows, so a call cannot be forced");
@@ -52,9 +62,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, c
       // One call per answer (<|call|> ends the generation), after an optional analysis
       // message: gpt-oss reasons before it calls. The reasoning may hold any text but
       // a marker ("<|").
-      g += "root ::= analysis? call\n";
-      g += "analysis ::= \"<|channel|>analysis<|message|>\" thought \"<|end|><|start|>assistant\"\n";
-      g += "thought ::= ([^<] | \"<\" [^|])*\n";
+      g += "root ::= analysis? call\n" + harmony_analysis_gbnf();
       g += "content-type ::= (\" <|constrain|>json\" | \"<|constrain|>json\" | \" json\")?\n";
       break;
     case ToolCallFormat::None: break;

@@ -19,4 +19,12 @@ namespace tessera::server {
 // a known call syntax.
 std::string tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools, const std::string& only, bool parallel);
 
+// Harmony's optional analysis message before the answer (rule `analysis`): any text
+// without a marker ("<|"), then <|end|><|start|>assistant.
+std::string harmony_analysis_gbnf();
+// A structured answer (response_format) in harmony: perhaps an analysis message, then
+// a final message whose text is the JSON of `rules` (json_schema_rules, start rule
+// `start`), so that gpt-oss reasons as it always does and the content is the JSON.
+std::string harmony_final_gbnf(const std::string& rules, const std::string& start);
+
 }  // namespace tessera::server
