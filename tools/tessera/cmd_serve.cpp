@@ -97,8 +97,9 @@ int cmd_serve(int argc, char** argv) {
     ("queue", po::value(&queue)->default_value(64), "requests waiting beyond the running ones before 503")
     ("api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but /health")
     ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template); "
-                                                 "it also decides how tool calls in answers are parsed (<tool_call> blocks, "
-                                                 "Llama 3 JSON, Mistral [TOOL_CALLS])")
+                                                 "it also decides how answers are parsed for tool calls (<tool_call> blocks, "
+                                                 "Llama 3 JSON, Mistral [TOOL_CALLS], gpt-oss's harmony channels, whose "
+                                                 "analysis becomes reasoning_content)")
     ("pooling", po::value(&pooling), "how /v1/embeddings pools a text's final hidden states: mean or last (token); "
                                      "default: the model's pooling_type metadata, else last")
     ("max-tokens-limit", po::value(&max_tokens_limit)->default_value(0),
