@@ -248,6 +248,8 @@ TEST(Harmony, AnswerStreamReadsTheMarkerTokens) {
   EXPECT_EQ(calls[0].name, "get_weather");
   EXPECT_EQ(calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(tokens, ids.size());
+  // The analysis message's tokens, from its header to its <|end|>, are reasoning tokens.
+  EXPECT_EQ(a.reasoning_tokens(), 6);
   // Without the format the markers are nothing, as before.
   AnswerStream plain(tok, {}, ToolCallFormat::None);
   std::string text;
@@ -263,6 +265,8 @@ TEST(Harmony, ResponsesCarryReasoningContent) {
   EXPECT_EQ(r["choices"][0]["message"]["content"], "Paris.");
   r = completion_response(ids, true, "Paris.", "stop", 3, 4);
   EXPECT_FALSE(r["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_FALSE(usage_json(3, 4).contains("completion_tokens_details"));
+  EXPECT_EQ(usage_json(3, 4, 2)["completion_tokens_details"], json::parse(R"({"reasoning_tokens": 2})"));
   json c = stream_chunk(ids, true, "", nullptr, false, nullptr, {}, "Hmm");
   EXPECT_EQ(c["choices"][0]["delta"], json::parse(R"({"reasoning_content": "Hmm"})"));
 }

@@ -66,6 +66,9 @@ test('analysis becomes reasoning_content, final the content; the stream says the
   assert.match(m.reasoning_content, /^[a-z]{2,12}$/);
   assert.match(m.content, /^[a-z]{2,12}$/);
   assert.equal(r.choices[0].finish_reason, 'stop');
+  // The analysis message's tokens (markers spelled out included) are reasoning tokens.
+  const reasoningTokens = r.usage.completion_tokens_details.reasoning_tokens;
+  assert.ok(reasoningTokens > m.reasoning_content.length && reasoningTokens < r.usage.completion_tokens);
   const s = await streamChat(body);
   assert.equal(s.reasoning, m.reasoning_content);
   assert.equal(s.content, m.content);
@@ -140,6 +143,7 @@ test('Responses: a reasoning item before the message, streamed the same', async 
   assert.deepEqual(r.output.map((o) => o.type), ['reasoning', 'message']);
   assert.match(r.output[0].content[0].text, /^[a-z]{2,12}$/);
   assert.match(r.output_text, /^[a-z]{2,12}$/);
+  assert.ok(r.usage.output_tokens_details.reasoning_tokens > 0);
   let done = null, reasoning = '';
   for await (const e of await client.responses.create({ ...body, stream: true })) {
     if (e.type === 'response.reasoning_text.delta') reasoning += e.delta;

@@ -51,6 +51,13 @@ AnswerStream::AnswerStream(const Tokenizer& tokenizer, std::vector<std::string> 
   }
 }
 
+int64_t AnswerStream::reasoning_tokens() const {
+  if (!harmony_ || !finished_) return 0;
+  int64_t n = 0;
+  for (size_t o : offsets_) n += harmony_->in_reasoning(o);
+  return n;
+}
+
 size_t AnswerStream::released() const { return harmony_ ? harmony_->consumed() : filter_.released().size(); }
 
 // Characters (as sent: each byte outside a valid character is one U+FFFD) of the
@@ -84,6 +91,7 @@ AnswerDelta AnswerStream::push(int32_t token, const std::optional<TokenLogprobs>
   const bool marker = std::find(markers_.begin(), markers_.end(), token) != markers_.end();
   const std::string piece = tok_.token_to_piece(token, marker);
   if (logprobs) pending_.push_back({token, bytes_, 0, piece.size(), *logprobs});
+  if (harmony_) offsets_.push_back(bytes_);
   bytes_ += piece.size();
   if (harmony_) {
     HarmonyDelta h = harmony_->push(text_.push_piece(piece));

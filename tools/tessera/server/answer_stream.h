@@ -70,6 +70,8 @@ class AnswerStream {
   // The generation ended (or a stop string ended it): everything still held back,
   // the tool calls if the answer holds some, and the remaining tokens.
   AnswerDelta finish();
+  // Harmony, once finished: the tokens of its analysis messages (0 otherwise).
+  int64_t reasoning_tokens() const;
   // The answer's text so far (stop string cut; harmony: with its markers).
   const std::string& text() const { return text_.text(); }
 
@@ -83,6 +85,7 @@ class AnswerStream {
   ToolCallFilter filter_;
   std::optional<HarmonyParser> harmony_;  // the Harmony format's parser
   std::vector<int32_t> markers_;          // harmony: tokens decoded with their text
+  std::vector<size_t> offsets_;           // harmony: each token's offset in the answer
   nlohmann::json tools_;
   std::deque<AnswerToken> pending_;
   size_t bytes_ = 0;

@@ -92,6 +92,12 @@ void HarmonyParser::begin_message(const std::string& header) {
   }
 }
 
+bool HarmonyParser::in_reasoning(size_t offset) const {
+  for (const auto& [b, e] : reasoning_spans_)
+    if (offset >= b && offset < e) return true;
+  return false;
+}
+
 void HarmonyParser::emit_content(const std::string& text, HarmonyDelta& d) {
   if (text.empty()) return;
   if (calls_.empty()) {
@@ -151,6 +157,7 @@ HarmonyDelta HarmonyParser::push(const std::string& text) {
         continue;
       }
       begin_message(buf_.substr(0, m));
+      if (kind_ == Kind::Reasoning) reasoning_spans_.push_back({consumed_, consumed_});
       consumed_ += m + kMessage.size();
       buf_.erase(0, m + kMessage.size());
       mode_ = Mode::Body;
@@ -171,6 +178,7 @@ HarmonyDelta HarmonyParser::push(const std::string& text) {
     const size_t skip = at + (which < kConsumedEnds ? kBodyEnds[which].size() : 0);
     consumed_ += skip;
     buf_.erase(0, skip);
+    if (kind_ == Kind::Reasoning) reasoning_spans_.back().second = consumed_;
     end_message();
   }
 }
@@ -192,6 +200,7 @@ HarmonyDelta HarmonyParser::finish() {
   }
   consumed_ += buf_.size();
   buf_.clear();
+  if (mode_ == Mode::Body && kind_ == Kind::Reasoning) reasoning_spans_.back().second = consumed_;
   if (calls_.empty()) return d;
 
   std::vector<ToolCall> calls;

@@ -61,6 +61,9 @@ class HarmonyParser {
   HarmonyDelta finish();
   // Bytes of the answer text read so far (the rest is held: it may be a marker's start).
   size_t consumed() const { return consumed_; }
+  // Whether byte `offset` of the answer lies in an analysis message, its header and
+  // end marker included (what counts as a reasoning token).
+  bool in_reasoning(size_t offset) const;
 
  private:
   enum class Mode { Header, Body, Plain };
@@ -86,6 +89,7 @@ class HarmonyParser {
   bool content_out_ = false, reasoning_out_ = false;  // some was sent (a "\n" goes before the next message's)
   std::vector<RawCall> calls_;
   std::vector<Held> held_;
+  std::vector<std::pair<size_t, size_t>> reasoning_spans_;  // [begin, end) of analysis messages
   bool finished_ = false;
 };
 

@@ -176,6 +176,11 @@ void HttpApi::install(httplib::Server& svr) {
         for (const auto& e : exs) sum += e->completion_tokens;
         return sum;
       };
+      auto reasoning_tokens = [exs] {
+        int64_t sum = 0;
+        for (const auto& e : exs) sum += e->answer.reasoning_tokens();
+        return sum;
+      };
       // A choice's JSON (built for choice 0) placed at its index.
       auto at_index = [](json j, int i) {
         if (j.contains("choices") && !j["choices"].empty()) j["choices"][0]["index"] = i;
@@ -215,14 +220,14 @@ void HttpApi::install(httplib::Server& svr) {
           if (i == 0) out = std::move(one);
           else out["choices"].push_back(at_index(one, i)["choices"][0]);
         }
-        out["usage"] = usage_json(prompt_tokens, completion_tokens());
+        out["usage"] = usage_json(prompt_tokens, completion_tokens(), reasoning_tokens());
         res.set_content(dump(out), "application/json");
         return;
       }
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [exs, job, chat, n, prompt_tokens, in_flight, all_finished, completion_tokens, at_index](
+          [exs, job, chat, n, prompt_tokens, in_flight, all_finished, completion_tokens, reasoning_tokens, at_index](
               size_t, httplib::DataSink& sink) {
             auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
             for (int i = 0; i < n; ++i) {
@@ -265,7 +270,7 @@ void HttpApi::install(httplib::Server& svr) {
               }
             }
             if (exs[0]->req.include_usage)
-              write(sse(usage_chunk(exs[0]->ids, chat, prompt_tokens, completion_tokens())));
+              write(sse(usage_chunk(exs[0]->ids, chat, prompt_tokens, completion_tokens(), reasoning_tokens())));
             write("data: [DONE]\n\n");
             sink.done();
             return true;

@@ -373,10 +373,12 @@ const char* openai_finish_reason(FinishReason r, bool stop_string) {
   }
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t reasoning_tokens) {
+  json u = {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}};
+  if (reasoning_tokens > 0) u["completion_tokens_details"] = {{"reasoning_tokens", reasoning_tokens}};
+  return u;
 }
 
 std::string token_display(const std::string& s, bool& escaped) {
@@ -510,13 +512,14 @@ json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, co
           {"choices", json::array({choice})}};
 }
 
-json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens,
+                 int64_t reasoning_tokens) {
   return {{"id", ids.id},
           {"object", chat ? "chat.completion.chunk" : "text_completion"},
           {"created", ids.created},
           {"model", ids.model},
           {"choices", json::array()},
-          {"usage", usage_json(prompt_tokens, completion_tokens)}};
+          {"usage", usage_json(prompt_tokens, completion_tokens, reasoning_tokens)}};
 }
 
 }  // namespace tessera::server

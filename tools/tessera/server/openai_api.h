@@ -114,7 +114,8 @@ struct ResponseIds {
   int64_t created = 0;
   std::string model;
 };
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// usage; with reasoning tokens (harmony's analysis) also completion_tokens_details.
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t reasoning_tokens = 0);
 // The whole answer; with tool calls (chat) the message's content is null when empty.
 // Reasoning (harmony's analysis channel), when there is some, is the message's
 // `reasoning_content` (the field vLLM and llama.cpp's server use).
@@ -128,6 +129,7 @@ nlohmann::json completion_response(const ResponseIds& ids, bool chat, const std:
 nlohmann::json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
                             bool role_only = false, const nlohmann::json& logprobs = nullptr,
                             const std::vector<ToolCall>& calls = {}, const std::string& reasoning = {});
-nlohmann::json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens);
+nlohmann::json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t reasoning_tokens = 0);
 
 }  // namespace tessera::server

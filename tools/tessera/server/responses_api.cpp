@@ -321,7 +321,7 @@ json call_item(const ResponseIds& ids, size_t i, const ToolCall& c, const std::s
 
 json response_object(const ResponseIds& ids, const json& echo, const std::string& status, const std::string& text,
                      const std::vector<ToolCall>& calls, int64_t input_tokens, int64_t output_tokens,
-                     const std::string& reasoning) {
+                     const std::string& reasoning, int64_t reasoning_tokens) {
   const bool done = status != "in_progress";
   json output = json::array();
   if (done && !reasoning.empty()) output.push_back(reasoning_item(ids, 0, "completed", reasoning));
@@ -346,7 +346,7 @@ json response_object(const ResponseIds& ids, const json& echo, const std::string
             {"usage", done ? json{{"input_tokens", input_tokens},
                                   {"input_tokens_details", {{"cached_tokens", 0}}},
                                   {"output_tokens", output_tokens},
-                                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                                  {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
                                   {"total_tokens", input_tokens + output_tokens}}
                            : json(nullptr)}};
   for (const auto& [k, v] : echo.items()) r[k] = v;
@@ -464,12 +464,13 @@ std::string ResponseEvents::delta(const AnswerDelta& d) {
   return out;
 }
 
-std::string ResponseEvents::finish(const std::string& status, int64_t output_tokens) {
+std::string ResponseEvents::finish(const std::string& status, int64_t output_tokens, int64_t reasoning_tokens) {
   std::string out = close_reasoning();
   // No text and no call: the message item is there, empty, as in the whole Response.
   if (!message_open_ && !message_done_ && calls_.empty()) out += open_message();
   if (message_open_) out += close_message(status == "incomplete" ? "incomplete" : "completed");
-  const json r = response_object(ids_, echo_, status, text_, calls_, input_tokens_, output_tokens, all_reasoning_);
+  const json r =
+      response_object(ids_, echo_, status, text_, calls_, input_tokens_, output_tokens, all_reasoning_, reasoning_tokens);
   out += event(status == "incomplete" ? "response.incomplete" : "response.completed", {{"response", r}});
   return out;
 }
@@ -494,7 +495,8 @@ class Responses final : public ApiDialect {
   }
   json response(const Exchange& ex, const AnswerDelta& all, const json& echo) const override {
     return response_object(ex.ids, echo, response_status(ex.ended, !all.tool_calls.empty()), all.content, all.tool_calls,
-                           int64_t(ex.req.gen.prompt.size()), ex.completion_tokens, all.reasoning);
+                           int64_t(ex.req.gen.prompt.size()), ex.completion_tokens, all.reasoning,
+                           ex.answer.reasoning_tokens());
   }
   class Events final : public Stream {
    public:
@@ -504,7 +506,7 @@ class Responses final : public ApiDialect {
       std::string out = events_.delta(d);
       if (ex.finished) {
         tool_calls_ = tool_calls_ || !d.tool_calls.empty();
-        out += events_.finish(response_status(ex.ended, tool_calls_), ex.completion_tokens);
+        out += events_.finish(response_status(ex.ended, tool_calls_), ex.completion_tokens, ex.answer.reasoning_tokens());
       }
       return out;
     }

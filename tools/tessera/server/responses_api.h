@@ -36,7 +36,7 @@ const char* response_status(FinishReason ended, bool tool_calls);
 // output_text part) when there is text or no call, then a function_call item per call.
 nlohmann::json response_object(const ResponseIds& ids, const nlohmann::json& echo, const std::string& status,
                                const std::string& text, const std::vector<ToolCall>& calls, int64_t input_tokens,
-                               int64_t output_tokens, const std::string& reasoning = {});
+                               int64_t output_tokens, const std::string& reasoning = {}, int64_t reasoning_tokens = 0);
 
 // A streamed Response's events, each `event: TYPE\ndata: {type, sequence_number, ...}`:
 // response.created and response.in_progress; for the reasoning item output_item.added,
@@ -52,7 +52,7 @@ class ResponseEvents {
       : ids_(std::move(ids)), echo_(std::move(echo)), input_tokens_(input_tokens) {}
   std::string start();
   std::string delta(const AnswerDelta& d);
-  std::string finish(const std::string& status, int64_t output_tokens);
+  std::string finish(const std::string& status, int64_t output_tokens, int64_t reasoning_tokens = 0);
   std::string failed(const std::string& message);
 
  private:
