@@ -57,6 +57,12 @@ const std::vector<Case>& cases() {
       {"call, recipient in the role header",
        " to=functions.get_weather<|channel|>commentary json<|message|>{\"days\": 1, \"city\": \"Oslo\"}",
        {"", "", {{"get_weather", R"({"days":1,"city":"Oslo"})"}}}},
+      {"analysis, then a call with the recipient in the role header",
+       "<|channel|>analysis<|message|>Call it.<|end|><|start|>assistant to=functions.get_time<|channel|>commentary "
+       "<|constrain|>json<|message|>{}",
+       {"", "Call it.", {{"get_time", "{}"}}}},
+      {"recipient right before <|constrain|>",
+       "<|channel|>commentary to=functions.get_time<|constrain|>json<|message|> {} ", {"", "", {{"get_time", "{}"}}}},
       {"call ended by <|call|> in the text",
        "<|channel|>commentary to=functions.get_time<|message|>{}<|call|>", {"", "", {{"get_time", "{}"}}}},
       {"preamble, then a call",
