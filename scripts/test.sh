@@ -42,7 +42,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # models. So do the grammar engine (parser, schema converter, automaton and masks) and
 # the Generator under grammars. docs/hardening.md lists what runs where.
 asan_fixtures='llama_[a-z0-9_]+|qwen2_q4_k_m|qwen3_q8_0|llama3_f16|qwen3moe_mxfp4_moe|qwen35moe_q4_0|glm4moe_q4_k_m|gemma3_q8_0|gpt_oss_mxfp4_moe|deepseek2_q4_k_m'
-asan_units='AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Exchange|AnthropicRequests|AnthropicResponses|ResponsesRequests|ResponsesResponses|Gbnf|GrammarMatcher|JsonSchemaGrammar|GeneratorGrammar'
+asan_units='AnswerStream|LogprobsJson|Requests|ToolCalls|ToolCallsJson|Exchange|Harmony|AnthropicRequests|AnthropicResponses|ResponsesRequests|ResponsesResponses|Gbnf|GrammarMatcher|JsonSchemaGrammar|GeneratorGrammar'
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan \
   -R "FixtureLogits\\.(PromptLogitsFromCli|GreedyDecode).*/($asan_fixtures)_cpu_scalar|RightAndWrong.*/(llama_q8_0|qwen35moe_q8_0|gpt_oss_f32)|^($asan_units)\\." \

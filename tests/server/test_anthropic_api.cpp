@@ -124,6 +124,19 @@ TEST(AnthropicRequests, MessagesBecomeChatMessages) {
             R"({"type":"function","function":{"name":"get_weather"}})");
 }
 
+// Thinking blocks of an earlier answer become its reasoning_content (which a harmony
+// template renders); redacted ones are dropped.
+TEST(AnthropicRequests, ThinkingBlocksBecomeReasoning) {
+  const RequestJson chat = messages_to_chat_body(RequestJson::parse(R"({"max_tokens": 5, "messages": [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "content": [{"type": "thinking", "thinking": "Hmm.", "signature": ""},
+        {"type": "redacted_thinking", "data": "abc"}, {"type": "thinking", "thinking": "Yes.", "signature": "s"},
+        {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "F"}]}]})"));
+  EXPECT_EQ(chat["messages"][1].dump(),
+            R"({"role":"assistant","content":"","reasoning_content":"Hmm.\nYes.","tool_calls":[{"id":"t1","type":"function","function":{"name":"f","arguments":{}}}]})");
+}
+
 ModelContext model_context(const Tokenizer& tok) {
   ModelContext m;
   m.tokenizer = &tok;
@@ -308,6 +321,8 @@ json accumulate(const std::vector<std::pair<std::string, json>>& events) {
     if (name == "content_block_delta") {
       json& block = msg["content"][e["index"].get<size_t>()];
       if (e["delta"]["type"] == "text_delta") block["text"] = block["text"].get<std::string>() + e["delta"]["text"].get<std::string>();
+      else if (e["delta"]["type"] == "thinking_delta")
+        block["thinking"] = block["thinking"].get<std::string>() + e["delta"]["thinking"].get<std::string>();
       else partial[e["index"].get<size_t>()] += e["delta"]["partial_json"].get<std::string>();
     }
     if (name == "content_block_stop" && msg["content"][e["index"].get<size_t>()]["type"] == "tool_use")
@@ -358,6 +373,22 @@ TEST(AnthropicResponses, StreamEventsInOrderAddUpToTheMessage) {
   const auto e = parse_sse(s);
   EXPECT_EQ(names(e), (std::vector<std::string>{"message_start", "message_delta", "message_stop"}));
   EXPECT_EQ(accumulate(e), message_response(ids, "", {}, "end_turn", "", 3, 1));
+  // gpt-oss: reasoning opens a thinking block, the text then its own block.
+  MessageEvents think(ids, 3);
+  s = think.start();
+  s += think.delta(AnswerDelta{"", {}, {}, "Let me"});
+  s += think.delta(AnswerDelta{"", {}, {}, " think."});
+  s += think.delta(AnswerDelta{"Hi", {}, {}, ""});
+  s += think.finish("end_turn", "", 5);
+  const auto th = parse_sse(s);
+  EXPECT_EQ(names(th), (std::vector<std::string>{"message_start", "content_block_start", "ping", "content_block_delta",
+                                                 "content_block_delta", "content_block_stop", "content_block_start",
+                                                 "content_block_delta", "content_block_stop", "message_delta",
+                                                 "message_stop"}));
+  EXPECT_EQ(th[3].second["delta"]["type"], "thinking_delta");
+  const json whole = message_response(ids, "Hi", {}, "end_turn", "", 3, 5, "Let me think.");
+  EXPECT_EQ(whole["content"][0], json::parse(R"({"type": "thinking", "thinking": "Let me think.", "signature": ""})"));
+  EXPECT_EQ(accumulate(th), whole);
   const auto err = parse_sse(MessageEvents::error(500, "the engine failed"));
   EXPECT_EQ(err[0].first, "error");
   EXPECT_EQ(err[0].second, anthropic_error_body(500, "the engine failed"));

@@ -146,6 +146,23 @@ TEST(ResponsesRequests, ItemsBecomeChatMessages) {
   EXPECT_EQ(echo["instructions"], nullptr);
 }
 
+// A reasoning item goes with the assistant turn that follows it.
+TEST(ResponsesRequests, ReasoningItemsGoWithTheNextAssistantTurn) {
+  const RequestJson chat = responses_to_chat_body(RequestJson::parse(R"({"input": [
+      {"role": "user", "content": "x"},
+      {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Need f."}]},
+      {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "F"},
+      {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]},
+      {"role": "assistant", "content": "Done."},
+      {"role": "user", "content": "y"}]})"));
+  const auto& m = chat["messages"];
+  EXPECT_EQ(m[1]["reasoning_content"], "Need f.");
+  EXPECT_EQ(m[1]["tool_calls"][0]["id"], "c1");
+  EXPECT_FALSE(m[3].contains("reasoning_content"));  // a summary only: no reasoning text
+  EXPECT_EQ(m[3]["content"], "Done.");
+}
+
 TEST(ResponsesRequests, WhatIsWrongOrUnsupportedIsA400NamingTheField) {
   Recorder rec;
   struct Case {
@@ -173,7 +190,8 @@ TEST(ResponsesRequests, WhatIsWrongOrUnsupportedIsA400NamingTheField) {
            {R"({"input": [{"role": "user", "content": [{"type": "input_file"}]}]})", "input", "'input_file'"},
            {R"({"input": [{"role": "tool", "content": "x"}]})", "input", "unknown role 'tool'"},
            {R"({"input": [{"role": "user"}]})", "input", "'content'"},
-           {R"({"input": [{"type": "reasoning", "summary": []}]})", "input", "items of type 'reasoning'"},
+           {R"({"input": [{"type": "reasoning", "content": [{"type": "summary_text", "text": "x"}]}]})", "input",
+            "input[0].content[0] must be a reasoning_text part"},
            {R"({"input": [{"type": "item_reference", "id": "msg_1"}]})", "input", "'item_reference'"},
            {R"({"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]})", "input",
             "matches no earlier function_call"},
@@ -278,7 +296,7 @@ json accumulate(const std::vector<json>& events) {
       snap["output"].push_back(e["item"]);
     }
     if (t == "response.content_part.added") snap["output"][e["output_index"].get<size_t>()]["content"].push_back(e["part"]);
-    if (t == "response.output_text.delta") {
+    if (t == "response.output_text.delta" || t == "response.reasoning_text.delta") {
       json& part = snap["output"][e["output_index"].get<size_t>()]["content"][e["content_index"].get<size_t>()];
       part["text"] = part["text"].get<std::string>() + e["delta"].get<std::string>();
     }
@@ -326,6 +344,29 @@ TEST(ResponsesResponses, StreamEventsInOrderAddUpToTheResponse) {
   json built = accumulate(events);
   EXPECT_EQ(built["output"], whole["output"]);
   EXPECT_EQ(events[0]["response"]["status"], "in_progress");
+
+  // gpt-oss: a reasoning item first, then the message and a call.
+  ResponseEvents think(ids, kEcho, 12);
+  s = think.start();
+  s += think.delta(AnswerDelta{"", {}, {}, "Need"});
+  s += think.delta(AnswerDelta{"", {}, {}, " it."});
+  s += think.delta(AnswerDelta{"Ok.", {}, {kCalls[0]}, ""});
+  s += think.finish("completed", 30);
+  const auto th = parse_sse(s);
+  EXPECT_EQ(types(th),
+            (std::vector<std::string>{
+                "response.created", "response.in_progress", "response.output_item.added",
+                "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.delta",
+                "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+                "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                "response.output_item.added", "response.function_call_arguments.delta",
+                "response.function_call_arguments.done", "response.output_item.done", "response.completed"}));
+  const json with_reasoning = response_object(ids, kEcho, "completed", "Ok.", {kCalls[0]}, 12, 30, "Need it.");
+  EXPECT_EQ(with_reasoning["output"][0], json::parse(R"({"id": "rs_abc", "type": "reasoning", "status": "completed",
+      "summary": [], "content": [{"type": "reasoning_text", "text": "Need it."}]})"));
+  EXPECT_EQ(th.back()["response"], with_reasoning);
+  EXPECT_EQ(accumulate(th)["output"], with_reasoning["output"]);
 
   // Text only, cut by max_output_tokens; nothing at all; an engine failure.
   ResponseEvents cut(ids, kEcho, 12);

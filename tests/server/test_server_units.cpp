@@ -11,6 +11,8 @@
 
 #include "server/answer_stream.h"
 #include "server/exchange.h"
+#include "server/harmony_answer.h"
+#include "server/grammar_cache.h"
 #include "server/openai_api.h"
 #include "server/tool_calls.h"
 #include "fake_tokenizer.h"
@@ -611,6 +613,49 @@ TEST(Requests, EarlierToolCallArgumentsReachTheTemplateAsObjects) {
       {"role": "tool", "tool_call_id": "call_1", "content": "3"}]})");
   EXPECT_EQ(seen[1]["tool_calls"][0]["function"]["arguments"].dump(), R"({"b":1,"a":2})");  // key order kept
   EXPECT_EQ(seen[1]["tool_calls"][1]["function"]["arguments"], "not json");  // left as it was
+}
+
+// gpt-oss: reasoning sent back reaches the template as `thinking`, a call's null
+// content is "", tools without a description get an empty one; every answer is parsed
+// as harmony, its calls only with tools. Other templates get the messages unchanged.
+TEST(Requests, HarmonyConversationsReachTheTemplateAsItNeeds) {
+  FakeTokenizer tok({"<ctl>", "a"});
+  ModelContext m = model_context(tok);
+  ojson seen, seen_tools;
+  m.render_chat = [&](const ojson& messages, const ojson& tools) {
+    seen = messages;
+    seen_tools = tools;
+    return std::string("x");
+  };
+  const std::string body = R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "reasoning_content": "Look it up.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]})";
+  ParsedRequest r = chat(m, body);
+  EXPECT_FALSE(seen[1].contains("thinking"));
+  EXPECT_TRUE(seen[1]["content"].is_null());
+  EXPECT_FALSE(seen_tools[0]["function"].contains("description"));
+  m.tool_format = ToolCallFormat::Harmony;
+  r = chat(m, body);
+  EXPECT_EQ(seen[1]["thinking"], "Look it up.");
+  EXPECT_EQ(seen[1]["content"], "");
+  EXPECT_EQ(seen_tools[0]["function"]["description"], "");
+  EXPECT_EQ(r.tool_format, ToolCallFormat::Harmony);
+  EXPECT_FALSE(r.tools.is_null());
+  r = chat(m, R"({"messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(r.tool_format, ToolCallFormat::Harmony);  // channels parsed without tools too
+  EXPECT_TRUE(r.tools.is_null());
+  // response_format: the JSON is the final message, so the answer starts with a marker.
+  const int32_t channel = tok.control("<|channel|>"), brace = tok.id("{");
+  m.grammars = std::make_shared<GrammarCache>(std::make_shared<const TokenVocabulary>(tok, harmony_marker_tokens(tok)));
+  for (const char* format : {R"({"type": "json_object"})",
+                             R"({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}})"}) {
+    r = chat(m, std::string(R"({"messages": [{"role": "user", "content": "x"}], "response_format": )") + format + "}");
+    GrammarMatcher g(r.gen.grammar);
+    EXPECT_TRUE(g.accepts(channel)) << format;
+    EXPECT_FALSE(g.accepts(brace)) << format;
+  }
 }
 
 TEST(Requests, MaxTokensLimitCapsMinusOneAndLargerValues) {

@@ -260,6 +260,50 @@ TEST(Tokenizer, MissingMetadataThrows) {
   EXPECT_THROW(Tokenizer::from_metadata(md), tessera::Error);
 }
 
+// A SentencePiece-style vocabulary from token texts and types (1 normal, 3 control).
+std::unique_ptr<Tokenizer> small_vocabulary(const std::vector<std::pair<std::string, int>>& tokens) {
+  tessera::Metadata md;
+  auto str = [](std::string s) {
+    tessera::MetaValue v;
+    v.type = tessera::MetaType::String;
+    v.value = std::move(s);
+    return v;
+  };
+  tessera::MetaValue texts, types;
+  texts.type = types.type = tessera::MetaType::Array;
+  texts.elem_type = tessera::MetaType::String;
+  types.elem_type = tessera::MetaType::I32;
+  std::vector<tessera::MetaValue> t, k;
+  for (const auto& [text, type] : tokens) {
+    t.push_back(str(text));
+    tessera::MetaValue v;
+    v.type = tessera::MetaType::I32;
+    v.value = int64_t(type);
+    k.push_back(v);
+  }
+  texts.value = std::move(t);
+  types.value = std::move(k);
+  md.set("tokenizer.ggml.model", str("llama"));
+  md.set("tokenizer.ggml.tokens", texts);
+  md.set("tokenizer.ggml.token_type", types);
+  return Tokenizer::from_metadata(md);
+}
+
+// gpt-oss's harmony vocabulary: <|return|> and <|call|> end an answer; <|end|> ends one
+// of its messages, not the answer. Elsewhere (Phi-3) <|end|> still ends it.
+TEST(Tokenizer, HarmonyEndOfGeneration) {
+  auto harmony = small_vocabulary({{"<unk>", 2}, {"<s>", 3}, {"</s>", 3}, {"<|start|>", 3}, {"<|end|>", 3},
+                                   {"<|message|>", 3}, {"<|channel|>", 3}, {"<|return|>", 3}, {"<|call|>", 3}, {"a", 1}});
+  EXPECT_TRUE(harmony->is_end_of_generation(7));   // <|return|>
+  EXPECT_TRUE(harmony->is_end_of_generation(8));   // <|call|>
+  EXPECT_FALSE(harmony->is_end_of_generation(4));  // <|end|>
+  EXPECT_FALSE(harmony->is_end_of_generation(6));  // <|channel|>
+  EXPECT_EQ(harmony->token_to_piece(6, false), "");
+  EXPECT_EQ(harmony->token_to_piece(6, true), "<|channel|>");
+  auto phi = small_vocabulary({{"<unk>", 2}, {"<s>", 3}, {"</s>", 3}, {"<|end|>", 3}, {"a", 1}});
+  EXPECT_TRUE(phi->is_end_of_generation(3));
+}
+
 TEST(Tokenizer, LoadAndEncodeSpeed) {
   // the largest vocabularies: qwen2 (152k tokens, 151k merges), llama-bpe (128k, 280k)
   for (const char* name : {"qwen2", "llama-bpe"}) {

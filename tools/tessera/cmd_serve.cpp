@@ -25,6 +25,7 @@
 #include "server/engine_worker.h"
 #include "server/grammar_cache.h"
 #include "server/guarded_server.h"
+#include "server/harmony_answer.h"
 #include "server/http_api.h"
 #include "server/tool_calls.h"
 #include "tessera/embedder.h"
@@ -96,8 +97,9 @@ int cmd_serve(int argc, char** argv) {
     ("queue", po::value(&queue)->default_value(64), "requests waiting beyond the running ones before 503")
     ("api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but /health")
     ("chat-template", po::value(&template_file), "Jinja chat template file (default: the model's tokenizer.chat_template); "
-                                                 "it also decides how tool calls in answers are parsed (<tool_call> blocks, "
-                                                 "Llama 3 JSON, Mistral [TOOL_CALLS])")
+                                                 "it also decides how answers are parsed for tool calls (<tool_call> blocks, "
+                                                 "Llama 3 JSON, Mistral [TOOL_CALLS], gpt-oss's harmony channels, whose "
+                                                 "analysis becomes reasoning_content)")
     ("pooling", po::value(&pooling), "how /v1/embeddings pools a text's final hidden states: mean or last (token); "
                                      "default: the model's pooling_type metadata, else last")
     ("max-tokens-limit", po::value(&max_tokens_limit)->default_value(0),
@@ -199,7 +201,6 @@ int cmd_serve(int argc, char** argv) {
     mc.n_vocab = engine->n_vocab();
     mc.n_ctx = engine->n_ctx();
     mc.max_tokens_limit = max_tokens_limit;
-    mc.grammars = std::make_shared<server::GrammarCache>(std::make_shared<const TokenVocabulary>(*mc.tokenizer));
     // The file's name without .gguf, or a checkpoint folder's whole name ("Qwen3-0.6B").
     std::filesystem::path mp = std::filesystem::path(engine->file().path()).lexically_normal();
     if (!mp.has_filename()) mp = mp.parent_path();  // "folder/"
@@ -210,6 +211,12 @@ int cmd_serve(int argc, char** argv) {
       mc.render_chat = server::make_chat_renderer(template_text, *mc.tokenizer);
       mc.tool_format = server::detect_tool_call_format(template_text);
     }
+    // Harmony's markers are text to the answer parser, and so to grammars (a forced
+    // call is written with them).
+    const std::vector<int32_t> shown = mc.tool_format == server::ToolCallFormat::Harmony
+                                           ? server::harmony_marker_tokens(*mc.tokenizer)
+                                           : std::vector<int32_t>{};
+    mc.grammars = std::make_shared<server::GrammarCache>(std::make_shared<const TokenVocabulary>(*mc.tokenizer, shown));
     drafter = make_drafter(*reg, o, spec, *engine);
     mc.spec_max = drafter ? spec.spec_max : 0;
     GeneratorOptions go;

@@ -77,11 +77,13 @@ class Grammar {
 
 // The bytes of every token of a vocabulary, in a trie, and which tokens end a
 // generation. Built once per tokenizer. Tokens that decode to nothing (control
-// tokens) can never match a grammar; end-of-generation tokens are allowed exactly
-// where the grammar may end.
+// tokens) can never match a grammar, except those in `shown_control`, which count as
+// their text (a chat format's markers that the server reads in the answer, such as
+// harmony's <|channel|>); end-of-generation tokens are allowed exactly where the
+// grammar may end.
 class TokenVocabulary {
  public:
-  explicit TokenVocabulary(const Tokenizer& tokenizer);
+  explicit TokenVocabulary(const Tokenizer& tokenizer, const std::vector<int32_t>& shown_control = {});
   // For tests: the pieces and end-of-generation ids given directly.
   TokenVocabulary(std::vector<std::string> pieces, std::vector<int32_t> end_of_generation);
   ~TokenVocabulary();

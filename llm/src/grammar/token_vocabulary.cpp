@@ -8,11 +8,12 @@
 
 namespace tessera {
 
-TokenVocabulary::TokenVocabulary(const Tokenizer& tokenizer) {
+TokenVocabulary::TokenVocabulary(const Tokenizer& tokenizer, const std::vector<int32_t>& shown_control) {
   const int32_t n = tokenizer.n_vocab();
   pieces_.reserve(size_t(n));
   for (int32_t id = 0; id < n; ++id) {
-    pieces_.push_back(tokenizer.token_to_piece(id));
+    const bool shown = std::find(shown_control.begin(), shown_control.end(), id) != shown_control.end();
+    pieces_.push_back(tokenizer.token_to_piece(id, shown));
     if (tokenizer.is_end_of_generation(id)) eog_.push_back(id);
   }
   build();

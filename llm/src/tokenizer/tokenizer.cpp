@@ -22,8 +22,11 @@
 //
 // End of generation: eos, eot (tokenizer.ggml.eot_token_id or a token named
 // <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, <|end_of_text|>,
-// <EOT>, <end_of_utterance>), eom (tokenizer.ggml.eom_token_id or <|eom_id|>),
-// and every token whose text is in that list (llama.cpp's text heuristic).
+// <EOT>, <end_of_utterance>, <|return|>, <|call|>), eom (tokenizer.ggml.eom_token_id
+// or <|eom_id|>), and every token whose text is in that list (llama.cpp's text
+// heuristic). In a harmony vocabulary (gpt-oss: it has <|return|> and <|call|>),
+// <|end|> ends one message of an answer, not the answer, so it is not one (as in
+// llama.cpp).
 //
 // decode(): concatenates token_to_piece() (control tokens give ""); for SPM vocabs
 // with the space prefix, the leading space of the first text token is dropped so
@@ -166,7 +169,7 @@ std::vector<uint32_t> to_nfc(std::vector<uint32_t> cpts) {
 const std::vector<std::string_view>& eog_names() {
   static const std::vector<std::string_view> names = {
       "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-      "<|eom_id|>", "<EOT>", "<end_of_utterance>",
+      "<|eom_id|>", "<EOT>", "<end_of_utterance>", "<|return|>", "<|call|>",
   };
   return names;
 }
@@ -235,6 +238,14 @@ class TokenizerBase : public Tokenizer {
     }
     for (int32_t id : {eos_, eot, eom})
       if (id >= 0) eog_.insert(id);
+    int32_t end_id = -1;
+    bool has_return = false, has_call = false;
+    for (int32_t id : eog_) {
+      if (text_[size_t(id)] == "<|end|>") end_id = id;
+      has_return = has_return || text_[size_t(id)] == "<|return|>";
+      has_call = has_call || text_[size_t(id)] == "<|call|>";
+    }
+    if (end_id >= 0 && has_return && has_call) eog_.erase(end_id);
 
     // special tokens, longest text first (ties: lower id first)
     for (size_t i = 0; i < text_.size(); ++i) {

@@ -43,8 +43,22 @@ std::string sanitize_utf8(std::string_view s) {
 
 AnswerStream::AnswerStream(const Tokenizer& tokenizer, std::vector<std::string> stops, ToolCallFormat tool_format,
                            nlohmann::json tools)
-    : tok_(tokenizer), text_(tokenizer, std::move(stops)), format_(tool_format), filter_(tool_format),
-      tools_(std::move(tools)) {}
+    : tok_(tokenizer), text_(tokenizer, std::move(stops)), format_(tool_format),
+      filter_(tool_format == ToolCallFormat::Harmony ? ToolCallFormat::None : tool_format), tools_(std::move(tools)) {
+  if (format_ == ToolCallFormat::Harmony) {
+    harmony_.emplace(tools_);
+    markers_ = harmony_marker_tokens(tokenizer);
+  }
+}
+
+int64_t AnswerStream::reasoning_tokens() const {
+  if (!harmony_ || !finished_) return 0;
+  int64_t n = 0;
+  for (size_t o : offsets_) n += harmony_->in_reasoning(o);
+  return n;
+}
+
+size_t AnswerStream::released() const { return harmony_ ? harmony_->consumed() : filter_.released().size(); }
 
 // Characters (as sent: each byte outside a valid character is one U+FFFD) of the
 // answer before the one that holds byte `offset`; offsets come in increasing order and
@@ -74,11 +88,19 @@ void AnswerStream::take_tokens(AnswerDelta& d, size_t released, bool final) {
 AnswerDelta AnswerStream::push(int32_t token, const std::optional<TokenLogprobs>& logprobs) {
   AnswerDelta d;
   if (finished_ || text_.stopped()) return d;
-  const std::string piece = tok_.token_to_piece(token);
+  const bool marker = std::find(markers_.begin(), markers_.end(), token) != markers_.end();
+  const std::string piece = tok_.token_to_piece(token, marker);
   if (logprobs) pending_.push_back({token, bytes_, 0, piece.size(), *logprobs});
+  if (harmony_) offsets_.push_back(bytes_);
   bytes_ += piece.size();
-  d.content = filter_.push(text_.push_piece(piece));
-  if (!text_.stopped()) take_tokens(d, filter_.released().size(), false);
+  if (harmony_) {
+    HarmonyDelta h = harmony_->push(text_.push_piece(piece));
+    d.content = std::move(h.content);
+    d.reasoning = sanitize_utf8(h.reasoning);
+  } else {
+    d.content = filter_.push(text_.push_piece(piece));
+  }
+  if (!text_.stopped()) take_tokens(d, released(), false);
   d.content = sanitize_utf8(d.content);
   return d;
 }
@@ -87,6 +109,15 @@ AnswerDelta AnswerStream::finish() {
   AnswerDelta d;
   if (finished_) return d;
   finished_ = true;
+  if (harmony_) {
+    HarmonyDelta h = harmony_->push(text_.finish());
+    HarmonyDelta rest = harmony_->finish();
+    d.content = sanitize_utf8(h.content + rest.content);
+    d.reasoning = sanitize_utf8(h.reasoning + rest.reasoning);
+    d.tool_calls = std::move(rest.calls);
+    take_tokens(d, text_.text().size(), true);
+    return d;
+  }
   const size_t before = filter_.released().size();
   d.content = filter_.push(text_.finish());
   if (format_ != ToolCallFormat::None) {

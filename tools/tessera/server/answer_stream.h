@@ -8,6 +8,10 @@
 // - a token that adds no bytes (a control token) goes with the next content;
 // - when the answer turns out to hold tool calls, the remaining tokens (the calls'
 //   own) come with the calls, at the end.
+// In the harmony format (gpt-oss) the answer's channels are parsed (harmony_answer.h):
+// its marker tokens are decoded with their text for the parser, analysis becomes
+// `reasoning`, and a token is sent with the delta in which the parser read its first
+// byte (markers and reasoning included).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -18,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/harmony_answer.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
 #include "tessera/sampler.h"
@@ -48,11 +53,13 @@ struct AnswerDelta {
   std::string content;               // text to send now (valid UTF-8: sanitize_utf8)
   std::vector<AnswerToken> tokens;   // log-probabilities to send with it
   std::vector<ToolCall> tool_calls;  // from finish() only: the answer's tool calls
+  std::string reasoning;             // harmony: the analysis channel's text to send now (likewise)
 };
 
 class AnswerStream {
  public:
-  // tool_format None: no tool-call parsing; `tools`: the request's tools array.
+  // tool_format None: no tool-call parsing; `tools`: the request's tools array
+  // (Harmony: the channels are parsed whatever the tools; null tools: no call is valid).
   AnswerStream(const Tokenizer& tokenizer, std::vector<std::string> stops, ToolCallFormat tool_format = ToolCallFormat::None,
                nlohmann::json tools = nullptr);
   // A generated token, with its log-probabilities when the request asked for them.
@@ -63,15 +70,22 @@ class AnswerStream {
   // The generation ended (or a stop string ended it): everything still held back,
   // the tool calls if the answer holds some, and the remaining tokens.
   AnswerDelta finish();
-  const std::string& text() const { return text_.text(); }  // the answer's text so far (stop string cut)
+  // Harmony, once finished: the tokens of its analysis messages (0 otherwise).
+  int64_t reasoning_tokens() const;
+  // The answer's text so far (stop string cut; harmony: with its markers).
+  const std::string& text() const { return text_.text(); }
 
  private:
   void take_tokens(AnswerDelta& d, size_t released, bool final);
+  size_t released() const;  // bytes of text_.text() that the parser or filter has passed on
   size_t chars_before(size_t offset);
   const Tokenizer& tok_;
   TextStream text_;
   ToolCallFormat format_;
   ToolCallFilter filter_;
+  std::optional<HarmonyParser> harmony_;  // the Harmony format's parser
+  std::vector<int32_t> markers_;          // harmony: tokens decoded with their text
+  std::vector<size_t> offsets_;           // harmony: each token's offset in the answer
   nlohmann::json tools_;
   std::deque<AnswerToken> pending_;
   size_t bytes_ = 0;

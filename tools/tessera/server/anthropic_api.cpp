@@ -86,12 +86,20 @@ void add_message(const RequestJson& msg, const std::string& where, std::map<std:
   bool has_text = false;
   if (role == "assistant") {
     ojson calls = ojson::array();
+    std::string thinking;
     for (size_t i = 0; i < c->size(); ++i) {
       const RequestJson& b = (*c)[i];
       const std::string at = where + ".content." + std::to_string(i);
       const std::string type = block_type(b, at);
       if (type == "text") {
         append_text(text, has_text, string_field(b, "text", "messages", at));
+      } else if (type == "thinking") {
+        // An earlier answer's reasoning (we send it with an empty signature): the chat
+        // form's reasoning_content, which a template may render (gpt-oss before a call).
+        if (!thinking.empty()) thinking += kBlockSeparator;
+        thinking += string_field(b, "thinking", "messages", at);
+      } else if (type == "redacted_thinking") {
+        // Another server's encrypted reasoning: nothing a template can render.
       } else if (type == "tool_use") {
         const std::string id = string_field(b, "id", "messages", at, true);
         const std::string name = string_field(b, "name", "messages", at, true);
@@ -107,6 +115,7 @@ void add_message(const RequestJson& msg, const std::string& where, std::map<std:
       }
     }
     ojson m = {{"role", "assistant"}, {"content", text}};
+    if (!thinking.empty()) m["reasoning_content"] = std::move(thinking);
     if (!calls.empty()) m["tool_calls"] = std::move(calls);
     out.push_back(std::move(m));
     return;
@@ -291,8 +300,9 @@ json stop_sequence_json(const char* stop_reason, const std::string& stop_sequenc
 
 json message_response(const ResponseIds& ids, const std::string& text, const std::vector<ToolCall>& calls,
                       const char* stop_reason, const std::string& stop_sequence, int64_t input_tokens,
-                      int64_t output_tokens) {
+                      int64_t output_tokens, const std::string& reasoning) {
   json content = json::array();
+  if (!reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reasoning}, {"signature", ""}});
   if (!text.empty()) content.push_back({{"type", "text"}, {"text", text}});
   for (const ToolCall& c : calls) content.push_back(tool_use_block(c, true));
   return {{"id", ids.id},
@@ -341,12 +351,24 @@ std::string MessageEvents::delta(const AnswerDelta& d) {
     out += sse_event("content_block_delta",
                      {{"type", "content_block_delta"}, {"index", blocks_ - 1}, {"delta", std::move(delta)}});
   };
+  // Reasoning comes before the text it leads to: each opens its own block.
+  if (!d.reasoning.empty()) {
+    if (!open_ || open_type_ != "thinking") {
+      out += open_block({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+      open_type_ = "thinking";
+    }
+    block_delta({{"type", "thinking_delta"}, {"thinking", d.reasoning}});
+  }
   if (!d.content.empty()) {
-    if (!open_) out += open_block({{"type", "text"}, {"text", ""}});
+    if (!open_ || open_type_ != "text") {
+      out += open_block({{"type", "text"}, {"text", ""}});
+      open_type_ = "text";
+    }
     block_delta({{"type", "text_delta"}, {"text", d.content}});
   }
   for (const ToolCall& c : d.tool_calls) {
     out += open_block(tool_use_block(c, false));
+    open_type_ = "tool_use";
     block_delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}});
     out += close_block();
   }
@@ -384,7 +406,8 @@ class AnthropicMessages final : public ApiDialect {
   }
   json response(const Exchange& ex, const AnswerDelta& all, const json&) const override {
     return message_response(ex.ids, all.content, all.tool_calls, stop_reason(ex, !all.tool_calls.empty()),
-                            ex.answer.stop_sequence(), int64_t(ex.req.gen.prompt.size()), ex.completion_tokens);
+                            ex.answer.stop_sequence(), int64_t(ex.req.gen.prompt.size()), ex.completion_tokens,
+                            all.reasoning);
   }
   class Events final : public Stream {
    public:

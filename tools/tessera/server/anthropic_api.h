@@ -34,17 +34,20 @@ ParsedRequest parse_messages_request(const RequestJson& body, const ModelContext
 // "end_turn", "max_tokens", "stop_sequence" or "tool_use".
 const char* anthropic_stop_reason(FinishReason ended, bool stop_string, bool tool_calls);
 
-// The whole answer: a Message object. content: a text block when there is text,
-// then a tool_use block per call (empty when the model said nothing).
+// The whole answer: a Message object. content: a thinking block when the model
+// reasoned (gpt-oss's analysis channel; its signature is empty: this server signs
+// nothing), a text block when there is text, then a tool_use block per call (empty
+// when the model said nothing).
 nlohmann::json message_response(const ResponseIds& ids, const std::string& text, const std::vector<ToolCall>& calls,
                                 const char* stop_reason, const std::string& stop_sequence, int64_t input_tokens,
-                                int64_t output_tokens);
+                                int64_t output_tokens, const std::string& reasoning = {});
 
 // A streamed answer's events in Anthropic's order: message_start; per block
-// content_block_start (a ping after the first), its deltas (text_delta,
+// content_block_start (a ping after the first), its deltas (thinking_delta, text_delta,
 // input_json_delta), content_block_stop; message_delta (stop_reason, usage);
-// message_stop. The text block opens with the first text; tool_use blocks follow when
-// the answer turns out to hold calls (they come whole, at the end).
+// message_stop. A thinking block opens with the first reasoning, the text block with
+// the first text (closing the thinking block); tool_use blocks follow when the answer
+// turns out to hold calls (they come whole, at the end).
 class MessageEvents {
  public:
   MessageEvents(ResponseIds ids, int64_t input_tokens) : ids_(std::move(ids)), input_tokens_(input_tokens) {}
@@ -61,6 +64,7 @@ class MessageEvents {
   int64_t input_tokens_;
   int blocks_ = 0;          // blocks started
   bool open_ = false;       // the last one is not stopped yet
+  std::string open_type_;   // its type ("thinking", "text", "tool_use")
   bool pinged_ = false;
 };
 

@@ -83,6 +83,7 @@ void generate(const HttpApi& api, const ApiDialect& dialect, const httplib::Requ
       }
       AnswerDelta d = ex->advance(ex->job->wait(std::chrono::milliseconds(100)), finish, error);
       all.content += d.content;
+      all.reasoning += d.reasoning;
       for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
     }
     if (!error.empty()) {  // the request was validated: an error here is the engine's

@@ -28,6 +28,7 @@ AnswerDelta Exchange::advance(const std::vector<Job::Event>& events, const char*
   AnswerDelta out;
   auto add = [&](AnswerDelta d) {
     out.content += d.content;
+    out.reasoning += d.reasoning;
     for (auto& t : d.tokens) out.tokens.push_back(std::move(t));
     for (auto& c : d.tool_calls) out.tool_calls.push_back(std::move(c));
   };

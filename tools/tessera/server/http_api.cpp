@@ -176,6 +176,11 @@ void HttpApi::install(httplib::Server& svr) {
         for (const auto& e : exs) sum += e->completion_tokens;
         return sum;
       };
+      auto reasoning_tokens = [exs] {
+        int64_t sum = 0;
+        for (const auto& e : exs) sum += e->answer.reasoning_tokens();
+        return sum;
+      };
       // A choice's JSON (built for choice 0) placed at its index.
       auto at_index = [](json j, int i) {
         if (j.contains("choices") && !j["choices"].empty()) j["choices"][0]["index"] = i;
@@ -196,6 +201,7 @@ void HttpApi::install(httplib::Server& svr) {
             AnswerDelta d = exs[size_t(i)]->advance(events, finish[size_t(i)], error);
             AnswerDelta& a = all[size_t(i)];
             a.content += d.content;
+            a.reasoning += d.reasoning;
             for (auto& t : d.tokens) a.tokens.push_back(std::move(t));
             for (auto& c : d.tool_calls) a.tool_calls.push_back(std::move(c));
           }
@@ -210,18 +216,18 @@ void HttpApi::install(httplib::Server& svr) {
           const Exchange& ex = *exs[size_t(i)];
           const AnswerDelta& a = all[size_t(i)];
           json one = completion_response(ex.ids, chat, a.content, finish[size_t(i)], prompt_tokens,
-                                         ex.completion_tokens, ex.logprobs(a.tokens), a.tool_calls);
+                                         ex.completion_tokens, ex.logprobs(a.tokens), a.tool_calls, a.reasoning);
           if (i == 0) out = std::move(one);
           else out["choices"].push_back(at_index(one, i)["choices"][0]);
         }
-        out["usage"] = usage_json(prompt_tokens, completion_tokens());
+        out["usage"] = usage_json(prompt_tokens, completion_tokens(), reasoning_tokens());
         res.set_content(dump(out), "application/json");
         return;
       }
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [exs, job, chat, n, prompt_tokens, in_flight, all_finished, completion_tokens, at_index](
+          [exs, job, chat, n, prompt_tokens, in_flight, all_finished, completion_tokens, reasoning_tokens, at_index](
               size_t, httplib::DataSink& sink) {
             auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
             for (int i = 0; i < n; ++i) {
@@ -244,8 +250,10 @@ void HttpApi::install(httplib::Server& svr) {
                 const char* finish = nullptr;
                 const AnswerDelta d = ex.advance(events, finish, error);
                 if (!error.empty()) break;
-                if ((!d.content.empty() || !d.tokens.empty()) &&
-                    !write(sse(at_index(stream_chunk(ex.ids, chat, d.content, nullptr, false, ex.logprobs(d.tokens)), i)))) {
+                if ((!d.content.empty() || !d.reasoning.empty() || !d.tokens.empty()) &&
+                    !write(sse(at_index(stream_chunk(ex.ids, chat, d.content, nullptr, false, ex.logprobs(d.tokens), {},
+                                                     d.reasoning),
+                                        i)))) {
                   job->cancel();
                   return false;
                 }
@@ -262,7 +270,7 @@ void HttpApi::install(httplib::Server& svr) {
               }
             }
             if (exs[0]->req.include_usage)
-              write(sse(usage_chunk(exs[0]->ids, chat, prompt_tokens, completion_tokens())));
+              write(sse(usage_chunk(exs[0]->ids, chat, prompt_tokens, completion_tokens(), reasoning_tokens())));
             write("data: [DONE]\n\n");
             sink.done();
             return true;

@@ -47,8 +47,14 @@ void parse_structured_output(const RequestJson& body, const ModelContext& m, Par
     if (type == it->end() || !type->is_string())
       bad("response_format", "'response_format' needs a string 'type'", "invalid_type");
     const std::string t = type->get<std::string>();
+    // gpt-oss writes the JSON as its final message, perhaps after reasoning.
+    const bool harmony = r.chat && m.tool_format == ToolCallFormat::Harmony;
+    auto json_answer = [&](const std::string& schema, const JsonSchemaOptions& o) {
+      return harmony ? harmony_final_gbnf(json_schema_rules(schema, "answer", o), "answer") : json_schema_to_gbnf(schema, o);
+    };
     if (t == "json_object") {
-      take("response_format", json_object_gbnf());
+      take("response_format", harmony ? json_answer(R"({"type": "object", "additionalProperties": true})", {})
+                                      : json_object_gbnf());
     } else if (t == "json_schema") {
       const auto js = it->find("json_schema");
       if (js == it->end() || !js->is_object())
@@ -64,7 +70,7 @@ void parse_structured_output(const RequestJson& body, const ModelContext& m, Par
       }
       const std::string text = schema == js->end() || schema->is_null() ? std::string("{}") : schema->dump();
       try {
-        take("response_format", json_schema_to_gbnf(text, o));
+        take("response_format", json_answer(text, o));
       } catch (const GrammarError& e) {
         bad("response_format", e.what());
       }
@@ -280,6 +286,16 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
         }
       }
     }
+    if (m.tool_format == ToolCallFormat::Harmony && rs == "assistant") {
+      // An earlier answer's reasoning, sent back as we return it: the gpt-oss template
+      // reads it from `thinking` (and renders it only before a tool call, as harmony asks).
+      if (!out.contains("thinking"))
+        if (auto rc = out.find("reasoning_content"); rc != out.end() && rc->is_string() && !rc->get<std::string>().empty())
+          out["thinking"] = *rc;
+      // A call's message comes back from OpenAI's clients with content null, which the
+      // gpt-oss template cannot search for markers: no content is "".
+      if (auto c = out.find("content"); c != out.end() && c->is_null()) *c = "";
+    }
     messages.push_back(std::move(out));
   }
   ojson tools = nullptr;
@@ -296,6 +312,11 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
         bad("tools", "a function's 'parameters' must be a JSON Schema object", "invalid_type");
     }
     tools = *t;
+    // The gpt-oss template writes every tool's description into the prompt and fails
+    // on one without; OpenAI makes it optional.
+    if (m.tool_format == ToolCallFormat::Harmony)
+      for (auto& tool : tools)
+        if (auto& f = tool["function"]; !f.contains("description") || !f["description"].is_string()) f["description"] = "";
   }
   // tool_choice: "auto" (the default), "none", or a forced call: "required" (any of
   // the tools) or {"type": "function", "function": {"name": ...}}, which constrain the
@@ -333,6 +354,7 @@ ParsedRequest parse_chat_request(const RequestJson& body, const ModelContext& m)
     r.tool_format = m.tool_format;
     r.tools = json(tools);
   }
+  if (m.tool_format == ToolCallFormat::Harmony) r.tool_format = ToolCallFormat::Harmony;
   if (!m.render_chat)
     bad("messages", "this model has no chat template; start the server with --chat-template FILE",
         "chat_template_missing");
@@ -351,10 +373,12 @@ const char* openai_finish_reason(FinishReason r, bool stop_string) {
   }
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t reasoning_tokens) {
+  json u = {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}};
+  if (reasoning_tokens > 0) u["completion_tokens_details"] = {{"reasoning_tokens", reasoning_tokens}};
+  return u;
 }
 
 std::string token_display(const std::string& s, bool& escaped) {
@@ -447,10 +471,11 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
 
 json completion_response(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
                          int64_t prompt_tokens, int64_t completion_tokens, const json& logprobs,
-                         const std::vector<ToolCall>& calls) {
+                         const std::vector<ToolCall>& calls, const std::string& reasoning) {
   json choice = {{"index", 0}, {"finish_reason", finish}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
     if (!calls.empty()) {
       if (text.empty()) choice["message"]["content"] = nullptr;
       choice["message"]["tool_calls"] = tool_calls_json(calls, false);
@@ -468,12 +493,13 @@ json completion_response(const ResponseIds& ids, bool chat, const std::string& t
 }
 
 json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish, bool role_only,
-                  const json& logprobs, const std::vector<ToolCall>& calls) {
+                  const json& logprobs, const std::vector<ToolCall>& calls, const std::string& reasoning) {
   json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", logprobs}};
   if (chat) {
     json delta = json::object();
     if (role_only) delta["role"] = "assistant";
     if (!text.empty()) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!calls.empty()) delta["tool_calls"] = tool_calls_json(calls, true);
     choice["delta"] = delta;
   } else {
@@ -486,13 +512,14 @@ json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, co
           {"choices", json::array({choice})}};
 }
 
-json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens,
+                 int64_t reasoning_tokens) {
   return {{"id", ids.id},
           {"object", chat ? "chat.completion.chunk" : "text_completion"},
           {"created", ids.created},
           {"model", ids.model},
           {"choices", json::array()},
-          {"usage", usage_json(prompt_tokens, completion_tokens)}};
+          {"usage", usage_json(prompt_tokens, completion_tokens, reasoning_tokens)}};
 }
 
 }  // namespace tessera::server

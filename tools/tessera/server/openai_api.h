@@ -75,9 +75,10 @@ struct ParsedRequest {
   bool logprobs = false;  // report log-probabilities (gen.logprobs = top_logprobs)
   int top_logprobs = 0;   // alternatives per token
   // Chat with `tools` (and tool_choice not "none"): the answer's tool calls are parsed
-  // in this format; None: the answer is plain content.
+  // in this format; None: the answer is plain content. Harmony: every chat answer of a
+  // harmony template (its channels are parsed; calls only with `tools`).
   ToolCallFormat tool_format = ToolCallFormat::None;
-  nlohmann::json tools;            // the request's tools array
+  nlohmann::json tools;            // the request's tools array (null: no calls are parsed)
   bool parallel_tool_calls = true;  // false: only the first call is returned
   // The grammar a forced tool call (tool_choice) puts on the answer, as GBNF.
   std::string tool_grammar;
@@ -113,17 +114,22 @@ struct ResponseIds {
   int64_t created = 0;
   std::string model;
 };
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// usage; with reasoning tokens (harmony's analysis) also completion_tokens_details.
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t reasoning_tokens = 0);
 // The whole answer; with tool calls (chat) the message's content is null when empty.
+// Reasoning (harmony's analysis channel), when there is some, is the message's
+// `reasoning_content` (the field vLLM and llama.cpp's server use).
 nlohmann::json completion_response(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
                                    int64_t prompt_tokens, int64_t completion_tokens,
-                                   const nlohmann::json& logprobs = nullptr, const std::vector<ToolCall>& calls = {});
+                                   const nlohmann::json& logprobs = nullptr, const std::vector<ToolCall>& calls = {},
+                                   const std::string& reasoning = {});
 // One stream chunk: text (chat: a content delta; role_only: the first chat chunk with
 // the role), finish (null when empty), the choice's logprobs (null: none), and (chat)
-// tool calls as a tool_calls delta.
+// tool calls as a tool_calls delta and reasoning as a reasoning_content delta.
 nlohmann::json stream_chunk(const ResponseIds& ids, bool chat, const std::string& text, const char* finish,
                             bool role_only = false, const nlohmann::json& logprobs = nullptr,
-                            const std::vector<ToolCall>& calls = {});
-nlohmann::json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens);
+                            const std::vector<ToolCall>& calls = {}, const std::string& reasoning = {});
+nlohmann::json usage_chunk(const ResponseIds& ids, bool chat, int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t reasoning_tokens = 0);
 
 }  // namespace tessera::server

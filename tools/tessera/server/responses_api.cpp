@@ -62,8 +62,34 @@ std::string call_output(const RequestJson& o, const std::string& where) {
   return text;
 }
 
+// A reasoning item's text: its reasoning_text parts joined (summaries are left out).
+std::string reasoning_text(const RequestJson& item, const std::string& where) {
+  std::string text;
+  auto c = item.find("content");
+  if (c == item.end() || c->is_null()) return text;
+  if (!c->is_array()) bad("input", where + ": 'content' must be a list of reasoning_text parts", "invalid_type");
+  for (size_t i = 0; i < c->size(); ++i) {
+    const RequestJson& part = (*c)[i];
+    const std::string at = where + ".content[" + std::to_string(i) + "]";
+    auto t = part.is_object() ? part.find("text") : part.end();
+    if (!part.is_object() || part.value("type", "") != "reasoning_text" || t == part.end() || !t->is_string())
+      bad("input", at + " must be a reasoning_text part with a string 'text'", "invalid_type");
+    if (!text.empty()) text += "\n";
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
 void add_items(const RequestJson& input, ojson& messages) {
   std::map<std::string, std::string> call_names;  // call_id -> function name
+  // A reasoning item's text goes with the assistant turn that follows it (the chat
+  // form's reasoning_content, which the gpt-oss template renders before a call).
+  std::string reasoning;
+  auto with_reasoning = [&](ojson m) {
+    if (!reasoning.empty()) m["reasoning_content"] = std::move(reasoning);
+    reasoning.clear();
+    return m;
+  };
   for (size_t i = 0; i < input.size(); ++i) {
     const RequestJson& item = input[i];
     const std::string where = "input[" + std::to_string(i) + "]";
@@ -81,7 +107,8 @@ void add_items(const RequestJson& input, ojson& messages) {
         bad("input", where + ": unknown role '" + r + "' (user, assistant, system or developer)");
       auto c = item.find("content");
       if (c == item.end() || c->is_null()) bad("input", where + " needs 'content'", "missing_required_parameter");
-      messages.push_back({{"role", r}, {"content", message_content(*c, where)}});
+      ojson m = {{"role", r}, {"content", message_content(*c, where)}};
+      messages.push_back(r == "assistant" ? with_reasoning(std::move(m)) : std::move(m));
     } else if (type == "function_call") {
       const std::string id = string_field(item, "call_id", where), name = string_field(item, "name", where);
       auto args = item.find("arguments");
@@ -96,7 +123,8 @@ void add_items(const RequestJson& input, ojson& messages) {
         if (!turn.contains("tool_calls")) turn["tool_calls"] = ojson::array();
         turn["tool_calls"].push_back(std::move(call));
       } else {
-        messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", ojson::array({std::move(call)})}});
+        messages.push_back(
+            with_reasoning({{"role", "assistant"}, {"content", ""}, {"tool_calls", ojson::array({std::move(call)})}}));
       }
     } else if (type == "function_call_output") {
       const std::string id = string_field(item, "call_id", where);
@@ -107,9 +135,12 @@ void add_items(const RequestJson& input, ojson& messages) {
       if (out == item.end() || out->is_null()) bad("input", where + " needs 'output'", "missing_required_parameter");
       messages.push_back(
           {{"role", "tool"}, {"name", name->second}, {"tool_call_id", id}, {"content", call_output(*out, where)}});
+    } else if (type == "reasoning") {
+      if (!reasoning.empty()) reasoning += "\n";
+      reasoning += reasoning_text(item, where);
     } else {
       bad("input", where + ": items of type '" + type + "' are not supported by this server (message, "
-                   "function_call and function_call_output are)", "unsupported_parameter");
+                   "function_call, function_call_output and reasoning are)", "unsupported_parameter");
     }
   }
 }
@@ -267,6 +298,14 @@ json message_item(const ResponseIds& ids, const std::string& status, json conten
           {"content", std::move(content)}};
 }
 
+json reasoning_item(const ResponseIds& ids, size_t n, const std::string& status, const std::string& text) {
+  return {{"id", item_id(ids, "rs_") + (n ? "_" + std::to_string(n) : std::string())},
+          {"type", "reasoning"},
+          {"status", status},
+          {"summary", json::array()},
+          {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
+}
+
 json text_part(const std::string& text) { return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}; }
 
 json call_item(const ResponseIds& ids, size_t i, const ToolCall& c, const std::string& status, const std::string& arguments) {
@@ -281,9 +320,11 @@ json call_item(const ResponseIds& ids, size_t i, const ToolCall& c, const std::s
 }  // namespace
 
 json response_object(const ResponseIds& ids, const json& echo, const std::string& status, const std::string& text,
-                     const std::vector<ToolCall>& calls, int64_t input_tokens, int64_t output_tokens) {
+                     const std::vector<ToolCall>& calls, int64_t input_tokens, int64_t output_tokens,
+                     const std::string& reasoning, int64_t reasoning_tokens) {
   const bool done = status != "in_progress";
   json output = json::array();
+  if (done && !reasoning.empty()) output.push_back(reasoning_item(ids, 0, "completed", reasoning));
   if (done && (!text.empty() || calls.empty()))
     output.push_back(message_item(ids, status == "incomplete" ? "incomplete" : "completed", json::array({text_part(text)})));
   if (done)
@@ -305,7 +346,7 @@ json response_object(const ResponseIds& ids, const json& echo, const std::string
             {"usage", done ? json{{"input_tokens", input_tokens},
                                   {"input_tokens_details", {{"cached_tokens", 0}}},
                                   {"output_tokens", output_tokens},
-                                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                                  {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
                                   {"total_tokens", input_tokens + output_tokens}}
                            : json(nullptr)}};
   for (const auto& [k, v] : echo.items()) r[k] = v;
@@ -326,13 +367,44 @@ std::string ResponseEvents::start() {
   return out;
 }
 
+std::string ResponseEvents::open_reasoning() {
+  std::string out = close_reasoning();
+  reasoning_open_ = true;
+  reasoning_index_ = items_++;
+  reasoning_.clear();
+  json item = reasoning_item(ids_, reasoning_items_, "in_progress", "");
+  item["content"] = json::array();  // its part is added next, as a message's is
+  out += event("response.output_item.added", {{"output_index", reasoning_index_}, {"item", item}});
+  out += event("response.content_part.added", {{"item_id", item["id"]},
+                                               {"output_index", reasoning_index_},
+                                               {"content_index", 0},
+                                               {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+  return out;
+}
+
+std::string ResponseEvents::close_reasoning() {
+  if (!reasoning_open_) return {};
+  reasoning_open_ = false;
+  const json item = reasoning_item(ids_, reasoning_items_++, "completed", reasoning_);
+  json where = {{"item_id", item["id"]}, {"output_index", reasoning_index_}, {"content_index", 0}};
+  json text_done = where, part_done = where;
+  text_done["text"] = reasoning_;
+  part_done["part"] = {{"type", "reasoning_text"}, {"text", reasoning_}};
+  std::string out = event("response.reasoning_text.done", std::move(text_done));
+  out += event("response.content_part.done", std::move(part_done));
+  out += event("response.output_item.done", {{"output_index", reasoning_index_}, {"item", item}});
+  return out;
+}
+
 std::string ResponseEvents::open_message() {
+  std::string out = close_reasoning();
   message_open_ = true;
+  message_index_ = items_++;
   const std::string id = item_id(ids_, "msg_");
-  std::string out = event("response.output_item.added",
-                          {{"output_index", 0}, {"item", message_item(ids_, "in_progress", json::array())}});
+  out += event("response.output_item.added",
+               {{"output_index", message_index_}, {"item", message_item(ids_, "in_progress", json::array())}});
   out += event("response.content_part.added",
-               {{"item_id", id}, {"output_index", 0}, {"content_index", 0}, {"part", text_part("")}});
+               {{"item_id", id}, {"output_index", message_index_}, {"content_index", 0}, {"part", text_part("")}});
   return out;
 }
 
@@ -340,31 +412,45 @@ std::string ResponseEvents::close_message(const std::string& status) {
   message_open_ = false;
   message_done_ = true;
   const std::string id = item_id(ids_, "msg_");
-  json where = {{"item_id", id}, {"output_index", 0}, {"content_index", 0}};
+  json where = {{"item_id", id}, {"output_index", message_index_}, {"content_index", 0}};
   json text_done = where, part_done = where;
   text_done["text"] = text_;
   part_done["part"] = text_part(text_);
   std::string out = event("response.output_text.done", std::move(text_done));
   out += event("response.content_part.done", std::move(part_done));
   out += event("response.output_item.done",
-               {{"output_index", 0}, {"item", message_item(ids_, status, json::array({text_part(text_)}))}});
+               {{"output_index", message_index_}, {"item", message_item(ids_, status, json::array({text_part(text_)}))}});
   return out;
 }
 
 std::string ResponseEvents::delta(const AnswerDelta& d) {
   std::string out;
+  // Reasoning comes before the message; reasoning after the message's text has begun
+  // (a model out of its format) is a reasoning item of its own after it.
+  if (!d.reasoning.empty()) {
+    if (!reasoning_open_) out += open_reasoning();
+    reasoning_ += d.reasoning;
+    all_reasoning_ += d.reasoning;
+    out += event("response.reasoning_text.delta", {{"item_id", reasoning_item(ids_, reasoning_items_, "", "")["id"]},
+                                                   {"output_index", reasoning_index_},
+                                                   {"content_index", 0},
+                                                   {"delta", d.reasoning}});
+  }
   if (!d.content.empty()) {
     if (!message_open_) out += open_message();
     text_ += d.content;
-    out += event("response.output_text.delta",
-                 {{"item_id", item_id(ids_, "msg_")}, {"output_index", 0}, {"content_index", 0}, {"delta", d.content}});
+    out += event("response.output_text.delta", {{"item_id", item_id(ids_, "msg_")},
+                                                {"output_index", message_index_},
+                                                {"content_index", 0},
+                                                {"delta", d.content}});
   }
   if (d.tool_calls.empty()) return out;
+  out += close_reasoning();
   if (message_open_) out += close_message("completed");
   for (const ToolCall& c : d.tool_calls) {
     const size_t i = calls_.size();
     calls_.push_back(c);
-    const int64_t index = int64_t(message_done_) + int64_t(i);  // after the message item, if there is one
+    const int64_t index = items_++;
     const json item = call_item(ids_, i, c, "in_progress", "");
     const std::string id = item["id"];
     out += event("response.output_item.added", {{"output_index", index}, {"item", item}});
@@ -378,12 +464,13 @@ std::string ResponseEvents::delta(const AnswerDelta& d) {
   return out;
 }
 
-std::string ResponseEvents::finish(const std::string& status, int64_t output_tokens) {
-  std::string out;
+std::string ResponseEvents::finish(const std::string& status, int64_t output_tokens, int64_t reasoning_tokens) {
+  std::string out = close_reasoning();
   // No text and no call: the message item is there, empty, as in the whole Response.
   if (!message_open_ && !message_done_ && calls_.empty()) out += open_message();
   if (message_open_) out += close_message(status == "incomplete" ? "incomplete" : "completed");
-  const json r = response_object(ids_, echo_, status, text_, calls_, input_tokens_, output_tokens);
+  const json r =
+      response_object(ids_, echo_, status, text_, calls_, input_tokens_, output_tokens, all_reasoning_, reasoning_tokens);
   out += event(status == "incomplete" ? "response.incomplete" : "response.completed", {{"response", r}});
   return out;
 }
@@ -408,7 +495,8 @@ class Responses final : public ApiDialect {
   }
   json response(const Exchange& ex, const AnswerDelta& all, const json& echo) const override {
     return response_object(ex.ids, echo, response_status(ex.ended, !all.tool_calls.empty()), all.content, all.tool_calls,
-                           int64_t(ex.req.gen.prompt.size()), ex.completion_tokens);
+                           int64_t(ex.req.gen.prompt.size()), ex.completion_tokens, all.reasoning,
+                           ex.answer.reasoning_tokens());
   }
   class Events final : public Stream {
    public:
@@ -418,7 +506,7 @@ class Responses final : public ApiDialect {
       std::string out = events_.delta(d);
       if (ex.finished) {
         tool_calls_ = tool_calls_ || !d.tool_calls.empty();
-        out += events_.finish(response_status(ex.ended, tool_calls_), ex.completion_tokens);
+        out += events_.finish(response_status(ex.ended, tool_calls_), ex.completion_tokens, ex.answer.reasoning_tokens());
       }
       return out;
     }

@@ -35,8 +35,9 @@ std::string random_alnum(size_t n) {
   return s;
 }
 
-// The request's tool (its "function" object) of that name, or null.
-const json* find_function(const json& tools, const std::string& name) {
+}  // namespace
+
+const json* find_tool_function(const json& tools, const std::string& name) {
   if (!tools.is_array()) return nullptr;
   for (const json& t : tools) {
     if (!t.is_object()) continue;
@@ -47,6 +48,12 @@ const json* find_function(const json& tools, const std::string& name) {
   }
   return nullptr;
 }
+
+std::string new_tool_call_id() { return "call_" + random_alnum(24); }
+
+namespace {
+
+const json* find_function(const json& tools, const std::string& name) { return find_tool_function(tools, name); }
 
 // Arguments as JSON text of an object: an object, or a string holding one.
 bool arguments_text(const ojson& a, std::string& out) {
@@ -190,6 +197,7 @@ ToolCallResult parse_mistral(const std::string& text, const json& tools) {
 }  // namespace
 
 ToolCallFormat detect_tool_call_format(const std::string& t) {
+  if (t.find("<|channel|>") != std::string::npos) return ToolCallFormat::Harmony;
   if (t.find(kHermesOpen) != std::string::npos) return ToolCallFormat::Hermes;
   if (t.find("[TOOL_CALLS]") != std::string::npos) return ToolCallFormat::Mistral;
   if (t.find("<|python_tag|>") != std::string::npos || t.find("\"parameters\"") != std::string::npos)
@@ -203,6 +211,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::Hermes: return "hermes";
     case ToolCallFormat::Llama3Json: return "llama3-json";
     case ToolCallFormat::Mistral: return "mistral";
+    case ToolCallFormat::Harmony: return "harmony";
   }
   return "none";
 }
@@ -210,14 +219,15 @@ const char* tool_call_format_name(ToolCallFormat f) {
 ToolCallResult parse_tool_calls(ToolCallFormat f, const std::string& text, const json& tools) {
   ToolCallResult r;
   switch (f) {
-    case ToolCallFormat::None: return r;
+    case ToolCallFormat::None:
+    case ToolCallFormat::Harmony: return r;
     case ToolCallFormat::Hermes: r = parse_hermes(text, tools); break;
     case ToolCallFormat::Llama3Json: r = parse_llama3(text, tools); break;
     case ToolCallFormat::Mistral: r = parse_mistral(text, tools); break;
   }
   if (!r.found || r.calls.empty()) return {};
   for (ToolCall& c : r.calls)
-    if (c.id.empty()) c.id = "call_" + random_alnum(24);
+    if (c.id.empty()) c.id = new_tool_call_id();
   return r;
 }
 

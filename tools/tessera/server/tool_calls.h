@@ -12,6 +12,8 @@
 //   the whole answer is one JSON object {"name": ..., "parameters": {...}}.
 // - Mistral (the template has "[TOOL_CALLS]"): the whole answer is a JSON array of
 //   {"name": ..., "arguments": {...}} (the [TOOL_CALLS] control token prints as nothing).
+// - Harmony (gpt-oss: the template has "<|channel|>"): the answer is a sequence of
+//   messages on channels, parsed by harmony_answer.h, not by parse_tool_calls.
 // An answer is a tool call only if every call in it parses, names a function of the
 // request's `tools` and has an object (or a string holding a JSON object) as its
 // arguments; otherwise the whole answer is plain content.
@@ -23,7 +25,7 @@
 
 namespace tessera::server {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, Mistral };
+enum class ToolCallFormat { None, Hermes, Llama3Json, Mistral, Harmony };
 
 // The format a chat template asks its model to call tools in (None: not recognised;
 // the answer is then always plain content).
@@ -42,7 +44,12 @@ struct ToolCallResult {
   std::vector<ToolCall> calls;
 };
 
-// Parses a complete answer. `tools`: the request's tools array (OpenAI's
+// The request's tool (its "function" object) named `name`, or null.
+const nlohmann::json* find_tool_function(const nlohmann::json& tools, const std::string& name);
+// A new call id: "call_" and 24 letters and digits.
+std::string new_tool_call_id();
+
+// Parses a complete answer (not Harmony: see harmony_answer.h). `tools`: the request's tools array (OpenAI's
 // [{"type": "function", "function": {"name", "parameters"}}]).
 ToolCallResult parse_tool_calls(ToolCallFormat f, const std::string& text, const nlohmann::json& tools);
 
