@@ -347,9 +347,9 @@ TEST(AnthropicResponses, StreamEventsInOrderAddUpToTheMessage) {
   MessageEvents ev(ids, 12);
   std::string s = ev.start();
   s += ev.delta(AnswerDelta{});  // nothing yet: no block opens
-  s += ev.delta(AnswerDelta{"Su", {}, {}});
-  s += ev.delta(AnswerDelta{"re.", {}, {}});
-  s += ev.delta(AnswerDelta{"", {}, kCalls});
+  s += ev.delta(AnswerDelta{"Su", {}, {}, {}});
+  s += ev.delta(AnswerDelta{"re.", {}, {}, {}});
+  s += ev.delta(AnswerDelta{"", {}, kCalls, {}});
   s += ev.finish("tool_use", "", 30);
   const auto events = parse_sse(s);
   EXPECT_EQ(names(events),
@@ -363,7 +363,7 @@ TEST(AnthropicResponses, StreamEventsInOrderAddUpToTheMessage) {
   // Text only, ended by a stop sequence; and an answer with nothing in it.
   MessageEvents text(ids, 3);
   s = text.start();  // (one statement per call: each changes the writer's state)
-  s += text.delta(AnswerDelta{"Hi", {}, {}});
+  s += text.delta(AnswerDelta{"Hi", {}, {}, {}});
   s += text.finish("stop_sequence", "END", 4);
   const auto t = parse_sse(s);
   EXPECT_EQ(accumulate(t), message_response(ids, "Hi", {}, "stop_sequence", "END", 3, 4));

@@ -326,7 +326,7 @@ TEST(ResponsesResponses, StreamEventsInOrderAddUpToTheResponse) {
   ResponseEvents ev(ids, kEcho, 12);
   std::string s = ev.start();
   s += ev.delta(AnswerDelta{});
-  s += ev.delta(AnswerDelta{"Su", {}, {}});
+  s += ev.delta(AnswerDelta{"Su", {}, {}, {}});
   s += ev.delta(AnswerDelta{"re.", {}, kCalls});
   s += ev.finish("completed", 30);
   const auto events = parse_sse(s);
@@ -372,7 +372,7 @@ TEST(ResponsesResponses, StreamEventsInOrderAddUpToTheResponse) {
   ResponseEvents cut(ids, kEcho, 12);
   // (One statement per call: the events are numbered in the order they are made.)
   s = cut.start();
-  s += cut.delta(AnswerDelta{"Hi", {}, {}});
+  s += cut.delta(AnswerDelta{"Hi", {}, {}, {}});
   s += cut.finish("incomplete", 30);
   const auto c = parse_sse(s);
   EXPECT_EQ(c.back()["type"], "response.incomplete");
