@@ -327,7 +327,7 @@ TEST(ResponsesResponses, StreamEventsInOrderAddUpToTheResponse) {
   std::string s = ev.start();
   s += ev.delta(AnswerDelta{});
   s += ev.delta(AnswerDelta{"Su", {}, {}, {}});
-  s += ev.delta(AnswerDelta{"re.", {}, kCalls});
+  s += ev.delta(AnswerDelta{"re.", {}, kCalls, {}});
   s += ev.finish("completed", 30);
   const auto events = parse_sse(s);
   EXPECT_EQ(types(events),
