@@ -1,5 +1,5 @@
-// tessera-gen as a user runs it: the qwen3moe / qwen35moe / gemma3 / glm4moe presets have exactly the
-// structure of the shared fixtures (tensor names, shapes, dtypes per file type,
+// tessera-gen as a user runs it: the qwen3moe / qwen35moe / gemma3 / glm4moe / deepseek2 /
+// gpt-oss presets have exactly the structure of the shared fixtures (tensor names, shapes, dtypes per file type,
 // hyperparameter keys and values), the big presets have their published shapes, and
 // the generated models run through `tessera logits` with finite logits, deep ones too.
 #include <gtest/gtest.h>
@@ -191,7 +191,7 @@ class MatchesFixture : public testing::TestWithParam<std::string> {};
 TEST_P(MatchesFixture, TensorsAndMetadata) {
   SKIP_WITHOUT_FIXTURES();
   const std::string fx = GetParam();
-  const std::string arch = fx.substr(0, fx.find('-')), type = fx.substr(fx.find('-') + 1);
+  const std::string arch = fx.substr(0, fx.rfind('-')), type = fx.substr(fx.rfind('-') + 1);
   if (!fs::exists(fixture_model(fx))) GTEST_SKIP() << fixture_model(fx) << " not found";
   std::string path = generate("--preset " + arch + "-tiny --type " + type + " --quiet");
   expect_same_structure(path, fixture_model(fx));
@@ -211,6 +211,16 @@ INSTANTIATE_TEST_SUITE_P(Qwen, MatchesFixture,
 // tessera-gen writes in every file (as llama.cpp's converter does).
 INSTANTIATE_TEST_SUITE_P(GemmaGlm, MatchesFixture,
                          testing::Values("gemma3-q8_0", "gemma3-q4_k_m", "glm4moe-q8_0", "glm4moe-q4_k_m"),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string s = i.param;
+                           for (char& c : s)
+                             if (!isalnum(uint8_t(c))) c = '_';
+                           return s;
+                         });
+
+INSTANTIATE_TEST_SUITE_P(DeepseekGptOss, MatchesFixture,
+                         testing::Values("deepseek2-q8_0", "deepseek2-q4_k_m", "gpt-oss-q8_0", "gpt-oss-q4_k_m",
+                                         "gpt-oss-mxfp4_moe"),
                          [](const testing::TestParamInfo<std::string>& i) {
                            std::string s = i.param;
                            for (char& c : s)
@@ -520,6 +530,261 @@ TEST(ModelGen, Glm45AirPresetShape) {
   expect_finite_logits(path, 1024);
 }
 
+// The number after "key": in `tessera bench --json`'s output (NaN when absent).
+double json_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\"");
+  if (at == std::string::npos) return std::nan("");
+  const auto colon = json.find(':', at);
+  return colon == std::string::npos ? std::nan("") : std::strtod(json.c_str() + colon + 1, nullptr);
+}
+
+// The deepseek-v3 shape from deepseek-ai/DeepSeek-V3's config.json, in the split
+// latent-attention conversion llama.cpp writes. The dry run pins every size at once:
+// 671,026,419,200 parameters = 2 x 129280 x 7168 (embedding, untied output) + 7168
+// (output norm) + 61 x attention (q_a 7168 x 1536, q_b 1536 x 128 x 192, kv_a_mqa 7168
+// x 576, k_b 128 x 512 x 128, v_b 512 x 128 x 128, output 16384 x 7168, norms 2 x 7168
+// + 1536 + 512) + 3 dense layers x 3 x 7168 x 18432 + 58 x (router 7168 x 256 and its
+// bias 256, 256 experts and the shared one 257 x 3 x 7168 x 2048): DeepSeek-V3's
+// published 671 B without its multi-token-prediction layer. A cut keeps the dense
+// layers first: 2 layers are both dense (29 tensors), 4 are 3 dense + 1 MoE (60). A
+// 2-layer cut with 1 dense layer, 8 experts and small dense and vocabulary sizes is
+// generated (--fast, q4_0: about 360 MB): its keys, shapes, finite logits, and its KV
+// cache per position in `tessera bench --json`: the latent and the roped key part,
+// (512 + 64) x 2 layers x 2 bytes (F16).
+TEST(ModelGen, DeepseekV3PresetShape) {
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "deepseek-v3", "deepseek-ai/DeepSeek-V3 config.json",
+      "deepseek2, 61 layers, n_embd 7168, vocab 129280, q4_k_m, 1086 tensors, 671.03 B parameters"));
+  Result two = run("tessera-gen", "--preset deepseek-v3 --layers 2 --dry-run");
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_NE(two.err.find("deepseek2, 2 layers, n_embd 7168, vocab 129280, q8_0, 29 tensors"), std::string::npos)
+      << "both layers dense: " << two.err;
+  Result four = run("tessera-gen", "--preset deepseek-v3 --layers 4 --dry-run");
+  EXPECT_NE(four.err.find("4 layers, n_embd 7168, vocab 129280, q8_0, 60 tensors, 15.11 B"), std::string::npos)
+      << "3 dense layers and one MoE layer: " << four.err;
+
+  std::string path = generate("--preset deepseek-v3 --layers 2 --dense-layers 1 --ff 2048 --experts 8 "
+                              "--experts-used 2 --expert-groups 4 --expert-groups-used 2 --vocab-size 1024 "
+                              "--type q4_0 --fast --quiet");
+  auto f = GgufFile::open(path);
+  auto t = by_name(*f);
+  const auto& md = f->metadata();
+  EXPECT_EQ(md.get_string("general.architecture"), "deepseek2");
+  EXPECT_EQ(md.get_int("deepseek2.block_count"), 2);
+  EXPECT_EQ(md.get_int("deepseek2.leading_dense_block_count"), 1);  // --dense-layers 1
+  EXPECT_EQ(md.get_int("deepseek2.embedding_length"), 7168);
+  EXPECT_EQ(md.get_int("deepseek2.feed_forward_length"), 2048);  // --ff 2048
+  EXPECT_EQ(md.get_int("deepseek2.attention.head_count"), 128);
+  EXPECT_EQ(md.get_int("deepseek2.attention.head_count_kv"), 1);
+  EXPECT_EQ(md.get_int("deepseek2.attention.q_lora_rank"), 1536);
+  EXPECT_EQ(md.get_int("deepseek2.attention.kv_lora_rank"), 512);
+  EXPECT_EQ(md.get_int("deepseek2.attention.key_length"), 512 + 64);
+  EXPECT_EQ(md.get_int("deepseek2.attention.value_length"), 512);
+  EXPECT_EQ(md.get_int("deepseek2.attention.key_length_mla"), 128 + 64);
+  EXPECT_EQ(md.get_int("deepseek2.attention.value_length_mla"), 128);
+  EXPECT_EQ(md.get_int("deepseek2.rope.dimension_count"), 64);
+  EXPECT_EQ(md.get_float("deepseek2.rope.freq_base"), 1e4);
+  EXPECT_EQ(md.get_string("deepseek2.rope.scaling.type"), "yarn");
+  EXPECT_EQ(md.get_float("deepseek2.rope.scaling.factor"), 40.0);
+  EXPECT_EQ(md.get_int("deepseek2.rope.scaling.original_context_length"), 4096);
+  EXPECT_FLOAT_EQ(float(*md.get_float("deepseek2.rope.scaling.yarn_log_multiplier")), 0.1f);  // 0.1 x mscale_all_dim 1
+  EXPECT_FLOAT_EQ(float(*md.get_float("deepseek2.attention.layer_norm_rms_epsilon")), 1e-6f);
+  EXPECT_EQ(md.get_int("deepseek2.expert_count"), 8);
+  EXPECT_EQ(md.get_int("deepseek2.expert_used_count"), 2);
+  EXPECT_EQ(md.get_int("deepseek2.expert_feed_forward_length"), 2048);
+  EXPECT_EQ(md.get_int("deepseek2.expert_shared_count"), 1);
+  EXPECT_EQ(md.get_float("deepseek2.expert_weights_scale"), 2.5);
+  EXPECT_EQ(md.get_int("deepseek2.expert_gating_func"), 2);
+  EXPECT_EQ(md.get_int("deepseek2.expert_group_count"), 4);
+  EXPECT_EQ(md.get_int("deepseek2.expert_group_used_count"), 2);
+  EXPECT_EQ(md.get_int("deepseek2.context_length"), 163840);
+  EXPECT_EQ(md.get_int("deepseek2.vocab_size"), 1024);
+  EXPECT_EQ(t.at("blk.0.attn_q_a.weight")->ne, (std::vector<int64_t>{7168, 1536}));
+  EXPECT_EQ(t.at("blk.0.attn_q_a_norm.weight")->ne, (std::vector<int64_t>{1536}));
+  EXPECT_EQ(t.at("blk.0.attn_q_b.weight")->ne, (std::vector<int64_t>{1536, 128 * 192}));
+  EXPECT_EQ(t.count("blk.0.attn_q.weight"), 0u);
+  EXPECT_EQ(t.at("blk.0.attn_kv_a_mqa.weight")->ne, (std::vector<int64_t>{7168, 512 + 64}));
+  EXPECT_EQ(t.at("blk.0.attn_kv_a_norm.weight")->ne, (std::vector<int64_t>{512}));
+  EXPECT_EQ(t.at("blk.0.attn_k_b.weight")->ne, (std::vector<int64_t>{128, 512, 128}));
+  EXPECT_EQ(t.at("blk.0.attn_v_b.weight")->ne, (std::vector<int64_t>{512, 128, 128}));
+  EXPECT_EQ(t.at("blk.0.attn_output.weight")->ne, (std::vector<int64_t>{128 * 128, 7168}));
+  EXPECT_EQ(t.at("blk.0.ffn_gate.weight")->ne, (std::vector<int64_t>{7168, 2048}));
+  EXPECT_EQ(t.count("blk.0.ffn_gate_inp.weight"), 0u) << "layer 0 is dense";
+  EXPECT_EQ(t.at("blk.1.ffn_gate_inp.weight")->ne, (std::vector<int64_t>{7168, 8}));
+  EXPECT_EQ(t.at("blk.1.ffn_gate_inp.weight")->type, tessera::DType::F32);
+  EXPECT_EQ(t.at("blk.1.exp_probs_b.bias")->ne, (std::vector<int64_t>{8}));
+  EXPECT_EQ(t.at("blk.1.exp_probs_b.bias")->type, tessera::DType::F32);
+  EXPECT_EQ(t.at("blk.1.ffn_gate_exps.weight")->ne, (std::vector<int64_t>{7168, 2048, 8}));
+  EXPECT_EQ(t.at("blk.1.ffn_down_exps.weight")->ne, (std::vector<int64_t>{2048, 7168, 8}));
+  EXPECT_EQ(t.at("blk.1.ffn_up_shexp.weight")->ne, (std::vector<int64_t>{7168, 2048}));
+  EXPECT_EQ(t.at("blk.1.ffn_down_shexp.weight")->ne, (std::vector<int64_t>{2048, 7168}));
+  EXPECT_EQ(t.count("output.weight"), 1u) << "untied embeddings";
+  for (float b : values(*t.at("blk.1.exp_probs_b.bias"))) EXPECT_LT(std::fabs(b), 0.1f) << "the correction is small";
+  ASSERT_EQ(cannot_run(path), "");
+  expect_finite_logits(path, 1024);
+  Result bench = run("tessera", "bench -m " + path + " -p 4 -n 2 -r 1 --threads 2 --json");
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_EQ(json_number(bench.out, "kv_bytes_per_position"), (512 + 64) * 2 * 2) << bench.out;
+}
+
+// Kimi-K2 (moonshotai/Kimi-K2-Instruct config.json): DeepSeek-V3's layout with 64 heads,
+// one dense layer, 384 experts in one group and its own scales. 1,026,408,232,448
+// parameters (the published "1T"). A 1-layer MoE cut (--dense-layers 0, 4 experts of
+// 256; --ff 2048, since tessera refuses a feed_forward_length wider than every tensor)
+// at q4_k_m gives llama.cpp's types for the real rows: attn_k_b's rows (nope 128)
+// are no multiple of Q4_K's 256 and fall back to Q5_0, attn_v_b's (kv_lora 512) are.
+TEST(ModelGen, KimiK2PresetShapeAndTypes) {
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "kimi-k2", "moonshotai/Kimi-K2-Instruct config.json",
+      "deepseek2, 61 layers, n_embd 7168, vocab 163840, q4_k_m, 1096 tensors, 1026.41 B parameters"));
+  std::string path = generate("--preset kimi-k2 --layers 1 --dense-layers 0 --ff 2048 --experts 4 --experts-used 2 "
+                              "--expert-ff 256 --vocab-size 1024 --type q4_k_m --fast --quiet");
+  auto f = GgufFile::open(path);
+  auto t = by_name(*f);
+  const auto& md = f->metadata();
+  EXPECT_EQ(md.get_int("deepseek2.attention.head_count"), 64);
+  EXPECT_EQ(md.get_int("deepseek2.leading_dense_block_count"), 0);
+  EXPECT_EQ(md.get_int("deepseek2.expert_group_count"), 1);
+  EXPECT_EQ(md.get_int("deepseek2.expert_group_used_count"), 1);
+  EXPECT_FLOAT_EQ(float(*md.get_float("deepseek2.expert_weights_scale")), 2.827f);
+  EXPECT_EQ(md.get_float("deepseek2.rope.freq_base"), 5e4);
+  EXPECT_EQ(md.get_float("deepseek2.rope.scaling.factor"), 32.0);
+  EXPECT_EQ(md.get_int("deepseek2.rope.scaling.original_context_length"), 4096);
+  EXPECT_EQ(md.get_int("deepseek2.context_length"), 131072);
+  EXPECT_EQ(md.get_int("general.file_type"), 15);
+  using tessera::DType;
+  EXPECT_EQ(t.at("blk.0.attn_k_b.weight")->ne, (std::vector<int64_t>{128, 512, 64}));
+  EXPECT_EQ(t.at("blk.0.attn_k_b.weight")->type, DType::Q5_0) << "rows of 128: Q4_K's fallback";
+  EXPECT_EQ(t.at("blk.0.attn_v_b.weight")->type, DType::Q4_K);
+  EXPECT_EQ(t.at("blk.0.attn_q_b.weight")->type, DType::Q4_K);
+  EXPECT_EQ(t.at("blk.0.attn_kv_a_mqa.weight")->type, DType::Q4_K);
+  EXPECT_EQ(t.at("blk.0.attn_output.weight")->type, DType::Q4_K);
+  EXPECT_EQ(t.at("blk.0.ffn_gate_exps.weight")->type, DType::Q4_K);
+  // use_more_bits(0, 1): the last eighth of one layer is layer 0, so ffn_down gets Q6_K.
+  EXPECT_EQ(t.at("blk.0.ffn_down_exps.weight")->type, DType::Q6_K);
+  EXPECT_EQ(t.at("blk.0.ffn_down_shexp.weight")->type, DType::Q6_K);
+  EXPECT_EQ(t.at("blk.0.ffn_gate_inp.weight")->type, DType::F32);
+  EXPECT_EQ(t.at("blk.0.attn_kv_a_norm.weight")->type, DType::F32);
+  EXPECT_EQ(t.at("output.weight")->type, DType::Q6_K);
+  ASSERT_EQ(cannot_run(path), "");
+  expect_finite_logits(path, 1024);
+}
+
+// gpt-oss-20b / 120b from openai's config.json files. The dry runs pin every size:
+// 20,914,757,184 and 116,829,156,672 parameters (the published 20.91 B and 116.83 B) =
+// 2 x 201088 x 2880 (embedding, untied output) + 2880 + N x (q / output 2 x 2880 x 4096,
+// k / v 2 x 2880 x 512, their biases 4096 + 2 x 512 + 2880, 64 sinks, two norms, router
+// 2880 x E + E, E experts x (3 x 2880 x 2880 + 2 x 2880 + 2880)). Without --type the
+// presets are mxfp4_moe, as published: 11.27 GiB for the 20B (ggml-org's file is 12.1 GB).
+// A 2-layer cut with 4 experts is generated (about 165 MB): keys, shapes, types, and
+// finite logits.
+TEST(ModelGen, GptOssPresetShapes) {
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "gpt-oss-20b", "openai/gpt-oss-20b config.json",
+      "gpt-oss, 24 layers, n_embd 2880, vocab 201088, q4_k_m, 459 tensors, 20.91 B parameters"));
+  ASSERT_NO_FATAL_FAILURE(expect_preset_dry_runs(
+      "gpt-oss-120b", "openai/gpt-oss-120b config.json",
+      "gpt-oss, 36 layers, n_embd 2880, vocab 201088, q4_k_m, 687 tensors, 116.83 B parameters"));
+  Result d = run("tessera-gen", "--preset gpt-oss-20b --dry-run");
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_NE(d.err.find("mxfp4_moe, 459 tensors, 20.91 B parameters"), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find("estimated file size: 11.27 GiB"), std::string::npos) << d.err;
+
+  std::string path = generate("--preset gpt-oss-20b --layers 2 --experts 4 --vocab-size 1024 --quiet");
+  auto f = GgufFile::open(path);
+  auto t = by_name(*f);
+  const auto& md = f->metadata();
+  EXPECT_EQ(md.get_string("general.architecture"), "gpt-oss");
+  EXPECT_EQ(md.get_int("general.file_type"), 38);
+  EXPECT_EQ(md.get_int("gpt-oss.block_count"), 2);
+  EXPECT_EQ(md.get_int("gpt-oss.embedding_length"), 2880);
+  EXPECT_EQ(md.get_int("gpt-oss.feed_forward_length"), 2880);
+  EXPECT_EQ(md.get_int("gpt-oss.expert_feed_forward_length"), 2880);
+  EXPECT_EQ(md.get_int("gpt-oss.expert_count"), 4);  // --experts 4
+  EXPECT_EQ(md.get_int("gpt-oss.expert_used_count"), 4);
+  EXPECT_EQ(md.get_int("gpt-oss.attention.head_count"), 64);
+  EXPECT_EQ(md.get_int("gpt-oss.attention.head_count_kv"), 8);
+  EXPECT_EQ(md.get_int("gpt-oss.attention.key_length"), 64);
+  EXPECT_EQ(md.get_int("gpt-oss.attention.value_length"), 64);
+  EXPECT_EQ(md.get_int("gpt-oss.attention.sliding_window"), 128);
+  EXPECT_EQ(md.get_float("gpt-oss.rope.freq_base"), 150000.0);
+  EXPECT_EQ(md.get_string("gpt-oss.rope.scaling.type"), "yarn");
+  EXPECT_EQ(md.get_float("gpt-oss.rope.scaling.factor"), 32.0);
+  EXPECT_EQ(md.get_int("gpt-oss.rope.scaling.original_context_length"), 4096);
+  EXPECT_EQ(md.get_int("gpt-oss.context_length"), 131072);
+  EXPECT_FLOAT_EQ(float(*md.get_float("gpt-oss.attention.layer_norm_rms_epsilon")), 1e-5f);
+  using tessera::DType;
+  EXPECT_EQ(t.at("blk.0.attn_q.weight")->ne, (std::vector<int64_t>{2880, 64 * 64}));
+  EXPECT_EQ(t.at("blk.0.attn_q.weight")->type, DType::Q8_0);
+  EXPECT_EQ(t.at("blk.0.attn_k.weight")->ne, (std::vector<int64_t>{2880, 8 * 64}));
+  EXPECT_EQ(t.at("blk.0.attn_output.weight")->ne, (std::vector<int64_t>{64 * 64, 2880}));
+  EXPECT_EQ(t.at("blk.0.attn_output.bias")->ne, (std::vector<int64_t>{2880}));
+  EXPECT_EQ(t.at("blk.0.attn_sinks.weight")->ne, (std::vector<int64_t>{64}));
+  EXPECT_EQ(t.at("blk.0.attn_sinks.weight")->type, DType::F32);
+  EXPECT_EQ(t.at("blk.0.ffn_gate_exps.weight")->ne, (std::vector<int64_t>{2880, 2880, 4}));
+  EXPECT_EQ(t.at("blk.0.ffn_gate_exps.weight")->type, DType::MXFP4);
+  EXPECT_EQ(t.at("blk.0.ffn_down_exps.weight")->type, DType::MXFP4);
+  EXPECT_EQ(t.at("blk.0.ffn_down_exps.bias")->ne, (std::vector<int64_t>{2880, 4}));
+  EXPECT_EQ(t.at("blk.0.ffn_down_exps.bias")->type, DType::F32);
+  EXPECT_EQ(t.at("blk.0.ffn_gate_inp.bias")->ne, (std::vector<int64_t>{4}));
+  EXPECT_EQ(t.at("token_embd.weight")->type, DType::Q8_0);
+  EXPECT_EQ(t.at("output.weight")->type, DType::Q8_0);
+  EXPECT_EQ(t.count("blk.0.ffn_norm.weight"), 0u) << "post_attention_norm instead";
+  EXPECT_EQ(t.at("blk.1.post_attention_norm.weight")->ne, (std::vector<int64_t>{2880}));
+  ASSERT_EQ(cannot_run(path), "");
+  expect_finite_logits(path, 1024);
+}
+
+// The tiny shapes run with finite logits in several types, without a query latent too
+// (q_lora_rank 0: attn_q straight from the embedding, no q_lora_rank key), and deep
+// (DeepSeek-V3's 61 layers, gpt-oss-120b's 36). deepseek2-tiny's KV cache per position
+// is its latent and roped key part, (64 + 16) x 3 layers x 2 bytes.
+TEST(ModelGen, TinyDeepseek2AndGptOssRunWithFiniteLogits) {
+  for (const char* args : {"deepseek2-tiny --type q4_k_m", "deepseek2-tiny --type q8_0 --layers 61",
+                           "gpt-oss-tiny", "gpt-oss-tiny --type q4_k_m", "gpt-oss-tiny --type q8_0 --layers 36"}) {
+    SCOPED_TRACE(args);
+    std::string path = generate(std::string("--preset ") + args + " --quiet");
+    ASSERT_EQ(cannot_run(path), "");
+    expect_finite_logits(path, 1024);
+  }
+  std::string no_q_lora = generate("--preset deepseek2-tiny --q-lora-rank 0 --quiet", "no-q-lora.gguf");
+  auto f = GgufFile::open(no_q_lora);
+  auto t = by_name(*f);
+  EXPECT_EQ(t.at("blk.0.attn_q.weight")->ne, (std::vector<int64_t>{128, 4 * 48}));
+  EXPECT_EQ(t.count("blk.0.attn_q_a.weight"), 0u);
+  EXPECT_EQ(t.count("blk.0.attn_q_b.weight"), 0u);
+  EXPECT_FALSE(f->metadata().get_int("deepseek2.attention.q_lora_rank").has_value());
+  ASSERT_EQ(cannot_run(no_q_lora), "");
+  expect_finite_logits(no_q_lora, 1024);
+
+  std::string tiny = generate("--preset deepseek2-tiny --quiet", "tiny.gguf");
+  Result bench = run("tessera", "bench -m " + tiny + " -p 4 -n 2 -r 1 --threads 2 --json");
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_EQ(json_number(bench.out, "kv_bytes_per_position"), (64 + 16) * 3 * 2) << bench.out;
+}
+
+// The deepseek2 overrides are checked as tessera's loader checks the file.
+TEST(ModelGen, Deepseek2OverridesAreChecked) {
+  const std::string out = " --dry-run";
+  struct Case {
+    const char* args;
+    const char* error;
+  };
+  for (const Case& c : {Case{"--preset deepseek2-tiny --kv-heads 2", "one key/value head"},
+                        Case{"--preset deepseek2-tiny --experts 10", "do not divide 10 experts"},
+                        Case{"--preset deepseek2-tiny --expert-groups-used 1 --experts-used 5",
+                             "fewer than the 5 experts used"},
+                        Case{"--preset deepseek2-tiny --expert-groups-used 5", "--expert-groups-used"},
+                        Case{"--preset deepseek2-tiny --head-dim 16", "must exceed the rope dimensions"},
+                        Case{"--preset deepseek2-tiny --dense-layers 4", "leading dense layers"},
+                        Case{"--preset gpt-oss-tiny --expert-groups 2", "need a deepseek2 preset"},
+                        Case{"--preset qwen3moe-tiny --dense-layers 1", "needs a glm4moe or deepseek2 preset"}}) {
+    Result r = run("tessera-gen", std::string(c.args) + out);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.err.find(c.error), std::string::npos) << c.args << ": " << r.err;
+  }
+}
+
 // llama.cpp's Q4_K_M without its 8-expert rules (the real models have 128 and 256
 // experts): attn_v / attn_qkv and ffn_down get Q6_K in the layers use_more_bits picks,
 // attn_k and attn_output stay Q4_K.
@@ -656,7 +921,9 @@ TEST(ModelGen, HelpTellsPresetsAndArchitectures) {
   ASSERT_EQ(h.status, 0);
   for (const char* p : {"default", "tiny", "tinyllama-1.1b", "llama2-7b", "qwen3moe-tiny", "qwen3-30b-a3b",
                         "qwen35moe-tiny", "qwen3.5-35b-a3b", "gemma3-tiny", "gemma-3-27b", "glm4moe-tiny",
-                        "glm-4.5-air", "llama", "qwen3moe", "qwen35moe", "gemma3", "glm4moe", "q4_k_m"})
+                        "glm-4.5-air", "deepseek2-tiny", "deepseek-v3", "kimi-k2", "gpt-oss-tiny", "gpt-oss-20b",
+                        "gpt-oss-120b", "llama", "qwen3moe", "qwen35moe", "gemma3", "glm4moe", "deepseek2",
+                        "gpt-oss", "mxfp4_moe", "q4_k_m"})
     EXPECT_NE(h.out.find(p), std::string::npos) << p;
   Result l = run("tessera-gen", "--list-presets");
   ASSERT_EQ(l.status, 0);

@@ -32,9 +32,9 @@ struct HfTensor {
   }
 };
 
-// Throws tessera::Error when the folder cannot hold the model: qwen35moe, gemma3 or
-// glm4moe (tessera has no Hugging Face loader for them) or a type other than f32, f16
-// and bf16.
+// Throws tessera::Error when the folder cannot hold the model: qwen35moe, gemma3,
+// glm4moe, deepseek2 or gpt-oss (tessera has no Hugging Face loader for them) or a type
+// other than f32, f16 and bf16.
 void check_supported(const ModelShape& s, const std::string& file_type);
 
 // The checkpoint's tensors, in transformers' state_dict order (embeddings, then each

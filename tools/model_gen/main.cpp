@@ -1,10 +1,10 @@
-// tessera-gen: writes a valid GGUF model (llama, qwen3moe, qwen35moe, gemma3 or glm4moe) with
-// deterministic random weights in any supported weight format, or (--format hf) the
-// same model as a Hugging Face checkpoint folder (config.json + safetensors). Same
-// flags and seed -> same bytes, whatever the thread count. Used for the bundled default
-// model and for benchmarks at real shapes (e.g. --preset qwen3-30b-a3b --type q4_k_m).
-// The tensor data is produced one tensor at a time straight into the file, so models
-// far larger than memory can be written.
+// tessera-gen: writes a valid GGUF model (llama, qwen3moe, qwen35moe, gemma3, glm4moe,
+// deepseek2 or gpt-oss) with deterministic random weights in any supported weight format,
+// or (--format hf) the same model as a Hugging Face checkpoint folder (config.json +
+// safetensors). Same flags and seed -> same bytes, whatever the thread count. Used for the
+// bundled default model and for benchmarks at real shapes (e.g. --preset qwen3-30b-a3b
+// --type q4_k_m). The tensor data is produced one tensor at a time straight into the
+// file, so models far larger than memory can be written.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -328,8 +328,8 @@ std::string types_help() {
 
 std::string hf_help() {
   return "--format hf: the same model as a Hugging Face checkpoint folder, for the llama and qwen3moe presets\n"
-         "(qwen35moe, gemma3 and glm4moe are refused: tessera has no Hugging Face loader for them) and --type\n"
-         "f32, f16 or bf16 only:\n"
+         "(qwen35moe, gemma3, glm4moe, deepseek2 and gpt-oss are refused: tessera has no Hugging Face loader\n"
+         "for them) and --type f32, f16 or bf16 only:\n"
          "  config.json       LlamaForCausalLM or Qwen3MoeForCausalLM, the shape's hyperparameters\n"
          "  *.safetensors     the weights under transformers' names (model.layers.N.self_attn.q_proj.weight,\n"
          "                    mlp.experts.E.gate_proj.weight, ...), [out, in] row-major; the values of the GGUF\n"
@@ -463,23 +463,32 @@ int main(int argc, char** argv) try {
     ("preset", po::value(&preset)->default_value(preset),
      "shape: default, tiny, tinyllama-1.1b, llama2-7b (llama); qwen3moe-tiny, qwen3-30b-a3b (qwen3moe); "
      "qwen35moe-tiny, qwen3.5-35b-a3b, qwen3.5-397b-a17b (qwen35moe); gemma3-tiny, gemma-3-27b (gemma3); "
-     "glm4moe-tiny, glm-4.5-air (glm4moe)")
-    ("type", po::value(&type)->default_value(type), "weight types (see 'types' below)")
+     "glm4moe-tiny, glm-4.5-air (glm4moe); deepseek2-tiny, deepseek-v3, kimi-k2 (deepseek2); gpt-oss-tiny, "
+     "gpt-oss-20b, gpt-oss-120b (gpt-oss)")
+    ("type", po::value(&type)->default_value(type),
+     "weight types (see 'types' below); the gpt-oss presets default to mxfp4_moe, their published format")
     ("vocab", po::value(&vocab_path),
      "copy the tokenizer from this GGUF (default: built-in byte-level vocabulary; not with --format hf)")
     ("seed", po::value(&seed)->default_value(seed), "random seed of the weights")
-    ("layers", po::value<int64_t>(), "override: number of layers (glm4moe: with the NextN layers, kept last)")
+    ("layers", po::value<int64_t>(),
+     "override: number of layers (glm4moe: with the NextN layers, kept last; deepseek2: the leading dense layers "
+     "kept first, every layer dense when N is no more than they are)")
     ("embd", po::value<int64_t>(), "override: embedding size")
     ("heads", po::value<int64_t>(), "override: attention heads")
     ("kv-heads", po::value<int64_t>(), "override: key/value heads")
     ("head-dim", po::value<int64_t>(), "override: attention head size (default embd / heads for llama)")
     ("ff", po::value<int64_t>(),
-     "override: feed-forward size (qwen MoE models: only the feed_forward_length key; glm4moe: the leading "
-     "dense layers)")
+     "override: feed-forward size (qwen MoE models and gpt-oss: only the feed_forward_length key; glm4moe, "
+     "deepseek2: the leading dense layers)")
+    ("dense-layers", po::value<int64_t>(), "override (glm4moe, deepseek2): leading dense layers")
     ("experts", po::value<int64_t>(), "override (MoE): number of experts")
     ("experts-used", po::value<int64_t>(), "override (MoE): experts used per token")
     ("expert-ff", po::value<int64_t>(), "override (MoE): feed-forward size of each expert")
     ("shared-ff", po::value<int64_t>(), "override (qwen35moe): feed-forward size of the shared expert")
+    ("expert-groups", po::value<int64_t>(), "override (deepseek2): expert groups of the router (n_group)")
+    ("expert-groups-used", po::value<int64_t>(), "override (deepseek2): expert groups kept per token (topk_group)")
+    ("q-lora-rank", po::value<int64_t>(),
+     "override (deepseek2): rank of the query latent (0: attn_q straight from the embedding, as DeepSeek-V2-Lite)")
     ("vocab-size", po::value<int64_t>(), "override: vocabulary size (built-in vocabulary is padded)")
     ("ctx", po::value<int64_t>(), "override: context length")
     ("tied", po::bool_switch(&tied), "no output.weight: reuse the token embedding")
@@ -499,7 +508,7 @@ int main(int argc, char** argv) try {
                 << "see below) with deterministic random weights (same flags and seed, same bytes, for any thread\n"
                 << "count), streaming one tensor at a time to the file: memory use stays at the size of the\n"
                 << "largest tensor, whatever the model's size. Architectures: llama, qwen3moe, qwen35moe, gemma3,\n"
-                << "glm4moe.\n\n"
+                << "glm4moe, deepseek2, gpt-oss.\n\n"
                 << "presets:\n" << preset_table() << "\n" << types_help() << "\n" << hf_help() << "\n" << desc << "\n";
       return check_stdout();
     }
@@ -514,6 +523,7 @@ int main(int argc, char** argv) try {
   }
 
   gen::ModelShape s = gen::preset(preset);
+  if (vm["type"].defaulted()) type = gen::preset_info(preset).type;
   if (tied) s.tied_output = true;
   auto ov = [&](const char* flag, int64_t& field) {
     if (vm.count(flag)) field = vm[flag].as<int64_t>();
@@ -526,6 +536,16 @@ int main(int argc, char** argv) try {
       (vm.count("experts") || vm.count("experts-used") || vm.count("expert-ff") || vm.count("shared-ff")))
     throw Error("--experts, --experts-used, --expert-ff and --shared-ff need a MoE preset");
   if (s.arch != gen::Arch::Qwen35Moe && vm.count("shared-ff")) throw Error("--shared-ff needs a qwen35moe preset");
+  const bool deepseek2 = s.arch == gen::Arch::Deepseek2;
+  if (!deepseek2 && (vm.count("expert-groups") || vm.count("expert-groups-used") || vm.count("q-lora-rank")))
+    throw Error("--expert-groups, --expert-groups-used and --q-lora-rank need a deepseek2 preset");
+  if (!deepseek2 && s.arch != gen::Arch::Glm4Moe && vm.count("dense-layers"))
+    throw Error("--dense-layers needs a glm4moe or deepseek2 preset");
+  // A cut below the leading dense layers keeps only dense ones.
+  if (deepseek2 && vm.count("layers") && !vm.count("dense-layers"))
+    s.n_dense_lead = std::min(s.n_dense_lead, s.n_layer);
+  ov("dense-layers", s.n_dense_lead), ov("expert-groups", s.n_expert_groups);
+  ov("expert-groups-used", s.n_expert_groups_used), ov("q-lora-rank", s.q_lora_rank);
   gen::validate(s);
   if (format != "gguf" && format != "hf") throw Error("unknown --format '" + format + "' (gguf or hf)");
   if (format == "gguf" && !vm["shard-size"].defaulted()) throw Error("--shard-size needs --format hf");

@@ -14,11 +14,16 @@ const char* arch_name(Arch a) {
     case Arch::Qwen35Moe: return "qwen35moe";
     case Arch::Gemma3: return "gemma3";
     case Arch::Glm4Moe: return "glm4moe";
+    case Arch::Deepseek2: return "deepseek2";
+    case Arch::GptOss: return "gpt-oss";
   }
   return "?";
 }
 
-bool is_moe(Arch a) { return a == Arch::Qwen3Moe || a == Arch::Qwen35Moe || a == Arch::Glm4Moe; }
+bool is_moe(Arch a) {
+  return a == Arch::Qwen3Moe || a == Arch::Qwen35Moe || a == Arch::Glm4Moe || a == Arch::Deepseek2 ||
+         a == Arch::GptOss;
+}
 
 const std::vector<PresetInfo>& presets() {
   static const std::vector<PresetInfo> all = {
@@ -49,8 +54,38 @@ const std::vector<PresetInfo>& presets() {
        "zai-org/GLM-4.5-Air config.json: 46 layers + 1 NextN, 4096 wide, GQA 96/8 x 128, q/k/v biases, rope 64 "
        "dims base 1e6, 1 dense layer ff 10944, then 128 experts top-8 x 1408 + 1 shared, vocab 151552, "
        "ctx 131072 (--layers N for fewer)"},
+      {"deepseek2-tiny", Arch::Deepseek2,
+       "the shape of the deepseek2 fixtures (../shared/fixtures/models/deepseek2-*.gguf)"},
+      {"deepseek-v3", Arch::Deepseek2,
+       "deepseek-ai/DeepSeek-V3 config.json (also DeepSeek-R1): 61 layers (3 dense, ff 18432), 7168 wide, 128 heads, "
+       "MLA q_lora 1536, kv_lora 512, nope 128 + rope 64, v 128; 256 experts top-8 x 2048 in 8 groups (4 kept) + 1 "
+       "shared, sigmoid x 2.5, vocab 129280, rope 1e4 YaRN x40 over 4096, ctx 163840; MTP layer left out "
+       "(--layers N for fewer)"},
+      {"kimi-k2", Arch::Deepseek2,
+       "moonshotai/Kimi-K2-Instruct config.json: 61 layers (1 dense, ff 18432), 7168 wide, 64 heads, MLA q_lora "
+       "1536, kv_lora 512, nope 128 + rope 64, v 128; 384 experts top-8 x 2048, 1 group, + 1 shared, sigmoid x "
+       "2.827, vocab 163840, rope 5e4 YaRN x32 over 4096, ctx 131072 (--layers N for fewer)"},
+      {"gpt-oss-tiny", Arch::GptOss, "the shape of the gpt-oss fixtures (../shared/fixtures/models/gpt-oss-*.gguf)",
+       "mxfp4_moe"},
+      {"gpt-oss-20b", Arch::GptOss,
+       "openai/gpt-oss-20b config.json: 24 layers, sliding window 128 on every other, 2880 wide, GQA 64/8 x 64, "
+       "sinks, biases, 32 experts top-4 x 2880, vocab 201088, rope 1.5e5 YaRN x32 over 4096, ctx 131072; MXFP4 "
+       "experts (--type mxfp4_moe, the default here)",
+       "mxfp4_moe"},
+      {"gpt-oss-120b", Arch::GptOss,
+       "openai/gpt-oss-120b config.json: as gpt-oss-20b with 36 layers and 128 experts; MXFP4 experts "
+       "(--layers N for fewer)",
+       "mxfp4_moe"},
   };
   return all;
+}
+
+const PresetInfo& preset_info(const std::string& name) {
+  for (const auto& p : presets())
+    if (p.name == name) return p;
+  std::string all;
+  for (const auto& n : preset_names()) all += (all.empty() ? "" : ", ") + n;
+  throw Error("unknown preset '" + name + "' (known: " + all + ")");
 }
 
 std::vector<std::string> preset_names() {
@@ -172,10 +207,75 @@ ModelShape preset(const std::string& name) {
     s.n_dense_lead = 1, s.n_nextn = 1, s.expert_weights_scale = 1.f, s.expert_weights_norm = true;
     s.qk_norm = false;
     s.n_vocab = 151552, s.context_length = 131072, s.rope_base = 1000000.f, s.rms_eps = 1e-5f;
+  } else if (name == "deepseek2-tiny") {
+    s.arch = Arch::Deepseek2;
+    s.name = "synthetic-deepseek2";
+    s.n_layer = 3, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 48, s.rope_dims = 16, s.n_ff = 256;
+    s.q_lora_rank = 96, s.kv_lora_rank = 64, s.v_head_dim = 32;
+    s.n_expert = 16, s.n_expert_used = 4, s.n_ff_exp = 32, s.n_expert_shared = 1, s.n_dense_lead = 1;
+    s.n_expert_groups = 4, s.n_expert_groups_used = 2, s.expert_weights_scale = 2.5f, s.expert_weights_norm = true;
+    s.yarn_factor = 40.f, s.yarn_orig_ctx = 128, s.yarn_log_mul = 0.1f;
+    s.n_vocab = 1024, s.context_length = 5120, s.rope_base = 10000.f, s.rms_eps = 1e-6f;
+  } else if (name == "deepseek-v3") {
+    // deepseek-ai/DeepSeek-V3 config.json (model_type deepseek_v3; DeepSeek-R1 has the
+    // same): num_hidden_layers 61, first_k_dense_replace 3, hidden_size 7168,
+    // intermediate_size 18432, num_attention_heads 128, q_lora_rank 1536, kv_lora_rank
+    // 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts
+    // 256, num_experts_per_tok 8, moe_intermediate_size 2048, n_shared_experts 1, n_group
+    // 8, topk_group 4, scoring_func sigmoid, routed_scaling_factor 2.5, norm_topk_prob
+    // true, vocab_size 129280, rope_theta 10000, rope_scaling yarn factor 40 over
+    // original_max_position_embeddings 4096 with mscale_all_dim 1.0,
+    // max_position_embeddings 163840, rms_norm_eps 1e-6, untied embeddings. The
+    // multi-token-prediction layer (num_nextn_predict_layers 1) is left out, as llama.cpp's
+    // converter leaves it out. --layers N keeps the dense layers first.
+    s.arch = Arch::Deepseek2;
+    s.name = "synthetic-deepseek-v3";
+    s.n_layer = 61, s.n_embd = 7168, s.n_head = 128, s.n_head_kv = 1, s.head_dim = 192, s.rope_dims = 64;
+    s.n_ff = 18432, s.q_lora_rank = 1536, s.kv_lora_rank = 512, s.v_head_dim = 128;
+    s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_expert_shared = 1, s.n_dense_lead = 3;
+    s.n_expert_groups = 8, s.n_expert_groups_used = 4, s.expert_weights_scale = 2.5f, s.expert_weights_norm = true;
+    s.yarn_factor = 40.f, s.yarn_orig_ctx = 4096, s.yarn_log_mul = 0.1f;
+    s.n_vocab = 129280, s.context_length = 163840, s.rope_base = 10000.f, s.rms_eps = 1e-6f;
+  } else if (name == "kimi-k2") {
+    // moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepseekV3ForCausalLM):
+    // as DeepSeek-V3 but num_attention_heads 64, first_k_dense_replace 1,
+    // n_routed_experts 384, n_group 1, topk_group 1, routed_scaling_factor 2.827,
+    // vocab_size 163840, rope_theta 50000, rope_scaling yarn factor 32 over 4096 with
+    // mscale_all_dim 1.0, max_position_embeddings 131072, no MTP layer. (Kimi-K2-Instruct-0905
+    // has YaRN factor 64 and a 262144 context.)
+    s.arch = Arch::Deepseek2;
+    s.name = "synthetic-kimi-k2";
+    s.n_layer = 61, s.n_embd = 7168, s.n_head = 64, s.n_head_kv = 1, s.head_dim = 192, s.rope_dims = 64;
+    s.n_ff = 18432, s.q_lora_rank = 1536, s.kv_lora_rank = 512, s.v_head_dim = 128;
+    s.n_expert = 384, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_expert_shared = 1, s.n_dense_lead = 1;
+    s.n_expert_groups = 1, s.n_expert_groups_used = 1, s.expert_weights_scale = 2.827f, s.expert_weights_norm = true;
+    s.yarn_factor = 32.f, s.yarn_orig_ctx = 4096, s.yarn_log_mul = 0.1f;
+    s.n_vocab = 163840, s.context_length = 131072, s.rope_base = 50000.f, s.rms_eps = 1e-6f;
+  } else if (name == "gpt-oss-tiny") {
+    s.arch = Arch::GptOss;
+    s.name = "synthetic-gpt-oss";
+    s.n_layer = 2, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 64;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64, s.sliding_window = 8;
+    s.yarn_factor = 32.f, s.yarn_orig_ctx = 256;
+    s.n_vocab = 1024, s.context_length = 8192, s.rope_base = 150000.f, s.rms_eps = 1e-5f;
+  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
+    // openai/gpt-oss-20b and -120b config.json (model_type gpt_oss): num_hidden_layers 24
+    // / 36, num_local_experts 32 / 128, otherwise alike: hidden_size 2880,
+    // intermediate_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64,
+    // attention_bias true, num_experts_per_tok 4, sliding_window 128 (layer_types
+    // alternating sliding / full), rope_theta 150000, rope_scaling yarn factor 32 over
+    // 4096, max_position_embeddings 131072, rms_norm_eps 1e-5, vocab_size 201088,
+    // untied embeddings; the experts published in MXFP4 (quantization_config), hence the
+    // presets' default --type mxfp4_moe (llama.cpp's MXFP4_MOE: Q8_0 elsewhere).
+    const bool big = name == "gpt-oss-120b";
+    s.arch = Arch::GptOss;
+    s.name = big ? "synthetic-gpt-oss-120b" : "synthetic-gpt-oss-20b";
+    s.n_layer = big ? 36 : 24, s.n_embd = 2880, s.n_head = 64, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 2880;
+    s.n_expert = big ? 128 : 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.sliding_window = 128;
+    s.yarn_factor = 32.f, s.yarn_orig_ctx = 4096;
+    s.n_vocab = 201088, s.context_length = 131072, s.rope_base = 150000.f, s.rms_eps = 1e-5f;
   } else {
-    std::string all;
-    for (const auto& n : preset_names()) all += (all.empty() ? "" : ", ") + n;
-    throw Error("unknown preset '" + name + "' (known: " + all + ")");
+    preset_info(name);  // throws: unknown
   }
   return s;
 }
@@ -197,6 +297,34 @@ void validate(const ModelShape& s) {
   if (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_ff_exp <= 0)
     throw Error(std::string(arch_name(s.arch)) + ": experts, experts-used and expert-ff must be positive");
   if (s.n_expert_used > s.n_expert) throw Error("experts-used exceeds experts");
+  if (!(s.yarn_factor >= 0.f) || (s.yarn_factor > 0.f && s.yarn_orig_ctx <= 0))
+    throw Error("the YaRN factor and original context must be positive");
+  if (s.arch == Arch::GptOss) {
+    if (s.sliding_window <= 0) throw Error("gpt-oss: the sliding window must be positive");
+    return;
+  }
+  if (s.arch == Arch::Deepseek2) {
+    // What tessera's and llama.cpp's deepseek2 loaders require of the split-MLA files.
+    if (s.n_head_kv != 1)
+      throw Error("deepseek2: the latent-attention files have one key/value head (--kv-heads 1)");
+    if (s.q_lora_rank < 0 || s.kv_lora_rank <= 0 || s.v_head_dim <= 0)
+      throw Error("deepseek2: the kv latent and the value head must be positive, the query latent >= 0");
+    if (s.rope_dims <= 0 || s.qk_nope() <= 0)
+      throw Error("deepseek2: the head size must exceed the rope dimensions (both parts positive)");
+    if (s.n_dense_lead < 0 || s.n_dense_lead > s.n_layer)
+      throw Error("deepseek2: the leading dense layers must be 0 .. layers");
+    if (s.n_expert_shared < 0) throw Error("deepseek2: the shared expert count must not be negative");
+    if (s.n_expert_groups < 1 || s.n_expert % s.n_expert_groups != 0)
+      throw Error("deepseek2: " + std::to_string(s.n_expert_groups) + " expert groups do not divide " +
+                  std::to_string(s.n_expert) + " experts (--expert-groups)");
+    if (s.n_expert_groups_used < 1 || s.n_expert_groups_used > s.n_expert_groups)
+      throw Error("deepseek2: the expert groups kept must be 1 .. expert groups (--expert-groups-used)");
+    if (s.n_expert_groups_used * (s.n_expert / s.n_expert_groups) < s.n_expert_used)
+      throw Error("deepseek2: " + std::to_string(s.n_expert_groups_used) + " of " +
+                  std::to_string(s.n_expert_groups) + " expert groups hold fewer than the " +
+                  std::to_string(s.n_expert_used) + " experts used (--expert-groups, --expert-groups-used)");
+    return;
+  }
   if (s.arch == Arch::Glm4Moe) {
     if (s.n_nextn < 0 || s.n_nextn >= s.n_layer)
       throw Error("glm4moe: " + std::to_string(s.n_layer) + " layers leave none beside the " +
@@ -512,6 +640,86 @@ std::vector<RawTensor> glm4moe_block(const ModelShape& s, int64_t l) {
   return g;
 }
 
+// A deepseek2 block in the split multi-head-latent-attention conversion: the query from
+// its own latent (attn_q_a, normed, then attn_q_b) or straight from the embedding
+// (attn_q, q_lora_rank 0); attn_kv_a_mqa makes the kv latent and the shared roped key
+// part; attn_k_b carries each head's non-roped query into latent space, attn_v_b each
+// head's attention result out of it (both 3-D, one matrix per head). The feed-forward is
+// dense in the leading layers, then routed experts with a sigmoid router, its correction
+// bias (exp_probs_b) and the shared experts side by side.
+std::vector<RawTensor> deepseek2_block(const ModelShape& s, int64_t l) {
+  using I = TensorSpec::Init;
+  const int64_t E = s.n_embd, H = s.n_head, F = s.n_ff, X = s.n_expert, FE = s.n_ff_exp;
+  const int64_t rope = s.rope_size(), nope = s.qk_nope(), kvl = s.kv_lora_rank, vh = s.v_head_dim;
+  const int64_t Q = H * (nope + rope);
+  const std::string p = "blk." + std::to_string(l) + ".";
+  std::vector<RawTensor> g = {
+      {p + "attn_norm.weight", {E}, I::Norm},
+      {p + "attn_kv_a_mqa.weight", {E, kvl + rope}, I::Matrix},
+      {p + "attn_kv_a_norm.weight", {kvl}, I::Norm},
+      {p + "attn_k_b.weight", {nope, kvl, H}, I::Matrix},
+      {p + "attn_v_b.weight", {kvl, vh, H}, I::Matrix},
+      {p + "attn_output.weight", {H * vh, E}, I::Matrix},
+      {p + "ffn_norm.weight", {E}, I::Norm},
+  };
+  if (s.q_lora_rank > 0) {
+    g.push_back({p + "attn_q_a.weight", {E, s.q_lora_rank}, I::Matrix});
+    g.push_back({p + "attn_q_a_norm.weight", {s.q_lora_rank}, I::Norm});
+    g.push_back({p + "attn_q_b.weight", {s.q_lora_rank, Q}, I::Matrix});
+  } else {
+    g.push_back({p + "attn_q.weight", {E, Q}, I::Matrix});
+  }
+  if (l < s.n_dense_lead) {
+    g.push_back({p + "ffn_gate.weight", {E, F}, I::Matrix});
+    g.push_back({p + "ffn_up.weight", {E, F}, I::Matrix});
+    g.push_back({p + "ffn_down.weight", {F, E}, I::Matrix});
+    return g;
+  }
+  g.push_back({p + "ffn_gate_inp.weight", {E, X}, I::Matrix});
+  g.push_back({p + "exp_probs_b.bias", {X}, I::SmallBias});
+  g.push_back({p + "ffn_gate_exps.weight", {E, FE, X}, I::Matrix});
+  g.push_back({p + "ffn_up_exps.weight", {E, FE, X}, I::Matrix});
+  g.push_back({p + "ffn_down_exps.weight", {FE, E, X}, I::Matrix});
+  if (s.n_expert_shared > 0) {
+    const int64_t FS = FE * s.n_expert_shared;
+    g.push_back({p + "ffn_gate_shexp.weight", {E, FS}, I::Matrix});
+    g.push_back({p + "ffn_up_shexp.weight", {E, FS}, I::Matrix});
+    g.push_back({p + "ffn_down_shexp.weight", {FS, E}, I::Matrix});
+  }
+  return g;
+}
+
+// A gpt-oss block: attention with biases on q/k/v/o and a learned sink logit per head,
+// post_attention_norm before the feed-forward (no ffn_norm), experts with biases and a
+// router with a bias. Sliding-window and full layers have the same tensors.
+std::vector<RawTensor> gpt_oss_block(const ModelShape& s, int64_t l) {
+  using I = TensorSpec::Init;
+  const int64_t E = s.n_embd, hd = s.head_size(), X = s.n_expert, FE = s.n_ff_exp;
+  const int64_t Q = s.n_head * hd, KV = s.n_head_kv * hd;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  return {
+      {p + "attn_norm.weight", {E}, I::Norm},
+      {p + "attn_q.weight", {E, Q}, I::Matrix},
+      {p + "attn_q.bias", {Q}, I::SmallBias},
+      {p + "attn_k.weight", {E, KV}, I::Matrix},
+      {p + "attn_k.bias", {KV}, I::SmallBias},
+      {p + "attn_v.weight", {E, KV}, I::Matrix},
+      {p + "attn_v.bias", {KV}, I::SmallBias},
+      {p + "attn_output.weight", {Q, E}, I::Matrix},
+      {p + "attn_output.bias", {E}, I::SmallBias},
+      {p + "attn_sinks.weight", {s.n_head}, I::Bias},
+      {p + "post_attention_norm.weight", {E}, I::Norm},
+      {p + "ffn_gate_inp.weight", {E, X}, I::Matrix},
+      {p + "ffn_gate_inp.bias", {X}, I::SmallBias},
+      {p + "ffn_gate_exps.weight", {E, FE, X}, I::Matrix},
+      {p + "ffn_gate_exps.bias", {FE, X}, I::SmallBias},
+      {p + "ffn_up_exps.weight", {E, FE, X}, I::Matrix},
+      {p + "ffn_up_exps.bias", {FE, X}, I::SmallBias},
+      {p + "ffn_down_exps.weight", {FE, E, X}, I::Matrix},
+      {p + "ffn_down_exps.bias", {E, X}, I::SmallBias},
+  };
+}
+
 // Every architecture but llama, in llama.cpp's quantizer order: the non-block tensors,
 // then block by block, each group by name.
 std::vector<TensorSpec> sorted_tensors(const ModelShape& s, const std::string& ft) {
@@ -533,6 +741,8 @@ std::vector<TensorSpec> sorted_tensors(const ModelShape& s, const std::string& f
     switch (s.arch) {
       case Arch::Gemma3: emit(gemma3_block(s, l), l); break;
       case Arch::Glm4Moe: emit(glm4moe_block(s, l), l); break;
+      case Arch::Deepseek2: emit(deepseek2_block(s, l), l); break;
+      case Arch::GptOss: emit(gpt_oss_block(s, l), l); break;
       default: emit(qwen_block(s, l), l); break;
     }
   }
@@ -573,6 +783,46 @@ std::vector<TensorSpec> model_tensors(const ModelShape& s, const std::string& ft
   return s.arch == Arch::Llama ? llama_tensors(s, ft) : sorted_tensors(s, ft);
 }
 
+namespace {
+
+void write_yarn(gguf::GgufWriter& w, const ModelShape& s) {
+  if (s.yarn_factor <= 0.f) return;
+  const std::string a = arch_name(s.arch);
+  w.set_string(a + ".rope.scaling.type", "yarn");
+  w.set_f32(a + ".rope.scaling.factor", s.yarn_factor);
+  w.set_u32(a + ".rope.scaling.original_context_length", uint32_t(s.yarn_orig_ctx));
+  if (s.yarn_log_mul > 0.f) w.set_f32(a + ".rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
+}
+
+// deepseek2's keys after the common ones, as llama.cpp's converter writes them for the
+// latent-attention conversion: key_length / value_length are the cached row (latent +
+// rope, latent), key_length_mla / value_length_mla a head's query-key and value sizes.
+void write_deepseek2_hparams(gguf::GgufWriter& w, const ModelShape& s) {
+  const std::string a = arch_name(s.arch);
+  auto u32 = [&](const std::string& key, int64_t v) { w.set_u32(a + "." + key, uint32_t(v)); };
+  u32("vocab_size", s.n_vocab);
+  u32("leading_dense_block_count", s.n_dense_lead);
+  if (s.q_lora_rank > 0) u32("attention.q_lora_rank", s.q_lora_rank);  // absent without a query latent
+  u32("attention.kv_lora_rank", s.kv_lora_rank);
+  u32("attention.key_length", s.kv_lora_rank + s.rope_size());
+  u32("attention.value_length", s.kv_lora_rank);
+  u32("attention.key_length_mla", s.head_size());
+  u32("attention.value_length_mla", s.v_head_dim);
+  u32("rope.dimension_count", s.rope_size());
+  u32("expert_feed_forward_length", s.n_ff_exp);
+  u32("expert_count", s.n_expert);
+  u32("expert_used_count", s.n_expert_used);
+  u32("expert_shared_count", s.n_expert_shared);
+  w.set_f32(a + ".expert_weights_scale", s.expert_weights_scale);
+  w.set_bool(a + ".expert_weights_norm", s.expert_weights_norm);
+  u32("expert_gating_func", 2);  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+  u32("expert_group_count", s.n_expert_groups);
+  u32("expert_group_used_count", s.n_expert_groups_used);
+  write_yarn(w, s);
+}
+
+}  // namespace
+
 void write_hparams(gguf::GgufWriter& w, const ModelShape& s) {
   const std::string a = arch_name(s.arch);
   auto u32 = [&](const std::string& key, int64_t v) { w.set_u32(a + "." + key, uint32_t(v)); };
@@ -589,8 +839,20 @@ void write_hparams(gguf::GgufWriter& w, const ModelShape& s) {
     u32("vocab_size", s.n_vocab);
     return;
   }
+  if (s.arch == Arch::Deepseek2) {
+    write_deepseek2_hparams(w, s);
+    return;
+  }
   u32("attention.key_length", s.head_size());
   u32("attention.value_length", s.head_size());
+  if (s.arch == Arch::GptOss) {
+    write_yarn(w, s);
+    u32("attention.sliding_window", s.sliding_window);
+    u32("expert_count", s.n_expert);
+    u32("expert_used_count", s.n_expert_used);
+    u32("expert_feed_forward_length", s.n_ff_exp);
+    return;
+  }
   if (s.arch == Arch::Gemma3) {  // rope on the whole head: no rope.dimension_count
     w.set_f32(a + ".rope.freq_base_swa", s.rope_base_swa);
     if (s.rope_scale_linear > 0.f) {
