@@ -243,14 +243,12 @@ ModelShape preset(const std::string& name) {
     // vocab_size 163840, rope_theta 50000, rope_scaling yarn factor 32 over 4096 with
     // mscale_all_dim 1.0, max_position_embeddings 131072, no MTP layer. (Kimi-K2-Instruct-0905
     // has YaRN factor 64 and a 262144 context.)
-    s.arch = Arch::Deepseek2;
+    s = preset("deepseek-v3");
     s.name = "synthetic-kimi-k2";
-    s.n_layer = 61, s.n_embd = 7168, s.n_head = 64, s.n_head_kv = 1, s.head_dim = 192, s.rope_dims = 64;
-    s.n_ff = 18432, s.q_lora_rank = 1536, s.kv_lora_rank = 512, s.v_head_dim = 128;
-    s.n_expert = 384, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_expert_shared = 1, s.n_dense_lead = 1;
-    s.n_expert_groups = 1, s.n_expert_groups_used = 1, s.expert_weights_scale = 2.827f, s.expert_weights_norm = true;
-    s.yarn_factor = 32.f, s.yarn_orig_ctx = 4096, s.yarn_log_mul = 0.1f;
-    s.n_vocab = 163840, s.context_length = 131072, s.rope_base = 50000.f, s.rms_eps = 1e-6f;
+    s.n_head = 64, s.n_dense_lead = 1, s.n_expert = 384;
+    s.n_expert_groups = 1, s.n_expert_groups_used = 1, s.expert_weights_scale = 2.827f;
+    s.yarn_factor = 32.f;
+    s.n_vocab = 163840, s.context_length = 131072, s.rope_base = 50000.f;
   } else if (name == "gpt-oss-tiny") {
     s.arch = Arch::GptOss;
     s.name = "synthetic-gpt-oss";

@@ -97,7 +97,7 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
       g.input(Tensor::contiguous(DType::I32, {kSeqTableHeader + p.pages, p.seqs}, const_cast<int32_t*>(p.seq_table.data())));
   const int32_t ks = g.input(kv.k_storage(layer)), vs = g.input(kv.v_storage(layer));
   g.kv_write(ks, k, slots);
-  g.kv_write(vs, v, slots);
+  if (v >= 0) g.kv_write(vs, v, slots);
   return g.attention(q, ks, vs, table, scale, window, sinks);
 }
 

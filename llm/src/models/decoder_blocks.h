@@ -98,7 +98,8 @@ int32_t routed_experts(GraphBuilder& g, const ExpertWeights& e, const ModelInfo&
 
 // KV writes of k, v [hd, n_kv, n] and attention of q [hd, n_head, n] for every sequence
 // of the batch at once (two KvWrite nodes and one Attention, over b.paged); returns the
-// attention output [hd, n_head, n].
+// attention output [dv, n_head, n]. v = -1: the cache reads V out of K's rows
+// (KvCacheConfig::v_in_k), so only k is written.
 int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBatch& b, int32_t q, int32_t k,
                         int32_t v, float scale, int32_t window = 0, int32_t sinks = -1);
 

@@ -219,15 +219,7 @@ class Deepseek2Model final : public Model {
     const int32_t q_full = g.concat(q_latent, q_rot);                        // [kv_lora + rope, H, n]
     const int32_t k_row = g.concat(g.reshape(latent_normed, {kv_lora_, 1, n}), k_rot);  // [kv_lora + rope, 1, n]
 
-    const PagedInputs& p = b.paged;
-    if (int64_t(p.slots.size()) != n || p.seqs <= 0 || int64_t(p.seq_table.size()) != (kSeqTableHeader + p.pages) * p.seqs)
-      throw Error("internal: the forward batch has no paged-attention inputs (make_paged_inputs)");
-    const int32_t slots = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(p.slots.data())));
-    const int32_t table =
-        g.input(Tensor::contiguous(DType::I32, {kSeqTableHeader + p.pages, p.seqs}, const_cast<int32_t*>(p.seq_table.data())));
-    const int32_t ks = g.input(kv.k_storage(layer)), vs = g.input(kv.v_storage(layer));
-    g.kv_write(ks, k_row, slots);
-    const int32_t att = g.attention(q_full, ks, vs, table, scale_);            // [kv_lora, H, n]
+    const int32_t att = paged_attention(g, kv, layer, b, q_full, k_row, /*v=*/-1, scale_);  // [kv_lora, H, n]
     const int32_t out = g.mat_mul_id(g.input(a.v_b), att, heads);              // [head_v, H, n]
     return g.matmul(g.input(a.wo), g.reshape(out, {head_v_ * H, n}));
   }
