@@ -88,16 +88,21 @@ void check_request(const tessera::server::ParsedRequest& r, const tessera::serve
   check(g.logprobs >= -1 && g.logprobs <= tessera::server::kMaxTopLogprobs, "logprobs");
   check(r.stop.size() <= max_stops, "more stop strings than allowed");
   if (g.grammar) {
-    // A few steps through the grammar: every token its mask allows is accepted.
+    // A few steps through the grammar: every token its mask allows is accepted. A
+    // grammar too ambiguous to follow throws GrammarError, which the generator turns
+    // into the end of that request alone (GeneratorGrammar.AGrammarThatCannotGoOn...).
     tessera::GrammarMatcher matcher(g.grammar);
-    for (int step = 0; step < 16 && !matcher.exhausted(); ++step) {
-      const auto mask = matcher.allowed();
-      int32_t next = -1;
-      for (int32_t t = 0; t < m.n_vocab && next < 0; ++t)
-        if (tessera::token_allowed(mask, t) && !m.tokenizer->is_end_of_generation(t)) next = t;
-      if (next < 0) break;
-      check(matcher.accepts(next), "a token the grammar's mask allows is refused");
-      matcher.accept(next);
+    try {
+      for (int step = 0; step < 16 && !matcher.exhausted(); ++step) {
+        const auto mask = matcher.allowed();
+        int32_t next = -1;
+        for (int32_t t = 0; t < m.n_vocab && next < 0; ++t)
+          if (tessera::token_allowed(mask, t) && !m.tokenizer->is_end_of_generation(t)) next = t;
+        if (next < 0) break;
+        check(matcher.accepts(next), "a token the grammar's mask allows is refused");
+        matcher.accept(next);
+      }
+    } catch (const tessera::GrammarError&) {
     }
   }
 }

@@ -132,6 +132,31 @@ TEST(GrammarMatcher, TokensSpanningAndSplittingCodePoints) {
   EXPECT_FALSE(m.accepts(4));
 }
 
+// A grammar whose parses double with every "(" (two alternatives share the prefix,
+// and an empty one lets the nesting go on) reaches the automaton's limit: a
+// GrammarError that names it, and the matcher keeps the state it had.
+TEST(GrammarMatcher, TooAmbiguousGrammarThrowsAndKeepsItsState) {
+  auto c = std::make_shared<GrammarConstraint>(
+      Grammar::parse("root ::= item (\",\" item)*\n"
+                     "item ::= [a-z]+ | \"(\" root \")\" || \"(\" root \")\"  [^\\x00-\\x1f]{1,3}\n"),
+      byte_vocabulary());
+  GrammarMatcher m(c);
+  std::string error;
+  int opened = 0;
+  try {
+    for (; opened < 64; ++opened) {
+      ASSERT_TRUE(token_allowed(m.allowed(), '('));
+      m.accept('(');
+    }
+  } catch (const GrammarError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("too ambiguous"), std::string::npos) << "opened " << opened << ": " << error;
+  EXPECT_GT(opened, 4);
+  EXPECT_FALSE(m.complete());
+  EXPECT_TRUE(m.accepts(')') || opened == 0);
+}
+
 // A prefix that can only end in a surrogate (ED A0-BF) is refused at once: no byte
 // could finish it as a character, so allowing it would leave the sequence stuck.
 TEST(GrammarMatcher, NoPrefixThatOnlySurrogatesComplete) {
