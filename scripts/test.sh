@@ -15,17 +15,20 @@ if [ ! -d ../shared/fixtures ]; then
   echo "test: note: ../shared/fixtures is missing; fixture tests will be reported as skipped" >&2
 fi
 
-# Sanitizer build (ASan + UBSan, -fno-sanitize-recover: any undefined behaviour fails
-# the test): the GGUF parser, the CLI and hardening tests (hostile files and flags), the
+# Sanitizer build (clang; ASan + UBSan, -fno-sanitize-recover: any undefined behaviour
+# fails the test), which also carries libFuzzer's coverage so the fuzz targets build in
+# it: one sanitized build instead of two (docs/hardening.md has the compile times).
+# In it: the GGUF parser, the CLI and hardening tests (hostile files and flags), the
 # fixture models on cpu_scalar, and the server with the CPU backends for its client
-# tests (16 concurrent streaming clients among them). See docs/hardening.md.
-# Debug (assertions on) at -O1, the level ASan's authors recommend: the sanitized tests
-# run much faster than at -O0 (measured in docs/hardening.md).
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DTESSERA_SANITIZE=ON \
+# tests (16 concurrent streaming clients among them), then each fuzz target briefly.
+# Debug (assertions on) at -O1, the level ASan's authors recommend, with line tables
+# only (-g1): stack traces keep their files and lines.
+CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+  -DTESSERA_SANITIZE=ON -DTESSERA_FUZZ=ON -DTESSERA_BUILD_BENCH=OFF \
   -DTESSERA_NODE_MODULES_DIR="$PWD/build/node/node_modules" >/dev/null
 cmake --build build-asan --target test_gguf test_cli test_hardening test_fixture_logits test_speculative test_server_units tessera \
   tessera-gen default_model backend_cpu_scalar backend_cpu_avx512 loader_gguf test_good test_grammar test_generator_grammar \
-  -j"$(nproc)"
+  fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_safetensors fuzz_request -j"$(nproc)"
 echo "== GGUF, CLI, hardening, fixture (cpu_scalar) and server tests under ASan+UBSan"
 # The client tests of structured output, Anthropic's and the Responses API and
 # embeddings (the slowest under the sanitizers, docs/hardening.md) run in the full
@@ -50,15 +53,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   -R "FixtureLogits\\.(PromptLogitsFromCli|GreedyDecode).*/($asan_fixtures)_cpu_scalar|RightAndWrong.*/(llama_q8_0|qwen35moe_q8_0|gpt_oss_f32)|^($asan_units)\\." \
   -j"$(nproc)" --output-on-failure --timeout 600
 
-# Fuzzing (libFuzzer, clang): each target briefly, seeded from ../shared/fixtures
-# (fuzz/run.sh; the long run is in docs/hardening.md). TESSERA_FUZZ_SECONDS=0 skips.
+# Fuzzing (libFuzzer): each target briefly, seeded from ../shared/fixtures (fuzz/run.sh;
+# the long run is in docs/hardening.md). TESSERA_FUZZ_SECONDS=0 skips.
 fuzz_secs=${TESSERA_FUZZ_SECONDS:-30}
 if ((fuzz_secs > 0)) && [ -d ../shared/fixtures ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
-    -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-fuzz --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_safetensors fuzz_request -j"$(nproc)"
   echo "== fuzz targets, ${fuzz_secs} s each"
-  fuzz/run.sh build-fuzz "$fuzz_secs"
+  fuzz/run.sh build-asan "$fuzz_secs"
 fi
 
 echo "== full suite"
