@@ -91,8 +91,8 @@ struct AlignedFree {
 // and last rows; of the first, middle and last expert for a 3-D expert tensor): a
 // repacked copy is used only while the original still matches, so a freed and reused
 // address can never pick up a stale repack.
-// It runs before every product, so it mixes 8-byte words (a byte-wise FNV over the
-// 192 bytes was 0.65% of a TinyLlama decode profile).
+// It runs before every product, so it mixes 8-byte words (a byte-wise hash showed in
+// decode profiles, docs/performance.md).
 uint64_t fingerprint(const Tensor& w) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {

@@ -95,8 +95,8 @@ void matmul_tiles_repacked(const MatMulJob& job, int64_t N, int64_t t0, int64_t 
 
 namespace tessera::cpu_avx512::kern {
 
-// Issue #20's formats (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS): read in
-// their GGUF layout by the row kernels of kernels_matmul_formats.cpp.
+// The formats without a repacked kernel (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K,
+// IQ4_XS): read in their GGUF layout by the row kernels of kernels_matmul_formats.cpp.
 bool format_supported(DType wt);
 
 }  // namespace tessera::cpu_avx512::kern

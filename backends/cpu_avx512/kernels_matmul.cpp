@@ -12,7 +12,7 @@
 //    6-bit scales in int32 (exact); the mins use the activation's 32-element sums.
 //  - Q6_K: q (0..63) unsigned, scaled by the int8 sub-block scales in int32; the -32
 //    offset uses the activation's 16-element sums.
-// Issue #20's formats (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS) have their
+// The formats without a repacked kernel (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS) have their
 // row kernels and layouts in kernels_matmul_formats.cpp (format_dot and friends).
 // Integer partial sums are exact; only the float scaling/accumulation order differs
 // from cpu_scalar (float rounding). F16/BF16 weights: activations rounded to F16/BF16

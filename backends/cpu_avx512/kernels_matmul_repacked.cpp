@@ -61,8 +61,8 @@ inline void static_for(F&& f) {
 
 // The activation's 4-byte group J of the 16 bytes at p, in every lane (one vpdpbusd
 // operand). One column (decode): `chunk` holds those 16 bytes in every 128-bit lane,
-// loaded once per block, and a shuffle picks the group; broadcast loads per group cost
-// ~5% of a decode kernel's speed (measured). Several columns (prefill): broadcast loads,
+// loaded once per block, and a shuffle picks the group (cheaper than broadcast loads
+// per group for decode, docs/performance.md). Several columns (prefill): broadcast loads,
 // which leave the shuffle port to the weight unpacking.
 template <int NC, int J>
 inline __m512i act_group(const int8_t* p, __m512i chunk) {

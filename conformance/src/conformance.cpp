@@ -167,7 +167,7 @@ std::vector<ConformanceCase> make_cases() {
     cs.push_back(std::move(c));
   };
   auto s = [](auto v) { return std::to_string(v); };
-  // Every weight format a model file may hold (GGUF's published types, issue 20 included).
+  // Every weight format a model file may hold (every type GGUF publishes).
   const DType matrix_types[] = {DType::F32,  DType::F16,    DType::BF16,  DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                 DType::Q5_0, DType::Q5_1,   DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
                                 DType::Q4_K, DType::Q5_K,   DType::Q6_K,  DType::IQ4_XS};

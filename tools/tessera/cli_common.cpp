@@ -190,7 +190,7 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
     throw;
   }
   spdlog::set_level(level);
-  // Limits with words (issue 24): what a flag asks for beyond the machine or the model
+  // Limits with words: what a flag asks for beyond the machine or the model
   // is done, but not silently.
   const unsigned hw = std::thread::hardware_concurrency();
   if (o.threads > 0 && hw > 0 && unsigned(o.threads) > hw)

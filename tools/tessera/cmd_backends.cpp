@@ -16,7 +16,7 @@ int cmd_backends(int argc, char** argv) {
   if (!parse(argc, argv, "usage: tessera backends [--plugins FILE]", desc, nullptr, vm)) return 0;
 
   auto reg = make_registry(o);
-  // Names, files and reasons come from plugins and the file system: escaped (issue 24).
+  // Names, files and reasons come from plugins and the file system: escaped.
   std::cout << "cpu: " << printable(cpu_features().brand, 100) << "\n     " << cpu_features().summary() << "\n";
   std::cout << "plugin folders:";
   for (const auto& p : reg->config().paths) std::cout << " " << printable(p, 300);

@@ -215,7 +215,7 @@ int cmd_bench(int argc, char** argv) {
     throw Error(std::string(why_generated) + " measures one sequence; leave out --parallel");
   if (generated_decode && n_prompt < 1) throw Error(std::string(why_generated) + " needs a prompt: -p must be >= 1");
   // The context is sized to the prompt and generation (decision 8), but never silently
-  // beyond what the model was trained for: past it, --ctx must say so (issue 24).
+  // beyond what the model was trained for: past it, --ctx must say so.
   const int64_t needed = int64_t(n_prompt) + n_gen + 1;
   auto reg = make_registry(o);
   if (o.ctx == 0) {
@@ -246,9 +246,9 @@ int cmd_bench(int argc, char** argv) {
   }
 
   if (!json) {
-    // Family and model tell machines with the same brand string apart (the project's
-    // VMs all say "AMD EPYC"; Zen 4 is family 0x19, Zen 5 0x1A), and kernels can be
-    // chosen by them (decision 32).
+    // Family and model tell machines with the same brand string apart (virtual machines
+    // often report only the vendor's product line), and kernels can be chosen by them
+    // (decision 32).
     std::printf("machine: %s (family 0x%X, model 0x%X); %u hardware threads; load average %s\n", cpu.brand.c_str(),
                 unsigned(cpu.family), unsigned(cpu.model), std::thread::hardware_concurrency(), loadavg().c_str());
     std::printf("model: %s (%s, %lld layers, n_embd %lld%s)\nbackends: %s; threads: %d; reps: %d; parallel: %d; "
@@ -265,9 +265,9 @@ int cmd_bench(int argc, char** argv) {
   // be taken in another phase than the decode it bounds. The pause first lets the
   // engine's workers go to sleep; the probe uses as many executors as the engine.
   // A second probe streams the model's weights themselves, the bytes the backend
-  // reads for them where they lie (decision 23): on a VM, pages can read 10-25%
-  // slower or faster than the fresh buffer of the first probe, depending on where
-  // the host placed them.
+  // reads for them where they lie (decision 23): on a VM, pages can read slower or
+  // faster than the fresh buffer of the first probe, depending on where the host
+  // placed them (docs/performance.md).
   //
   // The arithmetic peak behind prefill's fraction is probed right after each timed
   // prefill for the same reason, on CPU backends only (a GPU's peak is not the
@@ -477,9 +477,9 @@ int cmd_bench(int argc, char** argv) {
   const double roofline_in_place = wbw.median_gbs > 0 ? wbw.median_gbs * 1e9 / decode_bytes : 0.0;
   const double flops_per_token = 2.0 * wc.matrix_params;
   // Each decode run against the probe taken right after it: the VM's bandwidth can
-  // change phase between runs (~32 against ~55 GB/s here), and then the median run
-  // over the median probe pairs a run with another phase's bound (printed fractions
-  // above 100% in such runs). The median of the per-run fractions does not.
+  // change phase between runs, and then the median run over the median probe pairs
+  // a run with another phase's bound (printed fractions above 100% in such runs,
+  // docs/performance.md). The median of the per-run fractions does not.
   std::vector<double> per_run, per_run_in_place;
   for (size_t i = 0; i < tg.size(); ++i) {
     if (i < probes.size() && probes[i].median_gbs > 0)

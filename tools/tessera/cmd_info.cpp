@@ -27,7 +27,7 @@ std::string human_bytes(double b) {
 }
 
 // Metadata strings are escaped (control characters, invalid UTF-8, bidi overrides:
-// a file must not drive the terminal, issue 24) and cut at 80 bytes.
+// a file must not drive the terminal) and cut at 80 bytes.
 std::string value_str(const MetaValue& v) {
   if (auto* s = v.as_string()) {
     std::string q = "\"";

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Messages can quote a file's metadata, tensor names or a plugin's strings: they are
-  // escaped (no terminal control sequences, one line), issue 24.
+  // escaped (no terminal control sequences, one line).
   for (const auto& c : kCommands) {
     if (cmd != c.name) continue;
     try {
