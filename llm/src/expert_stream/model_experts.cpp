@@ -85,9 +85,10 @@ std::vector<RoutedLayer> routed_layers(const Graph& graph, const ExpertStream& s
     const int layer = stream.layer_of(graph.tensor(n.src[0]).data);
     if (layer < 0 || (!out.empty() && out.back().ids == n.src[2])) continue;
     RoutedLayer r{layer, k, n.src[2], n.src[1], {}};
-    // The router's product feeds the TopK directly, or through a bias (Add), a sigmoid
-    // and a choice of expert groups (GroupLimit); the prediction ranks by the product
-    // alone (a prefetch may then miss).
+    // The router's product feeds the TopK directly, or through a softmax or sigmoid, a
+    // bias (Add) and a choice of expert groups (GroupLimit); the prediction ranks by the
+    // product alone (exact through the softmax or sigmoid; a prefetch may miss after a
+    // bias or a group choice).
     if (auto top = producer.find(n.src[2]); top != producer.end() && nodes[top->second].op == Op::TopK) {
       int32_t t = nodes[top->second].src[0];
       for (int hop = 0; hop < 4; ++hop) {
@@ -98,7 +99,7 @@ std::vector<RoutedLayer> routed_layers(const Graph& graph, const ExpertStream& s
           r.router = graph.tensor(pn.src[0]);
           break;
         }
-        if (pn.op != Op::Add && pn.op != Op::Sigmoid && pn.op != Op::GroupLimit) break;
+        if (pn.op != Op::Add && pn.op != Op::Sigmoid && pn.op != Op::Softmax && pn.op != Op::GroupLimit) break;
         t = pn.src[0];
       }
     }

@@ -160,16 +160,19 @@ int32_t gated_ffn(GraphBuilder& g, const FfnWeights& f, int32_t h, Glu act) {
   return g.matmul(g.input(f.down), ff);
 }
 
-int32_t routed_experts_sigmoid(GraphBuilder& g, const ExpertWeights& e, const SigmoidRouting& r, const ModelInfo& i,
-                               int32_t h) {
+int32_t routed_experts_scored(GraphBuilder& g, const ExpertWeights& e, const ScoredRouting& r, const ModelInfo& i,
+                              int32_t h) {
   const int64_t n = g.graph().tensor(h).ne[1];
   const int32_t logits = g.matmul(g.input(e.router), h);  // [n_expert, n]
-  const int32_t probs = g.sigmoid(logits);
-  int32_t selection = g.add(probs, g.input(r.correction_bias));
+  const int32_t scores = r.score == RouterScore::Softmax ? g.softmax(logits) : g.sigmoid(logits);
+  int32_t selection = r.correction_bias.data ? g.add(scores, g.input(r.correction_bias)) : scores;
   if (r.groups > 1) selection = g.group_limit(selection, r.groups, r.groups_kept);
   const int32_t chosen = g.top_k(selection, i.n_expert_used);  // [k, n]
-  // The reference's floor on the sum of the chosen weights (an F16 epsilon).
-  const int32_t weights = g.normalize_rows(g.gather_cols(probs, chosen), r.scale, 6.103515625e-5f);
+  // Normalised: the reference's floor on the sum of the chosen weights (an F16
+  // epsilon). Not normalised (softmax scores only): the chosen scores sum to at most 1,
+  // so a floor of 1 leaves them as they are, times scale.
+  const float min_sum = r.normalize ? 6.103515625e-5f : 1.0f;
+  const int32_t weights = g.normalize_rows(g.gather_cols(scores, chosen), r.scale, min_sum);
   const int32_t x3 = g.reshape(h, {i.n_embd, 1, n});
   const int32_t up = g.mat_mul_id(g.input(e.up_exps), x3, chosen);  // [ff, k, n]
   const int32_t gate = g.mat_mul_id(g.input(e.gate_exps), x3, chosen);

@@ -26,12 +26,17 @@ struct FfnWeights {
 };
 enum class Glu { Silu, GeluTanh };
 
-// Sigmoid routing (glm4moe, deepseek2): experts chosen by sigmoid(logit) + correction
-// bias (among the experts of the groups_kept best of `groups` groups, when groups > 1),
-// weighted by the unbiased sigmoid values normalised to sum 1 and scaled.
-struct SigmoidRouting {
-  Tensor correction_bias;  // F32 [n_expert] (exp_probs_b)
+// DeepSeek-style routing (deepseek2, glm4moe): each expert's score is the sigmoid of its
+// router logit, or the softmax over all experts' logits; experts are chosen by score
+// plus the correction bias, when there is one (among the experts of the groups_kept
+// best of `groups` groups, when groups > 1), and weighted by their unbiased scores,
+// normalised to sum 1 when `normalize`, times scale.
+enum class RouterScore { Sigmoid, Softmax };
+struct ScoredRouting {
+  RouterScore score = RouterScore::Sigmoid;
+  Tensor correction_bias;  // F32 [n_expert] (exp_probs_b), or empty
   float scale = 1.0f;
+  bool normalize = true;  // false only with softmax scores (their chosen sum is at most 1)
   int64_t groups = 1, groups_kept = 1;
 };
 
@@ -87,9 +92,9 @@ int32_t self_attention(GraphBuilder& g, const AttentionWeights& a, const ModelIn
 // down(act(gate h) * up h) for normed input h [n_embd, n].
 int32_t gated_ffn(GraphBuilder& g, const FfnWeights& f, int32_t h, Glu act = Glu::Silu);
 
-// Routed experts with sigmoid routing (SigmoidRouting) for normed input h.
-int32_t routed_experts_sigmoid(GraphBuilder& g, const ExpertWeights& e, const SigmoidRouting& r, const ModelInfo& info,
-                               int32_t h);
+// Routed experts with DeepSeek-style routing (ScoredRouting) for normed input h.
+int32_t routed_experts_scored(GraphBuilder& g, const ExpertWeights& e, const ScoredRouting& r, const ModelInfo& info,
+                              int32_t h);
 
 // Routing and experts for normed input h [n_embd, n]: top-k on the raw router logits,
 // softmax over the k chosen (llama.cpp's softmax over all experts renormalized to the

@@ -1,7 +1,8 @@
-// The `deepseek2` architecture (DeepSeek-V3, DeepSeek-R1, Kimi-K2 and their GGUF
-// conversions with separate attn_k_b / attn_v_b tensors): multi-head latent attention,
-// leading dense layers, then mixture-of-experts layers with shared experts and sigmoid
-// routing by expert groups.
+// The `deepseek2` architecture (DeepSeek-V3, DeepSeek-R1, Kimi-K2, DeepSeek-V2 and
+// their GGUF conversions with separate attn_k_b / attn_v_b tensors): multi-head latent
+// attention, leading dense layers, then mixture-of-experts layers with shared experts;
+// routing by sigmoid scores in expert groups (V3 and its descendants) or by softmax
+// scores (V2).
 //
 // Latent attention, absorbed: each token caches one row per layer, its normed KV
 // latent (kv_lora_rank values) followed by its roped key part (rope dims), shared by
@@ -34,7 +35,7 @@ struct Deepseek2Layer {
   Tensor ffn_norm;
   FfnWeights dense;       // leading dense layers
   ExpertWeights experts;  // the others
-  SigmoidRouting routing;
+  ScoredRouting routing;
   FfnWeights shared;
 };
 
@@ -76,19 +77,30 @@ class Deepseek2Model final : public Model {
     int64_t n_shared = 0;
     float routed_scale = 1.f;
     ExpertGroups groups;
+    RouterScore score = RouterScore::Sigmoid;
+    bool normalize = true;
     if (moe) {
       read_expert_hparams(w, i);
       n_shared = w.hp_int("expert_shared_count", 0);
       if (n_shared < 0 || n_shared > 64)
         w.refuse("expert_shared_count", std::to_string(n_shared), "must be 0 .. 64");
-      if (const int64_t gating = w.hp_int("expert_gating_func", 1); gating != 2)
-        w.refuse("expert_gating_func", std::to_string(gating),
-                 "is not supported (sigmoid routing, 2, is: DeepSeek-V3, R1, Kimi-K2; DeepSeek-V2's softmax routing "
-                 "is not yet)");
-      if (!w.hp_bool("expert_weights_norm").value_or(false))
+      // llama.cpp's values: 1 softmax (the default: DeepSeek-V2's files predate the
+      // key), 2 sigmoid.
+      const int64_t gating = w.hp_int("expert_gating_func", 1);
+      if (gating != 1 && gating != 2)
+        w.refuse("expert_gating_func", std::to_string(gating), "must be 1 (softmax, DeepSeek-V2) or 2 (sigmoid, DeepSeek-V3)");
+      score = gating == 1 ? RouterScore::Softmax : RouterScore::Sigmoid;
+      // V2 leaves its weights as they are (norm_topk_prob false); V3 normalises them.
+      normalize = w.hp_bool("expert_weights_norm").value_or(false);
+      if (!normalize && score == RouterScore::Sigmoid)
         w.refuse("expert_weights_norm", "false", "un-normalised sigmoid routing weights are not supported");
       routed_scale = w.hp_positive_float("expert_weights_scale", 1.f);
       groups = read_expert_groups(w, i);
+      // V2's group-limited greedy routing ranks a group by its best expert, not by the
+      // sum of its two best as GroupLimit does for V3.
+      if (score == RouterScore::Softmax && groups.groups > 1)
+        w.refuse("expert_group_count", std::to_string(groups.groups),
+                 "with softmax routing (DeepSeek-V2's group-limited greedy choice) is not supported yet");
     }
 
     // YaRN as the reference applies it to this family: the rotation keeps unit
@@ -132,8 +144,12 @@ class Deepseek2Model final : public Model {
         continue;
       }
       L.experts = load_experts(w, p, i);
-      L.routing.correction_bias = w.require_f32(p + "exp_probs_b.bias", {i.n_expert});
+      L.routing.score = score;
+      // V3's selection bias; V2 has none.
+      if (score == RouterScore::Sigmoid || w.has(p + "exp_probs_b.bias"))
+        L.routing.correction_bias = w.require_f32(p + "exp_probs_b.bias", {i.n_expert});
       L.routing.scale = routed_scale;
+      L.routing.normalize = normalize;
       L.routing.groups = groups.groups;
       L.routing.groups_kept = groups.kept;
       if (n_shared > 0) L.shared = load_ffn(w, p, "_shexp", E, w.mul(n_shared, i.n_ff, "expert_shared_count x n_ff"));
@@ -156,7 +172,7 @@ class Deepseek2Model final : public Model {
         continue;
       }
       append_weights(all, L.experts);
-      all.push_back(&L.routing.correction_bias);
+      if (L.routing.correction_bias.data) all.push_back(&L.routing.correction_bias);
       if (L.shared.gate.data) append_weights(all, L.shared);
     }
     return all;
@@ -181,7 +197,7 @@ class Deepseek2Model final : public Model {
         x = g.add(x, gated_ffn(g, L.dense, h));
         continue;
       }
-      int32_t ff = routed_experts_sigmoid(g, L.experts, L.routing, info_, h);
+      int32_t ff = routed_experts_scored(g, L.experts, L.routing, info_, h);
       if (L.shared.gate.data) ff = g.add(ff, gated_ffn(g, L.shared, h));
       x = g.add(x, ff);
     }

@@ -2,7 +2,7 @@
 // biases on q, k and v, optional RMS norms on each query and key head, NeoX RoPE on the
 // first rope.dimension_count dimensions of each head, leading dense layers, then
 // mixture-of-experts layers with one shared expert beside the routed ones and sigmoid
-// routing (decoder_blocks.h: routed_experts_sigmoid). The file's last
+// routing (decoder_blocks.h: routed_experts_scored). The file's last
 // nextn_predict_layers blocks are NextN (multi-token prediction) layers: their tensors
 // are recognised and left out of the forward pass.
 #include "models/architectures.h"
@@ -16,7 +16,7 @@ struct Glm4MoeLayer {
   Tensor ffn_norm;  // the file's post_attention_norm: the norm before the feed-forward
   FfnWeights dense;       // leading dense layers
   ExpertWeights experts;  // the others
-  SigmoidRouting routing;
+  ScoredRouting routing;
   FfnWeights shared;
 };
 
@@ -110,7 +110,7 @@ class Glm4MoeModel final : public Model {
         x = g.add(x, gated_ffn(g, L.dense, h));
         continue;
       }
-      const int32_t routed = routed_experts_sigmoid(g, L.experts, L.routing, info_, h);
+      const int32_t routed = routed_experts_scored(g, L.experts, L.routing, info_, h);
       const int32_t shared = gated_ffn(g, L.shared, h);
       x = g.add(x, g.add(routed, shared));
     }
