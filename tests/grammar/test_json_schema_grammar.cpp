@@ -2,6 +2,7 @@
 // of its rules do not, and unsupported keywords are refused by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -135,7 +136,77 @@ TEST(JsonSchemaGrammar, NumberBounds) {
   auto non_negative = schema(R"({"type":"number","minimum":0})");
   EXPECT_TRUE(ok(non_negative, "12.75"));
   EXPECT_FALSE(ok(non_negative, "-0.1"));
-  EXPECT_NE(refusal(R"({"type":"number","minimum":0.5})").find("'minimum' 0.5"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"number","minimum":3,"maximum":2})").find("no value"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"number","exclusiveMinimum":2,"exclusiveMaximum":2})").find("no value"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"number","minimum":"1"})").find("must be a number"), std::string::npos);
+}
+
+namespace {
+
+// The decimal texts of numbers around the bounds under test: every value of 0..3 digits
+// and 0..3 fraction digits in [-25, 25] would be too many; these are the integers -25..25
+// with fractions .0 .00 .05 .1 .25 .249 .251 .5 .75 .9 .99 .999 and .0001, both signs,
+// and the "-0" forms.
+std::vector<std::string> number_texts() {
+  std::vector<std::string> out{"-0", "-0.0", "-0.00", "0", "0.0"};
+  const char* fracs[] = {"", ".0", ".00", ".05", ".1", ".25", ".249", ".251", ".5", ".75", ".9", ".99", ".999", ".0001"};
+  for (int w = 0; w <= 25; ++w)
+    for (const char* f : fracs) {
+      const std::string t = std::to_string(w) + f;
+      out.push_back(t);
+      if (w != 0 || std::string(f).find_first_not_of(".0") != std::string::npos) out.push_back("-" + t);
+    }
+  return out;
+}
+
+}  // namespace
+
+// Bounds with fractions, inclusive and exclusive, on either side of zero: a text
+// matches exactly when its value lies within them (values compared as doubles; the
+// texts have few digits, so no two of them round to the same double).
+TEST(JsonSchemaGrammar, NumberBoundsWithFractionsExactly) {
+  struct Case {
+    const char* schema;
+    double lo, hi;
+    bool lo_excl, hi_excl;
+  };
+  const double inf = INFINITY;
+  const Case cases[] = {
+      {R"({"type":"number","minimum":0.5})", 0.5, inf, false, false},
+      {R"({"type":"number","minimum":0.25,"maximum":2.75})", 0.25, 2.75, false, false},
+      {R"({"type":"number","exclusiveMinimum":0.25,"exclusiveMaximum":2.75})", 0.25, 2.75, true, true},
+      {R"({"type":"number","minimum":-2.5,"maximum":3.25})", -2.5, 3.25, false, false},
+      {R"({"type":"number","exclusiveMinimum":-2.5,"maximum":-0.25})", -2.5, -0.25, true, false},
+      {R"({"type":"number","minimum":-20.75,"exclusiveMaximum":-3})", -20.75, -3, false, true},
+      {R"({"type":"number","exclusiveMinimum":0})", 0, inf, true, false},
+      {R"({"type":"number","exclusiveMaximum":0})", -inf, 0, false, true},
+      {R"({"type":"number","maximum":0.999})", -inf, 0.999, false, false},
+      {R"({"type":"number","minimum":1.25,"maximum":1.25})", 1.25, 1.25, false, false},
+      {R"({"type":"number","minimum":1.249,"exclusiveMaximum":1.251})", 1.249, 1.251, false, true},
+      {R"({"type":"number","minimum":0.0001,"maximum":0.05})", 0.0001, 0.05, false, false},
+      {R"({"type":"number","minimum":-0.999,"maximum":-0.0001})", -0.999, -0.0001, false, false},
+      {R"({"type":"number","minimum":-1,"exclusiveMinimum":-1,"maximum":5,"exclusiveMaximum":4.5})", -1, 4.5, true, true},
+      {R"({"type":"number","minimum":-7.5,"maximum":1e300})", -7.5, inf, false, false},
+  };
+  const auto texts = number_texts();
+  for (const Case& c : cases) {
+    auto g = schema(c.schema);
+    int inside = 0;
+    for (const std::string& t : texts) {
+      const double v = std::stod(t);
+      const bool want = (c.lo_excl ? v > c.lo : v >= c.lo) && (c.hi_excl ? v < c.hi : v <= c.hi) &&
+                        !(t[0] == '-' && v == 0);  // "-0" is written "0"
+      inside += want;
+      EXPECT_EQ(ok(g, t), want) << c.schema << " on " << t;
+    }
+    EXPECT_GT(inside, 0) << c.schema;
+  }
+  // Beyond the texts above: long fractions right at a bound.
+  auto g = schema(R"({"type":"number","exclusiveMinimum":0.1,"maximum":0.3})");
+  for (const char* yes : {"0.1000000000000001", "0.2999999999999999", "0.3", "0.3000000000000000", "0.11"})
+    EXPECT_TRUE(ok(g, yes)) << yes;
+  for (const char* no : {"0.1", "0.10", "0.1000000000000000", "0.3000000000000001", "0.31", "0.09999", "0.10000000000000001", "0.20000000000000001"})
+    EXPECT_FALSE(ok(g, no)) << no;
 }
 
 TEST(JsonSchemaGrammar, StringsPatternsFormatsAndLengths) {

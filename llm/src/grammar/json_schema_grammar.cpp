@@ -3,6 +3,7 @@
 // schemas stay finite.
 #include "tessera/json_schema_grammar.h"
 
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -306,23 +307,9 @@ class SchemaConverter {
     refuse("the string format '" + f + "' is not supported (date, time, date-time, uuid are)");
   }
 
-  std::optional<int64_t> bound(const json& s, const char* key, bool integer_only) const {
-    auto it = s.find(key);
-    if (it == s.end()) return std::nullopt;
-    if (it->is_number_integer()) return it->get<int64_t>();
-    if (it->is_number_float()) {
-      const double v = it->get<double>();
-      if (std::floor(v) == v && std::fabs(v) < 9e18) return int64_t(v);
-      if (!integer_only && strict_)
-        refuse("'" + std::string(key) + "' " + it->dump() + " on a number: only integer bounds are supported");
-      return std::nullopt;
-    }
-    refuse("'" + std::string(key) + "' must be a number");
-  }
-
   std::string number(const json& s, const std::string& hint, bool integer) {
-    std::optional<int64_t> lo, hi;
     if (integer) {
+      std::optional<int64_t> lo, hi;
       // Fractional bounds of an integer round inwards.
       auto it = s.find("minimum");
       if (it != s.end() && it->is_number()) lo = int64_t(std::ceil(it->get<double>()));
@@ -343,38 +330,52 @@ class SchemaConverter {
       if (!lo && !hi) return "json-int";
       return new_rule(hint, gbnf::integer_range(lo, hi));
     }
-    if ((s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) && strict_)
-      refuse("'exclusiveMinimum' and 'exclusiveMaximum' are supported on integers only");
-    lo = bound(s, "minimum", false);
-    hi = bound(s, "maximum", false);
-    if (!lo && !hi) return "json-number";
-    if (lo && hi && *lo > *hi) refuse("'minimum' is above 'maximum'");
-    // x = I.F: I in [lo, hi - 1] with any fraction, or I = hi with a zero fraction;
-    // negative values the same way on their magnitude.
-    std::vector<std::string> alts;
-    const std::string frac = "json-frac?", zero = "(\".\" \"0\"{1,16})?";
-    if (!hi || *hi >= 0) {
-      const int64_t a = lo && *lo > 0 ? *lo : 0;
-      if (!hi) {
-        alts.push_back(gbnf::integer_range(a, std::nullopt) + " " + frac);
-      } else {
-        if (*hi > a) alts.push_back(gbnf::integer_range(a, *hi - 1) + " " + frac);
-        alts.push_back(gbnf_literal(std::to_string(*hi)) + " " + zero);
-      }
+    // The stricter of minimum and exclusiveMinimum (and of the two maxima) applies.
+    Bound lo = decimal_bound(s, "minimum", false), hi = decimal_bound(s, "maximum", false);
+    if (Bound x = decimal_bound(s, "exclusiveMinimum", true); x.set && (!lo.set || x.value >= lo.value)) lo = x;
+    if (Bound x = decimal_bound(s, "exclusiveMaximum", true); x.set && (!hi.set || x.value <= hi.value)) hi = x;
+    // Numbers have at most 16 integer digits: a bound past them is no bound at all on
+    // its open side, and leaves nothing on the other.
+    constexpr double kBeyond = 1e16;
+    if (lo.set && lo.value <= -kBeyond) lo.set = false;
+    if (hi.set && hi.value >= kBeyond) hi.set = false;
+    if ((lo.set && lo.value >= kBeyond) || (hi.set && hi.value <= -kBeyond)) refuse("the number bounds leave no value");
+    if (!lo.set && !hi.set) return "json-number";
+    return new_rule(hint, gbnf::number_range(lo.set ? std::optional(lo.text) : std::nullopt,
+                                             hi.set ? std::optional(hi.text) : std::nullopt));
+  }
+
+  // A number's bound: its value and its decimal text (the shortest that reads back as
+  // the same double).
+  struct Bound {
+    bool set = false;
+    double value = 0;
+    gbnf::DecimalBound text;
+  };
+  Bound decimal_bound(const json& s, const char* key, bool exclusive) const {
+    Bound b;
+    auto it = s.find(key);
+    if (it == s.end()) return b;
+    if (!it->is_number()) refuse("'" + std::string(key) + "' must be a number");
+    const double v = it->get<double>();
+    if (!std::isfinite(v)) refuse("'" + std::string(key) + "' must be finite");
+    b.set = true;
+    b.value = v;
+    b.text.exclusive = exclusive;
+    if (std::fabs(v) >= 1e16) return b;  // the caller drops or refuses it
+    b.text.negative = v < 0;
+    if (it->is_number_integer()) {
+      const int64_t i = it->get<int64_t>();
+      b.text.whole = i < 0 ? uint64_t(-(i + 1)) + 1 : uint64_t(i);
+      return b;
     }
-    if (!lo || *lo < 0) {
-      const int64_t m_lo = hi && *hi < 0 ? -*hi : 0;  // magnitudes in [m_lo, -lo]
-      if (!lo) {
-        alts.push_back("\"-\" " + gbnf::integer_range(m_lo, std::nullopt) + " " + frac);
-      } else {
-        const int64_t m_hi = -*lo;
-        if (m_hi > m_lo) alts.push_back("\"-\" " + gbnf::integer_range(m_lo, m_hi - 1) + " " + frac);
-        alts.push_back("\"-\" " + gbnf_literal(std::to_string(m_hi)) + " " + zero);
-      }
-    }
-    std::string body;
-    for (const std::string& a : alts) body += (body.empty() ? "" : " | ") + a;
-    return new_rule(hint, body);
+    char buf[1200];
+    const auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(v), std::chars_format::fixed);
+    const std::string text(buf, r.ec == std::errc() ? r.ptr : buf);
+    const size_t dot = text.find('.');
+    b.text.whole = std::stoull(text.substr(0, dot));
+    if (dot != std::string::npos) b.text.frac = text.substr(dot + 1);
+    return b;
   }
 };
 
