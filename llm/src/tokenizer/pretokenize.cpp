@@ -19,10 +19,11 @@ struct Chunk {
   bool has(size_t i, uint8_t mask) const { return i < hi && (k[i] & mask); }
 };
 
-// Contraction at `pos`: returns its end, or 0. `any_case`: (?i:...) / '[sS]...
+// Contraction at `pos`: returns its end, or 0. `any_case`: (?i:...), where Unicode
+// case folding also makes U+017F (long s) an s.
 size_t contraction(const Chunk& ch, size_t pos, bool any_case) {
-  if (ch.c[pos] != '\'' || pos + 1 >= ch.hi) return 0;
-  auto low = [&](size_t i) { return any_case ? ascii_lower(ch.c[i]) : ch.c[i]; };
+  if (pos >= ch.hi || ch.c[pos] != '\'' || pos + 1 >= ch.hi) return 0;
+  auto low = [&](size_t i) { return any_case ? (ch.c[i] == 0x17F ? uint32_t('s') : ascii_lower(ch.c[i])) : ch.c[i]; };
   const uint32_t n1 = low(pos + 1);
   if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') return pos + 2;
   if (pos + 2 < ch.hi) {
@@ -123,6 +124,105 @@ void split_llama3_family(const Chunk& ch, std::vector<Span>& out, size_t digit_g
   }
 }
 
+// GPT-4o's o200k: words by case, numbers by three, punctuation with its trailing
+// newlines and slashes, whitespace.
+void split_gpt4o(const Chunk& ch, std::vector<Span>& out) {
+  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+  auto upper = [&](size_t i) { return ch.has(i, kMark) || (ch.has(i, kLetter) && !ch.has(i, kLower)); };
+  auto lower = [&](size_t i) { return ch.has(i, kMark) || (ch.has(i, kLetter) && !ch.has(i, kUpper)); };
+  // U*L+ from p as a backtracking matcher would end it (0: no match): the longest U*
+  // after which an L starts, then the L run.
+  auto upper_then_lower = [&](size_t p) -> size_t {
+    size_t u = p;
+    while (upper(u)) ++u;
+    for (size_t q = u + 1; q-- > p;) {
+      if (!lower(q)) continue;
+      size_t e = q;
+      while (lower(e)) ++e;
+      return e;
+    }
+    return 0;
+  };
+  // U+L* from p (0: no match).
+  auto upper_run = [&](size_t p) -> size_t {
+    size_t e = p;
+    while (upper(e)) ++e;
+    if (e == p) return 0;
+    while (lower(e)) ++e;
+    return e;
+  };
+  size_t pos = ch.lo;
+  while (pos < ch.hi) {
+    const uint32_t cp = ch.c[pos];
+    const uint8_t f = ch.cls(pos);
+    // Each word alternative with its optional lead character [^\r\n\p{L}\p{N}] first,
+    // then without it; a contraction may follow.
+    const bool lead = !is_nl(cp) && !(f & (kLetter | kNumber));
+    size_t end = 0;
+    if (lead) end = upper_then_lower(pos + 1);
+    if (!end) end = upper_then_lower(pos);
+    if (!end && lead) end = upper_run(pos + 1);
+    if (!end) end = upper_run(pos);
+    if (end) {
+      if (const size_t c = contraction(ch, end, /*any_case=*/true)) end = c;
+    } else if (f & kNumber) {  // \p{N}{1,3}
+      end = pos;
+      while (end < pos + 3 && ch.has(end, kNumber)) ++end;
+    } else {
+      // ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+      const size_t p = pos + (cp == ' ' ? 1 : 0);
+      if (p < ch.hi && !(ch.cls(p) & (kWhitespace | kLetter | kNumber))) {
+        end = p + 1;
+        while (end < ch.hi && !(ch.cls(end) & (kWhitespace | kLetter | kNumber))) ++end;
+        while (end < ch.hi && (is_nl(ch.c[end]) || ch.c[end] == '/')) ++end;
+      } else {
+        end = whitespace(ch, pos, /*newlines=*/true);
+        if (!end) end = pos + 1;
+      }
+    }
+    out.push_back({pos, end});
+    pos = end;
+  }
+}
+
+inline bool ascii_punct(uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+}
+inline bool ascii_letter(uint32_t c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+// DeepSeek-V3's last split within one piece: its alternatives at each position, and
+// what none of them matches kept as pieces of its own.
+void split_deepseek_v3_words(const Chunk& ch, std::vector<Span>& out) {
+  const uint8_t word = kLetter | kMark, punct = kPunct | kSymbol;
+  size_t pos = ch.lo, gap = ch.lo;
+  while (pos < ch.hi) {
+    const uint32_t cp = ch.c[pos];
+    const uint8_t f = ch.cls(pos);
+    size_t end = 0;
+    if (ascii_punct(cp) && pos + 1 < ch.hi && ascii_letter(ch.c[pos + 1])) {  // [!-/:-@\[-`{-~][A-Za-z]+
+      end = pos + 1;
+      while (end < ch.hi && ascii_letter(ch.c[end])) ++end;
+    } else if ((!is_nl(cp) && !(f & (kLetter | punct)) && ch.has(pos + 1, word)) || (f & word)) {
+      end = pos + 1;  // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+      while (ch.has(end, word)) ++end;
+    } else if (const size_t p = pos + (cp == ' ' ? 1 : 0); ch.has(p, punct)) {  // ' ?[\p{P}\p{S}]+[\r\n]*'
+      end = p + 1;
+      while (ch.has(end, punct)) ++end;
+      while (end < ch.hi && is_nl(ch.c[end])) ++end;
+    } else {
+      end = whitespace(ch, pos, /*newlines=*/true);
+    }
+    if (!end) {
+      ++pos;  // no alternative starts here
+      continue;
+    }
+    if (gap < pos) out.push_back({gap, pos});
+    out.push_back({pos, end});
+    pos = gap = end;
+  }
+  if (gap < ch.hi) out.push_back({gap, ch.hi});
+}
+
 // Splits each span into maximal runs of `pred` and the gaps between them.
 template <class Pred>
 std::vector<Span> split_runs(const std::vector<Span>& in, Pred pred) {
@@ -162,6 +262,30 @@ std::vector<Span> pretokenize(PreType type, const std::vector<uint32_t>& cpts) {
     case PreType::Qwen35:
       split_llama3_family(Chunk{cpts, cls, 0, cpts.size()}, out, 1, true);
       break;
+    case PreType::Gpt4o:
+      split_gpt4o(Chunk{cpts, cls, 0, cpts.size()}, out);
+      break;
+    case PreType::DeepseekV3: {
+      // \p{N}{1,3}: runs of numbers cut in threes, the rest between them.
+      std::vector<Span> pass;
+      for (size_t i = 0; i < cpts.size();) {
+        size_t j = i;
+        if (cls[i] & kNumber) {
+          while (j < cpts.size() && j < i + 3 && (cls[j] & kNumber)) ++j;
+        } else {
+          while (j < cpts.size() && !(cls[j] & kNumber)) ++j;
+        }
+        pass.push_back({i, j});
+        i = j;
+      }
+      // Runs of CJK ideographs, hiragana and katakana.
+      pass = split_runs(pass, [&](size_t i) {
+        const uint32_t c = cpts[i];
+        return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF);
+      });
+      for (const Span& sp : pass) split_deepseek_v3_words(Chunk{cpts, cls, sp.begin, sp.end}, out);
+      break;
+    }
     case PreType::Default: {
       auto is_p = [&](size_t i) {
         const uint32_t c = cpts[i];

@@ -19,6 +19,15 @@ enum class PreType {
   // as Qwen2 with [\p{L}\p{M}]+ for words and \p{M} out of the punctuation class:
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   Qwen35,
+  // GPT-4o's o200k (gpt-oss, Llama 4): words by case,
+  // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+  // |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+  // |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  Gpt4o,
+  // DeepSeek-V3 / R1: successive splits by \p{N}{1,3}, by runs of [\u4e00-\u9fa5\u3040-\u30ff],
+  // then [!-/:-@\[-`{-~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*
+  // |\s*[\r\n]+|\s+(?!\S)|\s+ (what no alternative matches is a piece of its own)
+  DeepseekV3,
   // llama.cpp's "default": successive splits by [\p{P}\$\+<=>\^~\|]+, the GPT-2
   // regex, \p{N}+ and [0-9][0-9][0-9]
   Default,

@@ -515,6 +515,13 @@ class BpeTokenizer final : public TokenizerBase {
       pre_ = PreType::Qwen2;
     } else if (pre == "qwen35") {
       pre_ = PreType::Qwen35;
+    } else if (pre == "glm4" || pre == "chatglm-bpe") {
+      pre_ = PreType::Llama3;  // the same regex; no BOS unless the file names one
+      bos_ = -1;
+    } else if (pre == "gpt-4o" || pre == "llama4") {
+      pre_ = PreType::Gpt4o;
+    } else if (pre == "deepseek-v3") {
+      pre_ = PreType::DeepseekV3;
     } else if (pre == "gpt-2" || pre == "phi-2" || pre == "mpt" || pre == "olmo" || pre == "jais") {
       pre_ = PreType::Gpt2;
     } else {

@@ -12,8 +12,8 @@ uint8_t classify(uint32_t cp) {
   uint8_t c = 0;
   switch (u_charType(static_cast<UChar32>(cp))) {
     case U_UPPERCASE_LETTER:
-    case U_LOWERCASE_LETTER:
-    case U_TITLECASE_LETTER:
+    case U_TITLECASE_LETTER: c = kLetter | kUpper; break;
+    case U_LOWERCASE_LETTER: c = kLetter | kLower; break;
     case U_MODIFIER_LETTER:
     case U_OTHER_LETTER: c = kLetter; break;
     case U_DECIMAL_DIGIT_NUMBER:

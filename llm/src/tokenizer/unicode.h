@@ -18,6 +18,8 @@ enum CpClass : uint8_t {
   kPunct = 1 << 3,        // \p{P}
   kSymbol = 1 << 4,       // \p{S}
   kWhitespace = 1 << 5,   // \s: the Unicode White_Space property
+  kUpper = 1 << 6,        // \p{Lu} \p{Lt} (with kLetter)
+  kLower = 1 << 7,        // \p{Ll} (with kLetter)
 };
 
 uint8_t cp_class(uint32_t cp);
