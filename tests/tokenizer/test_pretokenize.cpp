@@ -1,4 +1,4 @@
-// The byte-level BPE pre-tokenizers of gpt-oss (GPT-4o's o200k) and DeepSeek-V3 on
+// The byte-level BPE pre-tokenizers of gpt-oss (GPT-4o's o200k), DeepSeek-V3 and V2 on
 // texts that reach their corners: case runs, marks, contractions (long s included),
 // digit groups, CJK runs, control characters. The expected pieces are what the
 // tokenizer.json regexes give under Python's `regex` module (the same engine family as
@@ -34,7 +34,7 @@ std::vector<std::string> pieces_of(PreType type, const std::string& text) {
 
 }  // namespace
 
-TEST(Pretokenize, Gpt4oAndDeepseekV3MatchTheirRegexes) {
+TEST(Pretokenize, Gpt4oAndDeepseekMatchTheirRegexes) {
   const Case cases[] = {
       {PreType::Gpt4o, "Hello World's HTTPServer isOK", {"Hello", " World's", " HTTPServer", " is", "OK"}},
       {PreType::Gpt4o, "  indented\x0a\x0a\x09" "code/path//x 12345", {" ", " indented", "\x0a\x0a", "\x09" "code", "/path", "//", "x", " ", "123", "45"}},
@@ -47,6 +47,9 @@ TEST(Pretokenize, Gpt4oAndDeepseekV3MatchTheirRegexes) {
       {PreType::DeepseekV3, "x=1234567; .Net 'quoted' \xc3\xa9l\xc3\xa8ve", {"x", "=", "123", "456", "7", ";", " .", "Net", " '", "quoted", "'", " \xc3\xa9l\xc3\xa8ve"}},
       {PreType::DeepseekV3, "tabs\x09\x09" "and\x0d\x0a\x0d\x0anewlines  \xc2\xa0 ", {"tabs", "\x09", "\x09" "and", "\x0d\x0a\x0d\x0a", "newlines", "  \xc2\xa0 "}},
       {PreType::DeepseekV3, "\x01" "ctrl\x7f \xd9\xa0\xd9\xa3 \xf0\x9f\x98\x80!!", {"\x01" "ctrl", "\x7f", " ", "\xd9\xa0\xd9\xa3", " \xf0\x9f\x98\x80!!"}},
+      {PreType::DeepseekLlm, "h\xc3\xa9llo World 123\x0a", {"h", "\xc3\xa9", "llo", " World", " ", "123", "\x0a"}},
+      {PreType::DeepseekLlm, "Stra\xc3\x9f" "e \xe1\xbd\x9f\xe1\xbd\xbd \xe1\xbe\xbe\xe2\x84\xa6\xe2\x84\xaa\xe2\x84\xad \xef\xbc\xa1\xef\xbd\x81\xef\xbc\x81!  ", {"Stra", "\xc3\x9f", "e", " ", "\xe1\xbd\x9f\xe1\xbd\xbd", " ", "\xe1\xbe\xbe\xe2\x84\xa6\xe2\x84\xaa\xe2\x84\xad", " \xef\xbc\xa1\xef\xbd\x81", "\xef\xbc\x81!", "  "}},
+      {PreType::DeepseekLlm, "\xe4\xb8\xad\xe6\x96\x87\xe3\x81\x82\xea\xb0\x80\xe0\xa4\x95\xe0\xa4\xbf \xd9\xa0\xd9\xa3x\x0d\x0a\x09 \xe3\x80\x80\xe3\x80\x81" "end   ", {"\xe4\xb8\xad\xe6\x96\x87\xe3\x81\x82\xea\xb0\x80\xe0\xa4\x95\xe0\xa4\xbf", " ", "\xd9\xa0\xd9\xa3", "x", "\x0d", "\x0a", "\x09", " ", "\xe3\x80\x80\xe3\x80\x81", "end", "   "}},
       {PreType::Gpt4o, "it'\xc5\xbf ok", {"it'\xc5\xbf", " ok"}},  // (?i:'s) folds U+017F to s
   };
   for (const Case& c : cases) EXPECT_EQ(pieces_of(c.type, c.text), c.pieces) << c.text;
@@ -55,7 +58,7 @@ TEST(Pretokenize, Gpt4oAndDeepseekV3MatchTheirRegexes) {
 // Pieces always cover the text in order, whatever the bytes.
 TEST(Pretokenize, PiecesCoverTheText) {
   const std::string text = "a\xff\xfe b\x80 \xe4\xb8\xad 12 \r\n";
-  for (PreType t : {PreType::Gpt4o, PreType::DeepseekV3}) {
+  for (PreType t : {PreType::Gpt4o, PreType::DeepseekV3, PreType::DeepseekLlm}) {
     const auto cpts = utf8_to_cpts(text);
     size_t at = 0;
     for (const Span& s : pretokenize(t, cpts)) {

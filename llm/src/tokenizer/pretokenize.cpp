@@ -1,5 +1,7 @@
 #include "tokenizer/pretokenize.h"
 
+#include <iterator>
+
 #include "tokenizer/unicode.h"
 
 namespace tessera::tok {
@@ -223,6 +225,87 @@ void split_deepseek_v3_words(const Chunk& ch, std::vector<Span>& out) {
   if (gap < ch.hi) out.push_back({gap, ch.hi});
 }
 
+// DeepSeek-V2's letter class: the cased letters its tokenizer.json lists range by
+// range (Unicode's Lu, Ll and Lt as of that file, without later additions).
+bool deepseek_llm_letter(uint32_t c) {
+  struct Range {
+    uint32_t lo, hi;
+  };
+  static constexpr Range kRanges[] = {
+    {0x0041, 0x005A}, {0x0061, 0x007A}, {0x00B5, 0x00B5}, {0x00C0, 0x00D6},
+    {0x00D8, 0x00F6}, {0x00F8, 0x01BA}, {0x01BC, 0x01BF}, {0x01C4, 0x0293},
+    {0x0295, 0x02AF}, {0x0370, 0x0373}, {0x0376, 0x0377}, {0x037B, 0x037D},
+    {0x037F, 0x037F}, {0x0386, 0x0386}, {0x0388, 0x038A}, {0x038C, 0x038C},
+    {0x038E, 0x03A1}, {0x03A3, 0x03F5}, {0x03F7, 0x0481}, {0x048A, 0x052F},
+    {0x0531, 0x0556}, {0x10A0, 0x10C5}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD},
+    {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF}, {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77},
+    {0x1D79, 0x1D9A}, {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45},
+    {0x1F48, 0x1F4D}, {0x1F50, 0x1F57}, {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B},
+    {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4}, {0x1FB6, 0x1FBC},
+    {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3},
+    {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC},
+    {0x2102, 0x2102}, {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115},
+    {0x2119, 0x211D}, {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128},
+    {0x212A, 0x212D}, {0x212F, 0x2134}, {0x2139, 0x2139}, {0x213C, 0x213F},
+    {0x2145, 0x2149}, {0x214E, 0x214E}, {0x2183, 0x2184}, {0x2C00, 0x2C7B},
+    {0x2C7E, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF3}, {0xA640, 0xA66D},
+    {0xA680, 0xA69B}, {0xA722, 0xA76F}, {0xA771, 0xA787}, {0xA78B, 0xA78E},
+    {0xAB70, 0xABBF}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A},
+    {0xFF41, 0xFF5A}, {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
+    {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+  };
+  if (c < 0x41) return false;
+  size_t a = 0, b = std::size(kRanges);
+  while (a < b) {  // first range whose end is >= c
+    const size_t m = (a + b) / 2;
+    if (kRanges[m].hi < c) a = m + 1;
+    else b = m;
+  }
+  return a < std::size(kRanges) && kRanges[a].lo <= c;
+}
+
+// Punctuation of DeepSeek-V2's third split: ASCII !-/ and :-~, their fullwidth forms,
+// curly quotes and the first CJK punctuation.
+bool deepseek_llm_punct(uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E) || (c >= 0xFF01 && c <= 0xFF0F) ||
+         (c >= 0xFF1A && c <= 0xFF5E) || (c >= 0x2018 && c <= 0x201F) || (c >= 0x3000 && c <= 0x3002);
+}
+
+// Each span split by a regex's matches, the text between them kept as pieces too.
+// match(ch, pos): the end of the match starting at pos, or 0.
+template <class Match>
+std::vector<Span> isolate(const std::vector<uint32_t>& c, const std::vector<uint8_t>& k, const std::vector<Span>& in,
+                          Match match) {
+  std::vector<Span> out;
+  out.reserve(in.size() * 2);
+  for (const Span& s : in) {
+    const Chunk ch{c, k, s.begin, s.end};
+    size_t pos = s.begin, gap = s.begin;
+    while (pos < s.end) {
+      const size_t end = match(ch, pos);
+      if (!end) {
+        ++pos;
+        continue;
+      }
+      if (gap < pos) out.push_back({gap, pos});
+      out.push_back({pos, end});
+      pos = gap = end;
+    }
+    if (gap < s.end) out.push_back({gap, s.end});
+  }
+  return out;
+}
+
+// \s?[class]+ at pos (0: none).
+template <class Pred>
+size_t space_then_run(const Chunk& ch, size_t pos, Pred in_class) {
+  size_t p = pos;
+  if (ch.has(pos, kWhitespace) && pos + 1 < ch.hi && in_class(ch.c[pos + 1])) p = pos + 1;
+  else if (!in_class(ch.c[pos])) return 0;
+  while (p < ch.hi && in_class(ch.c[p])) ++p;
+  return p;
+}
+
 // Splits each span into maximal runs of `pred` and the gaps between them.
 template <class Pred>
 std::vector<Span> split_runs(const std::vector<Span>& in, Pred pred) {
@@ -284,6 +367,29 @@ std::vector<Span> pretokenize(PreType type, const std::vector<uint32_t>& cpts) {
         return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF);
       });
       for (const Span& sp : pass) split_deepseek_v3_words(Chunk{cpts, cls, sp.begin, sp.end}, out);
+      break;
+    }
+    case PreType::DeepseekLlm: {
+      std::vector<Span> pass{{0, cpts.size()}};
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) { return is_nl(ch.c[i]) ? i + 1 : 0; });
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) { return space_then_run(ch, i, deepseek_llm_letter); });
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) { return space_then_run(ch, i, deepseek_llm_punct); });
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) -> size_t {  // \s+$
+        for (size_t j = i; j < ch.hi; ++j)
+          if (!ch.has(j, kWhitespace)) return 0;
+        return ch.hi;
+      });
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) -> size_t {
+        auto cjk = [](uint32_t c) { return (c >= 0x0800 && c <= 0x9FA5) || (c >= 0xAC00 && c <= 0xD7FF); };
+        size_t j = i;
+        while (j < ch.hi && cjk(ch.c[j])) ++j;
+        return j > i ? j : 0;
+      });
+      out = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) -> size_t {
+        size_t j = i;
+        while (ch.has(j, kNumber)) ++j;
+        return j > i ? j : 0;
+      });
       break;
     }
     case PreType::Default: {

@@ -28,6 +28,10 @@ enum class PreType {
   // then [!-/:-@\[-`{-~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*
   // |\s*[\r\n]+|\s+(?!\S)|\s+ (what no alternative matches is a piece of its own)
   DeepseekV3,
+  // DeepSeek-V2 ("deepseek-llm"): successive splits by [\r\n], \s?[cased letters]+,
+  // \s?[ASCII and fullwidth punctuation]+, \s+$, runs of U+0800-U+9FA5 and Hangul
+  // syllables, \p{N}+
+  DeepseekLlm,
   // llama.cpp's "default": successive splits by [\p{P}\$\+<=>\^~\|]+, the GPT-2
   // regex, \p{N}+ and [0-9][0-9][0-9]
   Default,

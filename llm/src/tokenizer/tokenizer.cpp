@@ -522,6 +522,8 @@ class BpeTokenizer final : public TokenizerBase {
       pre_ = PreType::Gpt4o;
     } else if (pre == "deepseek-v3") {
       pre_ = PreType::DeepseekV3;
+    } else if (pre == "deepseek-llm") {
+      pre_ = PreType::DeepseekLlm;
     } else if (pre == "gpt-2" || pre == "phi-2" || pre == "mpt" || pre == "olmo" || pre == "jais") {
       pre_ = PreType::Gpt2;
     } else {
