@@ -192,37 +192,26 @@ inline bool ascii_punct(uint32_t c) {
 }
 inline bool ascii_letter(uint32_t c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
 
-// DeepSeek-V3's last split within one piece: its alternatives at each position, and
-// what none of them matches kept as pieces of its own.
-void split_deepseek_v3_words(const Chunk& ch, std::vector<Span>& out) {
+// DeepSeek-V3's last regex at pos: the end of its match there, or 0.
+size_t deepseek_v3_word(const Chunk& ch, size_t pos) {
   const uint8_t word = kLetter | kMark, punct = kPunct | kSymbol;
-  size_t pos = ch.lo, gap = ch.lo;
-  while (pos < ch.hi) {
-    const uint32_t cp = ch.c[pos];
-    const uint8_t f = ch.cls(pos);
-    size_t end = 0;
-    if (ascii_punct(cp) && pos + 1 < ch.hi && ascii_letter(ch.c[pos + 1])) {  // [!-/:-@\[-`{-~][A-Za-z]+
-      end = pos + 1;
-      while (end < ch.hi && ascii_letter(ch.c[end])) ++end;
-    } else if ((!is_nl(cp) && !(f & (kLetter | punct)) && ch.has(pos + 1, word)) || (f & word)) {
-      end = pos + 1;  // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
-      while (ch.has(end, word)) ++end;
-    } else if (const size_t p = pos + (cp == ' ' ? 1 : 0); ch.has(p, punct)) {  // ' ?[\p{P}\p{S}]+[\r\n]*'
-      end = p + 1;
-      while (ch.has(end, punct)) ++end;
-      while (end < ch.hi && is_nl(ch.c[end])) ++end;
-    } else {
-      end = whitespace(ch, pos, /*newlines=*/true);
-    }
-    if (!end) {
-      ++pos;  // no alternative starts here
-      continue;
-    }
-    if (gap < pos) out.push_back({gap, pos});
-    out.push_back({pos, end});
-    pos = gap = end;
+  const uint32_t cp = ch.c[pos];
+  const uint8_t f = ch.cls(pos);
+  size_t end = 0;
+  if (ascii_punct(cp) && pos + 1 < ch.hi && ascii_letter(ch.c[pos + 1])) {  // [!-/:-@\[-`{-~][A-Za-z]+
+    end = pos + 1;
+    while (end < ch.hi && ascii_letter(ch.c[end])) ++end;
+  } else if ((!is_nl(cp) && !(f & (kLetter | punct)) && ch.has(pos + 1, word)) || (f & word)) {
+    end = pos + 1;  // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+    while (ch.has(end, word)) ++end;
+  } else if (const size_t p = pos + (cp == ' ' ? 1 : 0); ch.has(p, punct)) {  // ' ?[\p{P}\p{S}]+[\r\n]*'
+    end = p + 1;
+    while (ch.has(end, punct)) ++end;
+    while (end < ch.hi && is_nl(ch.c[end])) ++end;
+  } else {
+    end = whitespace(ch, pos, /*newlines=*/true);
   }
-  if (gap < ch.hi) out.push_back({gap, ch.hi});
+  return end;
 }
 
 // DeepSeek-V2's letter class: the cased letters its tokenizer.json lists range by
@@ -349,24 +338,19 @@ std::vector<Span> pretokenize(PreType type, const std::vector<uint32_t>& cpts) {
       split_gpt4o(Chunk{cpts, cls, 0, cpts.size()}, out);
       break;
     case PreType::DeepseekV3: {
-      // \p{N}{1,3}: runs of numbers cut in threes, the rest between them.
-      std::vector<Span> pass;
-      for (size_t i = 0; i < cpts.size();) {
+      std::vector<Span> pass{{0, cpts.size()}};
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) -> size_t {  // \p{N}{1,3}
         size_t j = i;
-        if (cls[i] & kNumber) {
-          while (j < cpts.size() && j < i + 3 && (cls[j] & kNumber)) ++j;
-        } else {
-          while (j < cpts.size() && !(cls[j] & kNumber)) ++j;
-        }
-        pass.push_back({i, j});
-        i = j;
-      }
-      // Runs of CJK ideographs, hiragana and katakana.
-      pass = split_runs(pass, [&](size_t i) {
-        const uint32_t c = cpts[i];
-        return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF);
+        while (j < i + 3 && ch.has(j, kNumber)) ++j;
+        return j > i ? j : 0;
       });
-      for (const Span& sp : pass) split_deepseek_v3_words(Chunk{cpts, cls, sp.begin, sp.end}, out);
+      pass = isolate(cpts, cls, pass, [](const Chunk& ch, size_t i) -> size_t {  // CJK ideographs and kana
+        auto cjk = [](uint32_t c) { return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF); };
+        size_t j = i;
+        while (j < ch.hi && cjk(ch.c[j])) ++j;
+        return j > i ? j : 0;
+      });
+      out = isolate(cpts, cls, pass, deepseek_v3_word);
       break;
     }
     case PreType::DeepseekLlm: {
