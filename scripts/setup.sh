@@ -17,6 +17,8 @@ PACKAGES=(
   libvulkan-dev libvulkan-volk-dev glslang-tools mesa-vulkan-drivers
   # Fuzzing (fuzz/, scripts/test.sh): clang and its libFuzzer / sanitizer runtimes.
   clang libclang-rt-dev
+  # Distributed runs (dist/, docs/distributed.md): Open MPI's library and its mpirun.
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

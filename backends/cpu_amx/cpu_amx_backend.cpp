@@ -201,6 +201,7 @@ class CpuAmxBackend final : public Backend {
       return w.ne[0] % kern::kBlock == 0 && y.nrows() == x.nrows() && x.nrows() >= opt_.min_columns;
     }
     if (n.op == Op::MatMulId) {
+      if (n.i[1] > 0) return false;  // an expert range: not a tile kernel
       const Tensor &w = g.tensor(n.src[0]), &x = g.tensor(n.src[1]), &ids = g.tensor(n.src[2]), &y = g.tensor(n.dst);
       if (!kern::weight_type_supported(w.type) || !f32_rows(x) || !f32_rows(y)) return false;
       const int64_t k = ids.ne[0], tok = ids.ne[1];

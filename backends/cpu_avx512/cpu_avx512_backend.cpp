@@ -223,6 +223,7 @@ class CpuAvx512Backend final : public Backend {
         const DType wt = T(node.src[0]).type;
         if (!kern::matmul_type_supported(wt))
           return OpSupport::no("MatMulId: no AVX-512 kernel for weight dtype " + std::string(dtype_name(wt)));
+        if (node.i[1] > 0) return OpSupport::no("MatMulId: no expert-range kernel on cpu_avx512 yet");
         return OpSupport::yes();
       }
       case Op::Attention:

@@ -149,7 +149,8 @@ class CpuScalarBackend final : public Backend {
       case Op::Argmax: return argmax(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::TopK: return top_k(g.tensor(n.src[0]), g.tensor(n.dst));
       case Op::GatherCols: return gather_cols(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
-      case Op::MatMulId: return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
+      case Op::MatMulId:
+        return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst), n.i[0], n.i[1]);
       case Op::MoeCombine: return moe_combine(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst));
       case Op::Sigmoid: return map_rows(g.tensor(n.src[0]), g.tensor(n.dst), [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
       case Op::Softplus:
@@ -598,8 +599,10 @@ class CpuScalarBackend final : public Backend {
 
   // Tokens are grouped by expert so each expert's rows are read once per call; each
   // output is one vec_dot, so results do not depend on grouping or thread count.
-  void mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst) {
+  // Experts [first, end) only when end > 0: the other slots' rows are zero.
+  void mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst, int64_t first, int64_t end) {
     const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2], k = ids.ne[0], n = ids.ne[1], b = x.ne[1];
+    if (end <= 0) first = 0, end = E;
     const DType vdt = quant::vec_dot_type(w.type);
     const size_t act_bytes = row_bytes(vdt, K);
     act_buf_.resize(act_bytes * size_t(b * n));
@@ -614,7 +617,8 @@ class CpuScalarBackend final : public Backend {
       for (int64_t j = 0; j < k; ++j) {
         if (id[j] < 0 || id[j] >= E)
           throw Error("mat_mul_id: expert id " + std::to_string(id[j]) + " out of range [0, " + std::to_string(E) + ")");
-        by_expert[size_t(id[j])].emplace_back(j, t);
+        if (id[j] >= first && id[j] < end) by_expert[size_t(id[j])].emplace_back(j, t);
+        else std::memset(frow(dst, t * k + j), 0, size_t(N) * sizeof(float));
       }
     }
     for (int64_t e = 0; e < E; ++e) {

@@ -263,6 +263,7 @@ class VulkanBackend final : public Backend {
         if (!type_suffix(w.type)) return std::string(op_name(n.op)) + ": no vulkan shader for weight dtype " + std::string(dtype_name(w.type));
         if (is_quantized(w.type) && w.ne[0] % act_block(w.type) != 0) return "row length is not a multiple of the activation block";
         if (!fits(w)) return std::string(op_name(n.op)) + ": weight larger than the device's maxStorageBufferRange";
+        if (n.op == Op::MatMulId && n.i[1] > 0) return "MatMulId: no expert-range shader yet";
         return all_dense({n.src[1], n.src[2], n.dst});
       }
       case Op::Rope: {

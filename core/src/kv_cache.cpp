@@ -288,26 +288,75 @@ const KvCache::Sequence& KvCache::seq_ref(SeqId seq) const {
   return *seqs_[size_t(seq)];
 }
 
+// Appends the outermost public call to the journal when it returns (a call that
+// throws is not recorded: it changed nothing a replay could repeat).
+class KvCache::Recorder {
+ public:
+  Recorder(KvCache& kv, Call::Kind kind, SeqId seq, int64_t n = 0) : kv_(kv) {
+    ++kv_.call_depth_;
+    call_.kind = kind;
+    call_.seq = seq;
+    call_.n = n;
+  }
+  ~Recorder() { --kv_.call_depth_; }
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+  Call& call() { return call_; }
+  template <class T>
+  T done(T result) {
+    call_.result = int64_t(result);
+    if (kv_.journal_ && kv_.call_depth_ == 1) kv_.journal_->push_back(std::move(call_));
+    return result;
+  }
+  void done() { done(0); }
+
+ private:
+  KvCache& kv_;
+  Call call_;
+};
+
+void KvCache::replay(const Call& c) {
+  int64_t result = 0;
+  switch (c.kind) {
+    case Call::Kind::Create: result = create_sequence(); break;
+    case Call::Kind::Fork: result = fork_sequence(c.seq, c.n); break;
+    case Call::Kind::Free: free_sequence(c.seq); break;
+    case Call::Kind::Reserve: result = reserve(c.seq, c.n); break;
+    case Call::Kind::SetLength: set_length(c.seq, c.n); break;
+    case Call::Kind::Truncate: truncate(c.seq, c.n); break;
+    case Call::Kind::RegisterPage: result = register_page(c.seq, size_t(c.n), c.key, c.ids); break;
+    case Call::Kind::AdoptPages: adopt_pages(c.seq, c.ids); break;
+    case Call::Kind::ClearPrefix: clear_prefix_cache(); break;
+    default: throw Error("KvCache::replay: unknown call kind " + std::to_string(int(c.kind)));
+  }
+  if (result != c.result)
+    throw Error("KvCache::replay: call " + std::to_string(int(c.kind)) + " on sequence " + std::to_string(c.seq) +
+                " returned " + std::to_string(result) + " where it was recorded returning " +
+                std::to_string(c.result) + " (the caches have diverged)");
+}
+
 bool KvCache::has_sequence(SeqId seq) const {
   return seq >= 0 && size_t(seq) < seqs_.size() && seqs_[size_t(seq)] != nullptr;
 }
 
 KvCache::SeqId KvCache::create_sequence() {
+  Recorder rec(*this, Call::Kind::Create, -1);
   auto s = std::make_unique<Sequence>();
   for (size_t i = 0; i < seqs_.size(); ++i) {
     if (!seqs_[i]) {
       recurrent_.create(SeqId(i));
       seqs_[i] = std::move(s);
-      return SeqId(i);
+      return rec.done(SeqId(i));
     }
   }
   if (seqs_.size() >= size_t(std::numeric_limits<SeqId>::max())) throw Error("KvCache: too many sequences");
   recurrent_.create(SeqId(seqs_.size()));
   seqs_.push_back(std::move(s));
-  return SeqId(seqs_.size() - 1);
+  return rec.done(SeqId(seqs_.size() - 1));
 }
 
 KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
+  Recorder rec(*this, Call::Kind::Fork, parent, n_tokens);
   Sequence& par = seq_ref(parent);
   if (n_tokens < 0) n_tokens = par.length;
   if (n_tokens > par.length)
@@ -330,22 +379,25 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
   // The parent may no longer write in place into the page holding its next position
   // if that page is now shared: force a reserve() (and with it a copy).
   if (size_t(par.length) < shared * pt) par.reserved = std::min(par.reserved, par.length);
-  return child;
+  return rec.done(child);
 }
 
 void KvCache::free_sequence(SeqId seq) {
+  Recorder rec(*this, Call::Kind::Free, seq);
   Sequence& s = seq_ref(seq);
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) release_page(*it);  // tail first, see top
   recurrent_.free(seq);
   seqs_[size_t(seq)].reset();
+  rec.done();
 }
 
 bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
+  Recorder rec(*this, Call::Kind::Reserve, seq, n_tokens);
   Sequence& s = seq_ref(seq);
   if (n_tokens < 0) throw Error("KvCache::reserve: negative position count " + std::to_string(n_tokens));
   const int64_t pt = cfg_.page_tokens;
   const int64_t capacity = int64_t(cfg_.n_pages) * pt;
-  if (n_tokens > capacity) return false;
+  if (n_tokens > capacity) return rec.done(false);
   const size_t need_pages = size_t((n_tokens + pt - 1) / pt);
   const size_t have = s.table.size();
   const size_t new_pages = need_pages > have ? need_pages - have : 0;
@@ -358,7 +410,7 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   for (size_t i = first_cow; i < end_cow; ++i)
     if (refcount_[size_t(s.table[i])] > 1) ++cow;
 
-  if (new_pages + cow > size_t(free_pages())) return false;
+  if (new_pages + cow > size_t(free_pages())) return rec.done(false);
 
   for (size_t i = first_cow; i < end_cow; ++i) {
     int32_t old = s.table[i];
@@ -374,21 +426,24 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   s.table.reserve(need_pages);
   for (size_t i = 0; i < new_pages; ++i) s.table.push_back(take_page());
   s.reserved = std::max(s.reserved, n_tokens);
-  return true;
+  return rec.done(true);
 }
 
 int64_t KvCache::length(SeqId seq) const { return seq_ref(seq).length; }
 int64_t KvCache::reserved(SeqId seq) const { return seq_ref(seq).reserved; }
 
 void KvCache::set_length(SeqId seq, int64_t n_tokens) {
+  Recorder rec(*this, Call::Kind::SetLength, seq, n_tokens);
   Sequence& s = seq_ref(seq);
   if (n_tokens < 0 || n_tokens > s.reserved)
     throw Error("KvCache::set_length: length " + std::to_string(n_tokens) + " of sequence " + std::to_string(seq) +
                 " is outside the reserved range [0, " + std::to_string(s.reserved) + "]");
   s.length = n_tokens;
+  rec.done();
 }
 
 void KvCache::truncate(SeqId seq, int64_t n_tokens) {
+  Recorder rec(*this, Call::Kind::Truncate, seq, n_tokens);
   Sequence& s = seq_ref(seq);
   if (n_tokens < 0) throw Error("KvCache::truncate: negative position count " + std::to_string(n_tokens));
   if (has_recurrent() && n_tokens > 0 && n_tokens < s.length)
@@ -406,6 +461,7 @@ void KvCache::truncate(SeqId seq, int64_t n_tokens) {
   // Writing resumes at `length`: if that page is shared, force a reserve() first.
   const size_t cur = size_t(s.length / pt);
   if (cur < s.table.size() && refcount_[size_t(s.table[cur])] > 1) s.reserved = std::min(s.reserved, s.length);
+  rec.done();
 }
 
 namespace {
@@ -460,6 +516,9 @@ int KvCache::page_refcount(int32_t page) const {
 int KvCache::free_pages() const { return int(free_list_.size()) + cached_count_; }
 
 bool KvCache::register_page(SeqId seq, size_t page_index, PageKey key, std::span<const int32_t> tokens) {
+  Recorder rec(*this, Call::Kind::RegisterPage, seq, int64_t(page_index));
+  rec.call().key = key;
+  rec.call().ids.assign(tokens.begin(), tokens.end());
   const Sequence& s = seq_ref(seq);
   const size_t pt = size_t(cfg_.page_tokens);
   if (page_index >= s.table.size())
@@ -473,11 +532,11 @@ bool KvCache::register_page(SeqId seq, size_t page_index, PageKey key, std::span
     throw Error("KvCache::register_page: page " + std::to_string(page_index) + " of sequence " + std::to_string(seq) +
                 " is not full (length " + std::to_string(s.length) + ")");
   const int32_t page = s.table[page_index];
-  if (page_key_[size_t(page)] != 0 || key_to_page_.count(key)) return false;
+  if (page_key_[size_t(page)] != 0 || key_to_page_.count(key)) return rec.done(false);
   key_to_page_.emplace(key, page);
   page_key_[size_t(page)] = key;
   std::copy(tokens.begin(), tokens.end(), page_token_ids_.begin() + ptrdiff_t(size_t(page) * pt));
-  return true;
+  return rec.done(true);
 }
 
 int32_t KvCache::find_cached_page(PageKey key, std::span<const int32_t> tokens) const {
@@ -489,6 +548,8 @@ int32_t KvCache::find_cached_page(PageKey key, std::span<const int32_t> tokens) 
 }
 
 void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
+  Recorder rec(*this, Call::Kind::AdoptPages, seq);
+  rec.call().ids.assign(pages.begin(), pages.end());
   Sequence& s = seq_ref(seq);
   const int64_t pt = cfg_.page_tokens;
   if (s.length != int64_t(s.table.size()) * pt)
@@ -507,6 +568,7 @@ void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
   // length == reserved == table size * page_tokens before (reserved never exceeds the table).
   s.length += int64_t(pages.size()) * pt;
   s.reserved = s.length;
+  rec.done();
 }
 
 KvCache::PageKey KvCache::page_key(int32_t page) const {
@@ -515,6 +577,7 @@ KvCache::PageKey KvCache::page_key(int32_t page) const {
 }
 
 void KvCache::clear_prefix_cache() {
+  Recorder rec(*this, Call::Kind::ClearPrefix, -1);
   for (int32_t p = lru_head_; p >= 0; p = lru_next_[size_t(p)]) free_list_.push_back(p);
   std::fill(lru_prev_.begin(), lru_prev_.end(), -1);
   std::fill(lru_next_.begin(), lru_next_.end(), -1);
@@ -522,6 +585,7 @@ void KvCache::clear_prefix_cache() {
   cached_count_ = 0;
   std::fill(page_key_.begin(), page_key_.end(), PageKey(0));
   key_to_page_.clear();
+  rec.done();
 }
 
 void KvCache::check_invariants() const {

@@ -428,6 +428,9 @@ class Checker {
     const Tensor &w = t(n_.src[0]), &x = t(n_.src[1]), &ids = t(n_.src[2]), &dst = t(n_.dst);
     if (!known_matrix_type(w.type)) return "unsupported weight dtype " + desc(w);
     if (w.ne[3] != 1) return "weights must be [K, N, experts], got " + desc(w);
+    if (n_.i[1] > 0 && (n_.i[0] < 0 || n_.i[0] >= n_.i[1] || n_.i[1] > w.ne[2]))
+      return "expert range [" + std::to_string(n_.i[0]) + ", " + std::to_string(n_.i[1]) + ") is not inside [0, " +
+             std::to_string(w.ne[2]) + ")";
     TRY(plain(x, DType::F32, "x"));
     TRY(plain(ids, DType::I32, "ids"));
     TRY(plain(dst, DType::F32, "dst"));

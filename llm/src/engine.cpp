@@ -9,6 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "distributed/expert_shard.h"
+#include "distributed/step_message.h"
 #include "expert_stream/model_experts.h"
 #include "tessera/backend.h"
 #include "tessera/error.h"
@@ -20,6 +22,7 @@
 #include "tessera/model_file.h"
 #include "tessera/open_model.h"
 #include "tessera/plugin_registry.h"
+#include "tessera/rank_group.h"
 #include "tessera/scheduler.h"
 #include "tessera/tokenizer.h"
 #include "weight_quantize.h"
@@ -45,6 +48,9 @@ void check_vectors_finite(const ModelFile& file) {
 Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0");
   if (opt.quantize) detail::check_quantize_target(*opt.quantize);  // before reading the file
+  if (opt.ranks && opt.ranks->size() > 1) ranks_ = opt.ranks;
+  if (ranks_ && opt.quantize)
+    throw Error("--quantize is not available in a distributed run yet (each rank would quantize every expert)");
   pool_ = opt.pool ? opt.pool : std::make_shared<FastPool>(opt.threads);
 
   OpenedModel opened = open_model_file(registry, opt.model_path);
@@ -78,7 +84,33 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   batch_tokens_ = opt.batch_tokens;
   const int64_t pages_per_seq = (n_ctx_ + opt.page_tokens - 1) / opt.page_tokens;
   if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
-  memory_plan_ = plan_memory(memory_needs(*model_, opt, n_ctx_, experts_quantized), budget);
+  MemoryNeeds needs = memory_needs(*model_, opt, n_ctx_, experts_quantized);
+  if (ranks_) {
+    if (info.n_expert <= 0)
+      throw Error(info.architecture + " has no routed experts: splitting a dense model's layers over ranks "
+                  "(--split layers) is not built yet; run it in one process");
+    if (opt.expert_cache_bytes > 0)
+      throw Error("--expert-cache SIZE: streaming a rank's share of the experts is not built yet; use "
+                  "--expert-cache off or auto");
+    // This rank holds its share of every layer's routed experts.
+    const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
+    const uint64_t share = needs.expert_weights / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
+    needs.weights -= needs.expert_weights - share;
+    needs.expert_weights = share;
+    needs.min_expert_cache = needs.min_expert_cache / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
+  }
+  memory_plan_ = plan_memory(needs, budget);
+  if (ranks_ && memory_plan_.stream_experts)
+    throw Error("rank " + std::to_string(ranks_->rank()) + ": its share of the routed experts (" +
+                format_memory(needs.expert_weights) + ") and the rest of the model do not fit its memory (" +
+                memory_plan_.budget.describe() + "), and streaming a rank's share from disk is not built yet: "
+                "use more ranks or machines with more memory");
+  if (opt.kv_pages > 0) memory_plan_.kv_pages = opt.kv_pages;
+  if (ranks_) {
+    const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
+    spdlog::info("distributed run: rank {} of {} holds experts [{}, {}) of every MoE layer", ranks_->rank(),
+                 ranks_->size(), r.first, r.end);
+  }
   spdlog::info("{}; {}", memory_plan_.budget.describe(), memory_plan_.describe());
   for (const std::string& w : memory_plan_.warnings) spdlog::warn("{}", w);
 
@@ -180,6 +212,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   kv_ = std::make_unique<KvCache>(model_->kv_config(memory_plan_.kv_pages * opt.page_tokens, opt.page_tokens),
                                   [&](size_t bytes) { return attention_backend.alloc_buffer(bytes, BufferUsage::Kv); });
   seq_ = kv_->create_sequence();
+  if (ranks_ && ranks_->rank() == 0) kv_->record_calls(&kv_calls_);
   // Host backends read scratch through plain pointers, so intermediates may share
   // memory by liveness; a device backend tracks host ranges per submission and gets
   // distinct ranges (decision 37).
@@ -190,7 +223,18 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
                 info.n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (!ranks_ || ranks_->rank() != 0) return;
+  kv_->record_calls(nullptr);
+  const RankTraffic t = ranks_->traffic();
+  spdlog::info("distributed run: {} steps, {} exchanges, {} bytes sent and {} received by rank 0 in {:.3f} s", steps_,
+               t.exchanges, t.bytes_sent, t.bytes_received, t.seconds);
+  try {
+    send_step({}, true);  // the other ranks stop following
+  } catch (const std::exception& e) {
+    spdlog::error("distributed run: could not tell the other ranks to stop: {}", e.what());
+  }
+}
 
 const Tokenizer& Engine::tokenizer() const {
   if (!tokenizer_) {
@@ -254,19 +298,23 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 
   const bool want_rows = !out_rows_.empty();
   if (!want_rows) out_rows_.push_back(int32_t(tokens_.size()) - 1);  // the graph always ends in logits
-  graph_.reset();
-  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
-                     hidden};
-  int32_t out = model_->build_forward(graph_, *kv_, batch);
-  if (experts_) detail::add_expert_hooks(graph_, *experts_);
-  graph_.mark_output(out);
-  graph_.allocate();
-  scheduler_->run(graph_);
+  if (ranks_) {
+    // From here on every rank runs this step: a failure on rank 0 would leave the others
+    // waiting inside it, so it ends them all.
+    send_step(chunks);
+    try {
+      execute_step(hidden, false);
+    } catch (const std::exception& e) {
+      ranks_->abort(std::string("forward step failed: ") + e.what());
+    }
+  } else {
+    execute_step(hidden, false);
+  }
   // The engine, not the kernels, owns the sequences' lengths.
   for (const SeqSlice& s : slices_) kv_->set_length(s.seq, s.pos0 + s.count);
   tokens_evaluated_ += int64_t(tokens_.size());
 
-  const Tensor& lt = graph_.tensor(out);
+  const Tensor& lt = graph_.tensor(graph_out_);
   const int64_t rows = want_rows ? int64_t(out_rows_.size()) : 0;
   const int64_t width = hidden ? n_embd() : V;
   if (lt.type != DType::F32 || lt.ne[0] != width || lt.ne[1] != int64_t(out_rows_.size()))
@@ -277,6 +325,64 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
   ++steps_;
   if (!hidden) check_logits(rows);
   return logits_;
+}
+
+void Engine::execute_step(bool hidden, bool replaying) {
+  graph_.reset();
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
+                     hidden};
+  graph_out_ = model_->build_forward(graph_, *kv_, batch);
+  if (experts_) detail::add_expert_hooks(graph_, *experts_);
+  if (ranks_) detail::shard_experts(graph_, *ranks_, exchange_buffer_);
+  if (!replaying) graph_.mark_output(graph_out_);
+  graph_.allocate();
+  scheduler_->run(graph_);
+}
+
+void Engine::send_step(std::span<const Chunk> chunks, bool quit) {
+  detail::StepMessage m;
+  m.quit = quit;
+  m.calls = std::move(kv_calls_);
+  kv_calls_.clear();
+  for (const Chunk& c : chunks) m.chunks.push_back({c.seq, std::vector<int32_t>(c.tokens.begin(), c.tokens.end())});
+  std::vector<uint8_t> bytes = detail::encode(m);
+  ranks_->broadcast(bytes);
+}
+
+void Engine::follow_rank0() {
+  if (!ranks_ || ranks_->rank() == 0) throw Error("internal: follow_rank0() on rank 0 or outside a distributed run");
+  try {
+    for (;;) {
+      std::vector<uint8_t> bytes;
+      ranks_->broadcast(bytes);
+      const detail::StepMessage m = detail::decode(bytes);
+      for (const KvCache::Call& c : m.calls) kv_->replay(c);
+      if (m.quit) return;
+      // The step as rank 0 laid it out (its reservations are among the calls); only the
+      // final hidden states, which nothing here reads: no output head.
+      tokens_.clear();
+      positions_.clear();
+      slices_.clear();
+      out_rows_.clear();
+      for (const detail::StepChunk& c : m.chunks) {
+        SeqSlice s;
+        s.seq = c.seq;
+        s.first = int32_t(tokens_.size());
+        s.count = int32_t(c.tokens.size());
+        s.pos0 = kv_->length(c.seq);
+        slices_.push_back(s);
+        tokens_.insert(tokens_.end(), c.tokens.begin(), c.tokens.end());
+        for (int32_t i = 0; i < s.count; ++i) positions_.push_back(int32_t(s.pos0 + i));
+      }
+      if (tokens_.empty()) throw Error("a step message without tokens");
+      out_rows_.push_back(int32_t(tokens_.size()) - 1);
+      execute_step(true, true);
+      tokens_evaluated_ += int64_t(tokens_.size());
+      ++steps_;
+    }
+  } catch (const std::exception& e) {
+    ranks_->abort(e.what());
+  }
 }
 
 // NaN or infinite logits are never handed on as if they were a distribution:

@@ -1121,3 +1121,53 @@ TEST(KvCache, PrefixCacheRandomWalk) {
   EXPECT_GT(w.reserve_failures, 50) << summary;
   EXPECT_GT(w.prefix_forks, 100) << summary;
 }
+
+// A distributed run's other ranks replay rank 0's bookkeeping calls: after any mix of
+// the walk's calls (forks, copy on write, prefix-cache adoption and eviction, failed
+// reservations), the replica's sequences, block tables, page refcounts and keys are
+// the original's.
+TEST(KvCache, ReplayedCallsGiveTheSameBookkeeping) {
+  KvCacheConfig c;
+  c.n_layers = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 2;
+  c.page_tokens = 4;
+  c.n_pages = 64;
+  PrefixCacheWalk w(c);
+  KvCache replica(c);
+  std::vector<KvCache::Call> journal;
+  w.kv.record_calls(&journal);
+  size_t replayed = 0;
+  for (int round = 0; round < 40; ++round) {
+    for (int i = 0; i < 100; ++i) w.step();
+    for (const KvCache::Call& call : journal) replica.replay(call);
+    replayed += journal.size();
+    journal.clear();
+    ASSERT_EQ(replica.free_pages(), w.kv.free_pages()) << "round " << round;
+    ASSERT_EQ(replica.cached_pages(), w.kv.cached_pages()) << "round " << round;
+    for (int32_t p = 0; p < c.n_pages; ++p) {
+      ASSERT_EQ(replica.page_refcount(p), w.kv.page_refcount(p)) << "page " << p << ", round " << round;
+      ASSERT_EQ(replica.page_key(p), w.kv.page_key(p)) << "page " << p << ", round " << round;
+    }
+    for (KvCache::SeqId s = 0; s < 256; ++s) {
+      ASSERT_EQ(replica.has_sequence(s), w.kv.has_sequence(s)) << "sequence " << s << ", round " << round;
+      if (!w.kv.has_sequence(s)) continue;
+      ASSERT_EQ(replica.length(s), w.kv.length(s));
+      ASSERT_EQ(replica.reserved(s), w.kv.reserved(s));
+      ASSERT_EQ(replica.block_table(s), w.kv.block_table(s));
+    }
+    replica.check_invariants();
+  }
+  EXPECT_GT(replayed, 3000u);
+  // A replica that has drifted (a sequence of its own) says so instead of going on.
+  KvCache::Call create;
+  create.kind = KvCache::Call::Kind::Create;
+  create.result = w.kv.create_sequence();
+  replica.create_sequence();
+  try {
+    replica.replay(create);
+    FAIL() << "a diverged replay went on";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
+  }
+}

@@ -306,3 +306,44 @@ TEST(OpSchema, ConcatAndGroupLimit) {
     EXPECT_NE(op_schema::check(g, g.nodes()[3]).find("must be 1 .. 4"), std::string::npos);
   }
 }
+
+// MatMulId's expert range (a rank of a distributed run holds experts [i[0], i[1])): the
+// slots routed inside it get exactly the rows of the unranged product, the others
+// zero rows; a range outside the experts is refused by the schema.
+TEST(OpSchema, MatMulIdExpertRange) {
+  auto ref = cpu_scalar::make_backend(nullptr);
+  const int64_t K = 4, N = 3, E = 4, k = 2, n = 3;
+  std::vector<float> w(size_t(K * N * E)), x(size_t(K * n));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 7) - 3) * 0.5f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 5) - 2);
+  std::vector<int32_t> ids = {0, 3, 2, 1, 3, 2};  // [k, n]
+  std::vector<float> all(size_t(N * k * n), -1.0f), part(size_t(N * k * n), -1.0f);
+  Graph g;
+  const int tw = g.add_tensor(Tensor::contiguous(DType::F32, {K, N, E}, w.data()));
+  const int tx = g.add_tensor(Tensor::contiguous(DType::F32, {K, 1, n}, x.data()));
+  const int ti = g.add_tensor(Tensor::contiguous(DType::I32, {k, n}, ids.data()));
+  const int ta = g.add_tensor(Tensor::contiguous(DType::F32, {N, k, n}, all.data()));
+  const int tp = g.add_tensor(Tensor::contiguous(DType::F32, {N, k, n}, part.data()));
+  Node m = node(Op::MatMulId, ta, tw, tx);
+  m.src[2] = ti;
+  g.add_node(m);
+  m.dst = tp;
+  m.i[0] = 2, m.i[1] = 4;  // experts 2 and 3
+  g.add_node(m);
+  ASSERT_EQ(op_schema::check(g, g.nodes()[1]), "");
+  ref->execute(g, 0, 2);
+  int inside = 0;
+  for (int64_t s = 0; s < k * n; ++s) {
+    const bool mine = ids[size_t(s)] >= 2;
+    inside += mine;
+    for (int64_t r = 0; r < N; ++r) {
+      const float got = part[size_t(s * N + r)];
+      EXPECT_EQ(got, mine ? all[size_t(s * N + r)] : 0.0f) << "slot " << s << " row " << r;
+    }
+  }
+  EXPECT_EQ(inside, 4);
+  Node bad = m;
+  bad.i[0] = 3, bad.i[1] = 5;  // past the 4 experts
+  g.add_node(bad);
+  EXPECT_NE(op_schema::check(g, g.nodes()[2]).find("expert range [3, 5) is not inside [0, 4)"), std::string::npos);
+}

@@ -1,4 +1,5 @@
 #include "cli_common.h"
+#include "rank_worker.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -182,6 +183,7 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   // are shown when asked for, whatever the log level.
   const spdlog::level::level_enum level = spdlog::get_level();
   if (eo.quantize && level > spdlog::level::info) spdlog::set_level(spdlog::level::info);
+  eo.ranks = rank_group();  // a distributed run (rank 0): the engine holds its share of the experts
   std::unique_ptr<Engine> engine;
   try {
     engine = std::make_unique<Engine>(reg, eo);
@@ -190,6 +192,7 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
     throw;
   }
   spdlog::set_level(level);
+  if (eo.ranks) send_engine_setup(eo, *engine);
   // Limits with words: what a flag asks for beyond the machine or the model
   // is done, but not silently.
   const unsigned hw = std::thread::hardware_concurrency();

@@ -37,6 +37,7 @@
 #include "tessera/expert_stream.h"
 
 #include "cli_common.h"
+#include "tessera/rank_group.h"
 #include "cli_grammar.h"
 #include "tessera/backend.h"
 #include "tessera/compute_peak.h"
@@ -345,6 +346,8 @@ int cmd_bench(int argc, char** argv) {
   ExpertStreamStats xs_decode{};
   int64_t xs_tokens = 0;
   TransferStats decode_transfers;  // host <-> device bytes over the timed decode steps
+  RankTraffic decode_traffic;      // a distributed run: rank 0's messages over the timed decode steps
+  auto traffic_now = [&] { return engine->ranks() ? engine->ranks()->traffic() : RankTraffic{}; };
   int64_t decode_tokens = 0;
   int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;  // --spec: over the timed decode runs
   auto xs_now = [&] { return engine->expert_stream() ? engine->expert_stream()->stats() : ExpertStreamStats{}; };
@@ -388,6 +391,7 @@ int cmd_bench(int argc, char** argv) {
     }
     const ExpertStreamStats xs0 = xs_now();
     const TransferStats tr0 = engine->transfers();
+    const RankTraffic rt0 = traffic_now();
     auto t1 = std::chrono::steady_clock::now();
     if (gen) {
       int decoded = 0;
@@ -425,6 +429,10 @@ int cmd_bench(int argc, char** argv) {
     const TransferStats tr1 = engine->transfers();
     decode_transfers.upload_bytes += tr1.upload_bytes - tr0.upload_bytes;
     decode_transfers.download_bytes += tr1.download_bytes - tr0.download_bytes;
+    const RankTraffic rt1 = traffic_now();
+    decode_traffic.bytes_sent += rt1.bytes_sent - rt0.bytes_sent;
+    decode_traffic.bytes_received += rt1.bytes_received - rt0.bytes_received;
+    decode_traffic.seconds += rt1.seconds - rt0.seconds;
     decode_tokens += int64_t(n_gen) * n_par;
     if (const ExpertStreamStats xs1 = xs_now(); engine->expert_stream()) {
       xs_decode.lookups += xs1.lookups - xs0.lookups;
@@ -661,6 +669,18 @@ int cmd_bench(int argc, char** argv) {
                       {"download_bytes_per_token", double(decode_transfers.download_bytes) / tok}};
     const Engine::PlanCacheStats pc = engine->plan_cache();
     j["plan_cache"] = {{"hits", pc.hits}, {"misses", pc.misses}};
+    if (const RankGroup* g = engine->ranks()) {
+      // Rank 0's side of the exchanges: what it sent and received per decoded token, and
+      // the time it spent in them (waiting for the slowest rank included).
+      const double bytes = double(decode_traffic.bytes_sent + decode_traffic.bytes_received) / tok;
+      const double secs = decode_traffic.seconds / tok;
+      j["distributed"] = {{"ranks", g->size()}, {"split", "experts"}, {"comm_bytes_per_token", bytes},
+                          {"comm_seconds_per_token", secs}};
+      if (!json)
+        std::printf("ranks       %d, experts split: rank 0 exchanged %.1f KB per decode token, %.3f ms per token in "
+                    "the exchanges\n",
+                    g->size(), bytes / 1e3, secs * 1e3);
+    }
     if (!json)
       std::printf("plans       %llu forward steps reused a plan, %llu made one; host<->device %.1f KB up, %.1f KB down "
                   "per decode token\n",

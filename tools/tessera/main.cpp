@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "cli_common.h"
+#include "rank_worker.h"
+#include "tessera/mpi_run.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
@@ -62,12 +64,40 @@ void usage(std::ostream& os) {
 
 }  // namespace
 
+int run_command(int argc, char** argv);
+
 int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("tessera");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("[%l] %v");
   spdlog::set_level(spdlog::level::warn);
+  if (!tessera::dist::launched_with_ranks()) return run_command(argc, argv);
 
+  // Started by mpirun as one of several processes (docs/distributed.md).
+  try {
+    tessera::cli::set_rank_group(tessera::dist::join());
+  } catch (const std::exception& e) {
+    std::cerr << "tessera: error: " << tessera::printable(e.what()) << "\n";
+    return 1;
+  }
+  const int rank = tessera::cli::rank_group()->rank();
+  int rc = 0;
+  if (rank != 0) {
+    rc = tessera::cli::run_rank_worker(argc > 1 ? argc - 1 : 0, argc > 1 ? argv + 1 : argv);
+  } else {
+    rc = run_command(argc, argv);
+    try {
+      tessera::cli::finish_ranks(rc);
+    } catch (const std::exception& e) {
+      std::cerr << "tessera: error: could not tell the other ranks to exit: " << tessera::printable(e.what()) << "\n";
+      rc = rc ? rc : 1;
+    }
+  }
+  tessera::cli::set_rank_group(nullptr);  // leaves MPI
+  return rc;
+}
+
+int run_command(int argc, char** argv) {
   if (argc < 2) {
     usage(std::cerr);
     return 2;

@@ -56,7 +56,9 @@ enum class Op : uint16_t {
   GatherCols, // src0 F32 [E, n], src1 ids I32 [k, n] -> F32 [k, n]: dst[j, t] = src0[ids[j, t], t]
   MatMulId,   // src0 weights [K, N, E], src1 x F32 [K, b, n] (b = 1: one row shared by
               // every chosen expert, or b = k), src2 ids I32 [k, n] -> F32 [N, k, n]:
-              // dst[:, j, t] = W[ids[j, t]] . x[:, j % b, t] (activations as in MatMul)
+              // dst[:, j, t] = W[ids[j, t]] . x[:, j % b, t] (activations as in MatMul).
+              // i[1] > 0: only experts [i[0], i[1]) are computed; a slot whose id lies
+              // outside that range gets a zero row (the experts another rank holds)
   MoeCombine, // src0 experts F32 [N, k, n], src1 weights F32 [k, n] -> F32 [N, n]:
               // sum over j in order of weights[j, t] * experts[:, j, t]
   // Gates and layout:
@@ -140,6 +142,9 @@ class Graph {
   Tensor& tensor(int32_t i) { return tensors_[size_t(i)]; }
   const Tensor& tensor(int32_t i) const { return tensors_[size_t(i)]; }
   const std::vector<Node>& nodes() const { return nodes_; }
+  // For passes over a built graph that change a node's parameters, before allocate()
+  // (which is when backends and plan caches look at the nodes).
+  Node& node(size_t i) { return nodes_.at(i); }
   size_t tensor_count() const { return tensors_.size(); }
 
   // Size the arena for everything new_tensor() returned since reset(); call once

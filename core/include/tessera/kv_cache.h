@@ -159,6 +159,26 @@ class KvCache : public KvAccess {
   // the pages' keys. For tests.
   void check_invariants() const;
 
+  // Record and replay. A distributed run keeps one cache of the same pool size on every
+  // rank; the others replay rank 0's bookkeeping calls in order, so sequence ids, page
+  // ids, block tables, prefix-cache keys and recurrent-state copies agree everywhere.
+  struct Call {
+    enum class Kind : uint8_t { Create, Fork, Free, Reserve, SetLength, Truncate, RegisterPage, AdoptPages, ClearPrefix };
+    Kind kind = Kind::Create;
+    SeqId seq = -1;             // the sequence (Fork: the parent)
+    int64_t n = 0;              // positions (Fork, Reserve, SetLength, Truncate) or page index (RegisterPage)
+    PageKey key = 0;            // RegisterPage
+    std::vector<int32_t> ids;   // RegisterPage: its tokens; AdoptPages: the pages
+    int64_t result = 0;         // Create / Fork: the new sequence; Reserve / RegisterPage: 1 or 0
+  };
+  // From now on every successful call of create_sequence, fork_sequence, free_sequence,
+  // reserve, set_length, truncate, register_page, adopt_pages and clear_prefix_cache is
+  // appended to `journal` (null: no longer). The journal must outlive its use.
+  void record_calls(std::vector<Call>* journal) { journal_ = journal; }
+  // Makes a recorded call. Throws tessera::Error if it fails or returns something else
+  // than it did where it was recorded (the caches have diverged).
+  void replay(const Call& call);
+
  private:
   struct Sequence;
   uint16_t* plane(int32_t page, int layer, int kv) const;  // kv: 0 = K, 1 = V (host storage)
@@ -194,6 +214,9 @@ class KvCache : public KvAccess {
   int cached_count_ = 0;
   std::vector<std::unique_ptr<Sequence>> seqs_;  // indexed by SeqId, null when freed
   RecurrentState recurrent_;
+  std::vector<Call>* journal_ = nullptr;
+  int call_depth_ = 0;  // public calls in progress: only the outermost is recorded
+  class Recorder;
 };
 
 }  // namespace tessera

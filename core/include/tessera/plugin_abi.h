@@ -34,7 +34,8 @@
 extern "C" {
 #endif
 
-/* 6: Attention whose value heads differ in size from its key heads (dst [dv, n_head, n], V
+/* 7: MatMulId's expert range (i[0], i[1]): slots routed to an expert outside it get zero rows;
+ * 6: Attention whose value heads differ in size from its key heads (dst [dv, n_head, n], V
  *    storage rows of n_kv * dv values, possibly a view of the first dv values of each K
  *    row: multi-head latent attention), the Concat and GroupLimit ops;
  * 5: Attention's sliding window (i[0]) and sinks (TesseraNode::src4), YaRN RoPE (f[2], f[3],
@@ -43,7 +44,7 @@ extern "C" {
  *    sequence table as I32 inputs (one node per layer for every sequence of a step);
  * 3: the C ABI (1 and 2 passed C++ objects). */
 #ifndef TESSERA_PLUGIN_ABI_VERSION /* a plugin may declare an older generation the host still accepts */
-#define TESSERA_PLUGIN_ABI_VERSION 6u
+#define TESSERA_PLUGIN_ABI_VERSION 7u
 #endif
 #define TESSERA_PLUGIN_ABI_MIN_VERSION 3u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"

@@ -167,6 +167,10 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
         graph.tensor(node.dst).ne[0] != graph.tensor(node.src[0]).ne[0])
       return OpSupport::no("attention: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
                            ", whose Attention has value heads of the key heads' size");
+    // Before ABI 7 MatMulId computed every slot's expert.
+    if (desc_->abi_version < 7 && node.op == Op::MatMulId && node.i[1] > 0)
+      return OpSupport::no("mat_mul_id: the plugin is built for ABI " + std::to_string(desc_->abi_version) +
+                           ", whose MatMulId has no expert range");
     const TesseraGraph& g = view(graph, false);
     const auto& nodes = graph.nodes();
     const bool inside = !nodes.empty() && &node >= nodes.data() && &node < nodes.data() + nodes.size();

@@ -26,6 +26,7 @@ class Model;
 class Tokenizer;
 class Scheduler;
 class FastPool;
+class RankGroup;
 namespace detail {
 struct QuantizedWeights;
 }
@@ -60,6 +61,13 @@ struct EngineOptions {
   // quantized this way are in memory, so they are not streamed (an explicit
   // expert_cache_bytes is refused). Unset: the weights as the file holds them.
   std::optional<DType> quantize;
+  // A distributed run (rank_group.h, docs/distributed.md): this process is one of
+  // ranks->size() ranks, each holding its share of every MoE layer's routed experts.
+  // Null (or one rank): the engine runs alone.
+  std::shared_ptr<RankGroup> ranks;
+  // The KV pool's pages, instead of the memory plan's (0): the other ranks of a
+  // distributed run take rank 0's, so their caches replay its bookkeeping exactly.
+  int64_t kv_pages = 0;
 };
 
 // The types EngineOptions::quantize accepts, and their names for messages ("q8_0, q4_0, ...").
@@ -150,12 +158,22 @@ class Engine {
   // The memory budget read at load and how the automatic sizes split it.
   const MemoryPlan& memory_plan() const { return memory_plan_; }
 
+  // Distributed runs. The group this engine is one rank of, or null.
+  RankGroup* ranks() const { return ranks_.get(); }
+  // On a rank other than 0: replays rank 0's forward steps until rank 0's engine ends
+  // (its destructor tells the others). A failure ends every rank (RankGroup::abort).
+  void follow_rank0();
+
  private:
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
   // out holds NaN or infinity, or is degenerate (every value equal).
   void check_logits(int64_t rows) const;
   // forward() and forward_hidden(): rows of `width` floats (n_vocab or n_embd).
   std::span<const float> run_step(std::span<const Chunk> chunks, bool hidden);
+  // The graph of the step in slices_ (reserved), run; replaying: a rank other than 0.
+  void execute_step(bool hidden, bool replaying);
+  // Rank 0: sends the KV calls recorded since the last step and the step's chunks.
+  void send_step(std::span<const Chunk> chunks, bool quit = false);
 
   std::shared_ptr<FastPool> pool_;
   std::shared_ptr<ModelLoader> loader_;  // keeps the loader plugin alive while the file is open
@@ -172,9 +190,13 @@ class Engine {
   KvCache::SeqId seq_ = 0;
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   Graph graph_;
+  int32_t graph_out_ = -1;  // the last step's logits or hidden-state tensor
   std::vector<int32_t> tokens_, positions_, out_rows_, slots_, seq_table_;
   std::vector<SeqSlice> slices_;
   std::vector<float> logits_, eval_logits_;
+  std::shared_ptr<RankGroup> ranks_;     // a distributed run's group (more than one rank), or null
+  std::vector<KvCache::Call> kv_calls_;  // rank 0: bookkeeping calls not yet sent
+  std::vector<uint8_t> exchange_buffer_;
 };
 
 }  // namespace tessera

@@ -1,0 +1,56 @@
+// The processes one model runs over in a distributed run (docs/distributed.md): what
+// the engine asks of them. Rank 0 owns everything a user sees (tokenization,
+// scheduling, sampling, output) and sends each forward step to the other ranks, which
+// replay it; every rank holds its share of the routed experts and they exchange the
+// products of those experts inside the step. The MPI implementation lives in its own
+// library (dist/); the core, the engine and the plugins do not depend on MPI.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct RankTraffic {
+  uint64_t bytes_sent = 0, bytes_received = 0;  // by this rank, payload only
+  double seconds = 0;                           // inside broadcast() and all_gather()
+  uint64_t exchanges = 0;                       // all_gather() calls
+};
+
+class RankGroup {
+ public:
+  virtual ~RankGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank 0 passes `bytes`; every other rank gets them in `bytes` (resized).
+  virtual void broadcast(std::vector<uint8_t>& bytes) = 0;
+  // Every rank passes its own bytes (`mine`, counts[rank()] of them) and receives every
+  // rank's in `all`, rank after rank (counts[r] bytes from rank r). Every rank passes
+  // the same counts.
+  virtual void all_gather(std::span<const uint8_t> mine, std::span<const size_t> counts, std::span<uint8_t> all) = 0;
+  // Ends the run on every rank after writing "rank R: message" to stderr (a rank that
+  // cannot go on: the others would wait for it forever).
+  [[noreturn]] virtual void abort(const std::string& message) = 0;
+  virtual RankTraffic traffic() const = 0;
+};
+
+// The experts [first, end) of a layer with n_expert experts that `rank` of `ranks`
+// holds: contiguous blocks whose sizes differ by at most one expert (every expert of a
+// layer has the same bytes, so this balances bytes).
+struct ExpertRange {
+  int64_t first = 0, end = 0;
+};
+inline ExpertRange expert_range(int64_t n_expert, int rank, int ranks) {
+  return {n_expert * rank / ranks, n_expert * (rank + 1) / ranks};
+}
+// The rank holding `expert` under expert_range().
+inline int expert_owner(int64_t expert, int64_t n_expert, int ranks) {
+  int r = int(expert * ranks / n_expert);
+  while (r + 1 < ranks && expert_range(n_expert, r + 1, ranks).first <= expert) ++r;
+  while (r > 0 && expert_range(n_expert, r, ranks).first > expert) --r;
+  return r;
+}
+
+}  // namespace tessera
