@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -101,6 +102,11 @@ int run_rank_worker(int argc, char** argv) {
     // Rank 0 reads the same arguments and says what is wrong with them.
   }
   spdlog::set_level(o.verbose ? spdlog::level::debug : spdlog::level::err);
+  // mpirun forwards Ctrl-C and SIGTERM to every rank: rank 0 decides what they mean
+  // (a server drains its requests, a command stops) and then tells the others to exit.
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
   RankGroup& group = *g_group;
   std::unique_ptr<PluginRegistry> reg;
   try {
