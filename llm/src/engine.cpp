@@ -171,12 +171,22 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // every view now points at the backend's copy, or only products read the weight and
   // the backend streams a copy of its own (the file's pages would otherwise stay
   // resident beside it).
+  // A distributed rank holds only its share of the routed experts: read in now, and not
+  // prepared by the primary backend (which would copy every expert; the ranged products
+  // run on cpu_scalar, which reads them where they lie).
+  if (ranks_) {
+    const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
+    const uint64_t read = detail::load_expert_share(*model_, r.first, r.end);
+    spdlog::info("distributed run: rank {} read its share of the routed experts, {}", ranks_->rank(),
+                 format_memory(read));
+  }
   Backend& primary = *backends.front();
   for (const detail::WeightGroup& g : uses) {
     if (!g.product) continue;
     Tensor& first = *g.views.front();
     product_weights_.push_back(&first);
     if (streamed.count(&first)) continue;
+    if (ranks_ && detail::is_routed_expert(first)) continue;
     const Tensor original = first;
     primary.prepare_weight(first);
     bool original_read = false;  // by a view of another layout

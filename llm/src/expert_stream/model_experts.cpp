@@ -8,6 +8,9 @@
 #include <regex>
 #include <sstream>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "tessera/error.h"
 #include "tessera/quant.h"
 
@@ -24,6 +27,27 @@ int expert_layer(const std::string& name) {
 }
 
 }  // namespace
+
+bool is_routed_expert(const Tensor& w) { return expert_layer(w.name) >= 0; }
+
+uint64_t load_expert_share(Model& model, int64_t first, int64_t end) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  uint64_t bytes = 0;
+  volatile uint8_t sink = 0;
+  for (const Tensor* w : model.weights()) {
+    if (!is_routed_expert(*w) || !w->data || w->ne[2] < end) continue;
+    const auto* base = static_cast<const uint8_t*>(w->data);
+    const size_t from = size_t(first) * w->nb[2], to = size_t(end) * w->nb[2];
+    const uintptr_t a = uintptr_t(base + from) & ~uintptr_t(page - 1);
+    madvise(reinterpret_cast<void*>(a), size_t(uintptr_t(base + to) - a), MADV_WILLNEED);
+    uint8_t acc = 0;
+    for (size_t off = from; off < to; off += page) acc = uint8_t(acc + base[off]);
+    sink = uint8_t(sink + acc);
+    bytes += to - from;
+  }
+  (void)sink;
+  return bytes;
+}
 
 ExpertBytes expert_bytes(Model& model) {
   ExpertBytes b;

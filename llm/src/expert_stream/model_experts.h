@@ -24,6 +24,14 @@ struct ExpertBytes {
 };
 ExpertBytes expert_bytes(Model& model);
 
+// True for a routed-expert tensor (blk.N.ffn_{gate,up,down}_exps.weight).
+bool is_routed_expert(const Tensor& w);
+
+// A distributed rank's share: reads experts [first, end) of every routed-expert tensor
+// of `model` into memory (the pages of the mapped file), so its first steps do not wait
+// on the disk and its memory is taken at load. Returns the bytes read in.
+uint64_t load_expert_share(Model& model, int64_t first, int64_t end);
+
 // Streams every routed-expert tensor of `model` from `file` through a cache of
 // `cache_bytes`: each such Tensor's data now points into the stream's reservation.
 // Returns the stream (nullptr when the model has no routed experts; the caller calls
