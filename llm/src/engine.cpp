@@ -89,9 +89,6 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     if (info.n_expert <= 0)
       throw Error(info.architecture + " has no routed experts: splitting a dense model's layers over ranks "
                   "(--split layers) is not built yet; run it in one process");
-    if (opt.expert_cache_bytes > 0)
-      throw Error("--expert-cache SIZE: streaming a rank's share of the experts is not built yet; use "
-                  "--expert-cache off or auto");
     // This rank holds its share of every layer's routed experts.
     const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
     const uint64_t share = needs.expert_weights / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
@@ -100,11 +97,6 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     needs.min_expert_cache = needs.min_expert_cache / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
   }
   memory_plan_ = plan_memory(needs, budget);
-  if (ranks_ && memory_plan_.stream_experts)
-    throw Error("rank " + std::to_string(ranks_->rank()) + ": its share of the routed experts (" +
-                format_memory(needs.expert_weights) + ") and the rest of the model do not fit its memory (" +
-                memory_plan_.budget.describe() + "), and streaming a rank's share from disk is not built yet: "
-                "use more ranks or machines with more memory");
   if (opt.kv_pages > 0) memory_plan_.kv_pages = opt.kv_pages;
   if (ranks_) {
     const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
@@ -160,6 +152,10 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     }
     if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
     experts_ = detail::stream_model_experts(*file_, *model_, memory_plan_.expert_cache, streamed);
+    if (experts_ && ranks_) {  // a distributed rank streams its own share
+      const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
+      experts_->hold_only(r.first, r.end);
+    }
     if (experts_ && opt.expert_cache_bytes <= 0)  // automatic: at least the smallest that works
       experts_->set_cache_bytes(std::max(memory_plan_.expert_cache, experts_->min_cache_bytes()));
     if (experts_) experts_->finish_setup();
@@ -174,7 +170,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // A distributed rank holds only its share of the routed experts: read in now, and not
   // prepared by the primary backend (which would copy every expert; the ranged products
   // run on cpu_scalar, which reads them where they lie).
-  if (ranks_) {
+  if (ranks_ && !experts_) {
     const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
     const uint64_t read = detail::load_expert_share(*model_, r.first, r.end);
     spdlog::info("distributed run: rank {} read its share of the routed experts, {}", ranks_->rank(),

@@ -148,6 +148,23 @@ TEST(Distributed, DenseModelIsRefusedWithTheReason) {
   EXPECT_FALSE(fs::exists(dir + "/x.f32"));
 }
 
+// A rank streams its own share through its cache: a cache too small for one layer's
+// experts in one process is enough for each of two ranks, and the logits stay the same.
+TEST(Distributed, RanksStreamTheirShareFromDisk) {
+  REQUIRE_MPIRUN();
+  const std::string dir = work_dir();
+  const std::string args = "logits -m " + model("qwen3moe-q8_0") + " --backend cpu_scalar --tokens 1,5,9,2,7 -o ";
+  const Result one = sh(tessera() + args + dir + "/one.f32");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const Result small = sh(tessera() + args + dir + "/small.f32 --expert-cache 1M");
+  EXPECT_NE(small.status, 0);
+  EXPECT_NE(small.err.find("is too small: one layer's experts need"), std::string::npos) << small.err;
+  const Result two = sh(mpirun(2) + tessera() + args + dir + "/two.f32 --expert-cache 1M -v");
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_NE(two.err.find("streamed through a 1 MiB cache"), std::string::npos) << two.err;
+  EXPECT_TRUE(slurp(dir + "/two.f32") == slurp(dir + "/one.f32"));
+}
+
 TEST(Distributed, PlainStartIsOneProcess) {
   // Outside a launcher nothing changes: no MPI is joined and no rank line is logged.
   const Result r = sh(tessera() + "logits -m " + model("qwen3moe-q8_0") + " --backend cpu_scalar -v --tokens 1,2 -o " +

@@ -145,6 +145,14 @@ std::string default_model_path() {
   return p.string();
 }
 
+int64_t expert_cache_option(const std::string& value) {
+  if (value == "off") return EngineOptions::kExpertCacheOff;
+  if (value == "auto") return EngineOptions::kExpertCacheAuto;
+  const uint64_t b = parse_byte_size(value);
+  if (b == 0 || b > uint64_t(INT64_MAX)) throw Error("--expert-cache must be auto, off or a size above 0 (e.g. 4G)");
+  return int64_t(b);
+}
+
 std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptions& o) {
   EngineOptions eo;
   eo.model_path = o.model.empty() ? default_model_path() : o.model;
@@ -156,13 +164,7 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   if (o.parallel <= 0) throw Error("--parallel must be >= 1");
   eo.batch_tokens = o.batch;
   eo.max_sequences = o.parallel;
-  if (o.expert_cache == "off") {
-    eo.expert_cache_bytes = EngineOptions::kExpertCacheOff;
-  } else if (o.expert_cache != "auto") {
-    const uint64_t b = parse_byte_size(o.expert_cache);
-    if (b == 0 || b > uint64_t(INT64_MAX)) throw Error("--expert-cache must be auto, off or a size above 0 (e.g. 4G)");
-    eo.expert_cache_bytes = int64_t(b);
-  }
+  eo.expert_cache_bytes = expert_cache_option(o.expert_cache);
   if (!o.backend.empty()) eo.backends = split(o.backend, ',');
   if (o.strict_backend && o.backend.empty()) throw Error("--strict-backend needs --backend NAME[,NAME...]");
   eo.strict_backends = o.strict_backend;

@@ -65,6 +65,8 @@ std::string default_model_path();
 // NaN or infinity (naming them). Warns (once) when --threads exceeds the hardware
 // threads or --ctx the model's trained context length.
 std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptions& o);
+// --expert-cache's value as EngineOptions::expert_cache_bytes; throws on a bad one.
+int64_t expert_cache_option(const std::string& value);
 // The model's trained context length (<arch>.context_length as the architecture reads
 // it), without creating backends or a KV cache.
 int64_t trained_context_length(const PluginRegistry& reg, const CommonOptions& o);

@@ -109,10 +109,12 @@ int run_rank_worker(int argc, char** argv) {
   std::signal(SIGHUP, SIG_IGN);
   RankGroup& group = *g_group;
   std::unique_ptr<PluginRegistry> reg;
+  int64_t cache = EngineOptions::kExpertCacheAuto;
   try {
     reg = make_registry(o);
+    cache = expert_cache_option(o.expert_cache);
   } catch (const std::exception& e) {
-    group.abort(std::string("cannot read the plugin configuration: ") + e.what());
+    group.abort(std::string("cannot start: ") + e.what());
   }
   for (;;) {
     std::vector<uint8_t> bytes;
@@ -129,7 +131,7 @@ int run_rank_worker(int argc, char** argv) {
     eo.kv_pages = s.kv_pages;
     eo.backends = s.backends;
     eo.strict_backends = true;  // the same backends as rank 0: the same routing
-    eo.expert_cache_bytes = EngineOptions::kExpertCacheAuto;
+    eo.expert_cache_bytes = cache;  // each rank's own --expert-cache
     eo.ranks = g_group;
     std::unique_ptr<Engine> engine;
     try {

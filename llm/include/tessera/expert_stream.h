@@ -53,6 +53,10 @@ class ExpertStream {
   uint64_t min_cache_bytes() const;
   // Changes the limit (before the first ensure(), e.g. to min_cache_bytes()).
   void set_cache_bytes(uint64_t bytes);
+  // Only experts [first, end) of each layer are ever made resident (a distributed
+  // rank's share; the others' ids are left to the ranks holding them), and
+  // min_cache_bytes() counts only them. Before finish_setup().
+  void hold_only(int64_t first, int64_t end);
 
   // Makes the experts `ids` (any order, repeats allowed, each in [0, n_expert)) of
   // `layer` resident, reading the missing ones; may evict others, never these.

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cctype>
 #include <chrono>
 #include <cinttypes>
@@ -59,6 +60,7 @@ struct ExpertStream::Impl {
 
   detail::DirectReader reader;
   uint64_t cap;
+  int64_t held_first = 0, held_end = INT64_MAX;  // hold_only()
   // The I/O thread: jobs run one at a time. `mu` guards the state below; a prefetch
   // releases it while its read is in flight (its experts marked `loading`), so
   // run_async() and stats() never wait for the disk. ensure() waits for the queue to
@@ -177,7 +179,7 @@ struct ExpertStream::Impl {
       if (id < 0 || id >= n)
         throw Error("expert id " + std::to_string(id) + " out of range [0, " + std::to_string(n) + ") in layer " +
                     std::to_string(layer));
-      w[size_t(id)] = 1;
+      if (id >= held_first && id < held_end) w[size_t(id)] = 1;
     }
     return w;
   }
@@ -254,9 +256,19 @@ void* ExpertStream::add_tensor(const std::string& name, int layer, uint64_t file
 
 uint64_t ExpertStream::min_cache_bytes() const {
   uint64_t most = 0;
-  for (size_t l = 0; l < impl_->layers.size(); ++l)
-    most = std::max(most, impl_->cost(int(l)) * uint64_t(impl_->n_expert(int(l))));
+  for (size_t l = 0; l < impl_->layers.size(); ++l) {
+    const int64_t n = impl_->n_expert(int(l));
+    const int64_t held = std::max<int64_t>(0, std::min(n, impl_->held_end) - std::max<int64_t>(0, impl_->held_first));
+    most = std::max(most, impl_->cost(int(l)) * uint64_t(held));
+  }
   return most;
+}
+
+void ExpertStream::hold_only(int64_t first, int64_t end) {
+  if (first < 0 || end <= first) throw Error("expert stream: bad range of held experts");
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->held_first = first;
+  impl_->held_end = end;
 }
 
 void ExpertStream::set_cache_bytes(uint64_t bytes) {
