@@ -51,7 +51,11 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("quantize", po::value(&o.quantize)->value_name("TYPE"),
        ("quantize the model's F32/F16/BF16 matrix weights (projections, experts, embedding, output) to TYPE at "
         "load, for speed: " + quantize_target_names() + ". Norms, biases and MoE routers stay as stored; weights "
-        "already quantized are left alone").c_str());
+        "already quantized are left alone").c_str())
+      ("split", po::value(&o.split)->default_value("auto"),
+       "under `mpirun -np N` (docs/distributed.md): how the model is shared out over the ranks: `experts` (each "
+       "rank holds 1/N of every MoE layer's routed experts; the default for MoE models) or `layers` (not built "
+       "yet); `auto` picks by the model");
   }
   desc.add_options()
     ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ~/.config/tessera/plugins.toml, "
@@ -185,7 +189,14 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   // are shown when asked for, whatever the log level.
   const spdlog::level::level_enum level = spdlog::get_level();
   if (eo.quantize && level > spdlog::level::info) spdlog::set_level(spdlog::level::info);
+  if (o.split != "auto" && o.split != "experts" && o.split != "layers")
+    throw Error("--split: '" + printable(o.split, 40) + "' is not a way to split a model; use auto, experts or layers");
   eo.ranks = rank_group();  // a distributed run (rank 0): the engine holds its share of the experts
+  if (eo.ranks && o.split == "layers")
+    throw Error("--split layers is not built yet: MoE models split their experts (--split experts); dense models "
+                "run in one process");
+  if (!eo.ranks && o.split != "auto")
+    spdlog::warn("--split {} applies only to a run started by mpirun with several processes", o.split);
   std::unique_ptr<Engine> engine;
   try {
     engine = std::make_unique<Engine>(reg, eo);

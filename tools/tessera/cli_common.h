@@ -32,6 +32,7 @@ struct CommonOptions {
   bool check_tensors = false;  // scan every weight for NaN/Inf before running
   std::string expert_cache = "auto";  // MoE experts: auto, off, or a cache size (4G)
   std::string quantize;               // --quantize TYPE: quantize float weights at load; empty = off
+  std::string split = "auto";         // under mpirun: auto, experts or layers (docs/distributed.md)
 };
 
 // Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx,
