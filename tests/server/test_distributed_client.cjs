@@ -1,7 +1,7 @@
 // `tessera serve` under `mpirun -np 2` (docs/distributed.md) against the official
 // OpenAI client: completions and chat, streamed and not, eight clients at once; every
-// greedy answer equals the one-process server's, and the run stops cleanly when rank 0
-// gets SIGTERM. Exit code 77 = skipped (no node package, no MPI build or no mpirun).
+// greedy answer equals the one-process server's, the run stops cleanly when rank 0
+// gets SIGTERM, and rank 1 killed mid-answer ends the run within 10 s, naming rank 1. Exit code 77 = skipped (no node package, no MPI build or no mpirun).
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -42,8 +42,8 @@ function startRanks() {
   });
 }
 
-// Rank 0: the tessera child of mpirun whose environment names rank 0.
-function rank0Pid(mpirunPid) {
+// The tessera child of mpirun whose environment names `rank`.
+function rankPid(mpirunPid, rank = 0) {
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
@@ -51,7 +51,7 @@ function rank0Pid(mpirunPid) {
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
       if (ppid !== mpirunPid) continue;
       const env = fs.readFileSync(`/proc/${name}/environ`, 'utf8').split('\0');
-      if (env.includes('OMPI_COMM_WORLD_RANK=0')) return Number(name);
+      if (env.includes(`OMPI_COMM_WORLD_RANK=${rank}`)) return Number(name);
     } catch (e) { /* gone, or not ours */ }
   }
   return -1;
@@ -102,7 +102,7 @@ test('two ranks answer as one process does', async () => {
 });
 
 test('SIGTERM to rank 0 stops every rank cleanly', async () => {
-  const pid = rank0Pid(ranks.proc.pid);
+  const pid = rankPid(ranks.proc.pid, 0);
   assert.ok(pid > 0, 'rank 0 not found');
   const exited = new Promise((res) => {
     ranks.proc.removeAllListeners('exit');
@@ -110,4 +110,29 @@ test('SIGTERM to rank 0 stops every rank cleanly', async () => {
   });
   process.kill(pid, 'SIGTERM');
   assert.equal(await exited, 0, 'mpirun did not exit cleanly:\n' + ranks.stderr());
+});
+
+test('rank 1 killed mid-answer ends the run within 10 s, naming it', async () => {
+  const run = await startRanks();
+  const exited = new Promise((res) => {
+    run.proc.removeAllListeners('exit');
+    run.proc.once('exit', (code, signal) => res({ code, signal, at: Date.now() }));
+  });
+  // A long streamed answer; once tokens flow, rank 1 goes.
+  const r = await fetch(run.url + '/v1/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'hello', max_tokens: 400, temperature: 0, stream: true, ignore_eos: true }),
+  });
+  const reader = r.body.getReader();
+  await reader.read();
+  const pid = rankPid(run.proc.pid, 1);
+  assert.ok(pid > 0, 'rank 1 not found');
+  const killed = Date.now();
+  process.kill(pid, 'SIGKILL');
+  const reading = (async () => { try { while (!(await reader.read()).done); } catch (e) { /* cut off */ } })();
+  const end = await exited;
+  await reading;
+  assert.ok(end.at - killed < 10000, `the run ended ${end.at - killed} ms after the kill`);
+  assert.notEqual(end.code, 0);
+  assert.match(run.stderr(), /rank 1/);
 });
