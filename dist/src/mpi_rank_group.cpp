@@ -42,6 +42,8 @@ void check(int rc, const char* what) {
 }
 
 class MpiRankGroup final : public RankGroup {
+  static constexpr int kStageTag = 7;
+
  public:
   MpiRankGroup() {
     int provided = 0;
@@ -96,6 +98,29 @@ class MpiRankGroup final : public RankGroup {
           "MPI_Allgatherv");
     traffic_.bytes_sent += mine.size();
     traffic_.bytes_received += total - mine.size();
+    traffic_.seconds += now_s() - t0;
+    ++traffic_.exchanges;
+  }
+
+  void send(int to, std::span<const uint8_t> bytes) override {
+    const double t0 = now_s();
+    if (bytes.size() > size_t(INT32_MAX)) throw Error("send: more than 2 GiB at once");
+    check(MPI_Send(bytes.data(), int(bytes.size()), MPI_BYTE, to, kStageTag, MPI_COMM_WORLD), "MPI_Send");
+    traffic_.bytes_sent += bytes.size();
+    traffic_.seconds += now_s() - t0;
+  }
+
+  void recv(int from, std::span<uint8_t> bytes) override {
+    const double t0 = now_s();
+    if (bytes.size() > size_t(INT32_MAX)) throw Error("recv: more than 2 GiB at once");
+    MPI_Status st;
+    check(MPI_Recv(bytes.data(), int(bytes.size()), MPI_BYTE, from, kStageTag, MPI_COMM_WORLD, &st), "MPI_Recv");
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    if (size_t(got) != bytes.size())
+      throw Error("recv: " + std::to_string(got) + " bytes from rank " + std::to_string(from) + ", expected " +
+                  std::to_string(bytes.size()));
+    traffic_.bytes_received += bytes.size();
     traffic_.seconds += now_s() - t0;
     ++traffic_.exchanges;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -86,23 +87,36 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
   MemoryNeeds needs = memory_needs(*model_, opt, n_ctx_, experts_quantized);
   if (ranks_) {
-    if (info.n_expert <= 0)
-      throw Error(info.architecture + " has no routed experts: splitting a dense model's layers over ranks "
-                  "(--split layers) is not built yet; run it in one process");
+    split_ = opt.split.value_or(info.n_expert > 0 ? Split::Experts : Split::Layers);
+    if (split_ == Split::Experts && info.n_expert <= 0)
+      throw Error(info.architecture + " has no routed experts to split over ranks: use --split layers");
+  }
+  if (ranks_ && split_ == Split::Experts) {
     // This rank holds its share of every layer's routed experts.
     const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
     const uint64_t share = needs.expert_weights / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
     needs.weights -= needs.expert_weights - share;
     needs.expert_weights = share;
     needs.min_expert_cache = needs.min_expert_cache / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
+    spdlog::info("distributed run: rank {} of {} holds experts [{}, {}) of every MoE layer", ranks_->rank(),
+                 ranks_->size(), r.first, r.end);
+  } else if (ranks_) {
+    layers_ = layer_range(info.n_layer, ranks_->rank(), ranks_->size());
+    if (ranks_->rank() == 0 && layers_.end == layers_.first)
+      throw Error("--split layers: rank 0 would hold no layers");  // layer_range never does that
+    if (layers_.end == layers_.first)
+      spdlog::warn("--split layers: {} ranks for {} layers leave rank {} none: it only passes the activations on",
+                   ranks_->size(), info.n_layer, ranks_->rank());
+    // Its layers' share of the weights (the layers are alike; the embeddings and the
+    // head, on rank 0, are counted as if spread).
+    const uint64_t n = uint64_t(layers_.end - layers_.first), L = uint64_t(info.n_layer);
+    needs.weights = needs.weights / L * n;
+    needs.expert_weights = needs.expert_weights / L * n;
+    spdlog::info("distributed run: rank {} of {} runs layers [{}, {})", ranks_->rank(), ranks_->size(),
+                 layers_.first, layers_.end);
   }
   memory_plan_ = plan_memory(needs, budget);
   if (opt.kv_pages > 0) memory_plan_.kv_pages = opt.kv_pages;
-  if (ranks_) {
-    const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
-    spdlog::info("distributed run: rank {} of {} holds experts [{}, {}) of every MoE layer", ranks_->rank(),
-                 ranks_->size(), r.first, r.end);
-  }
   spdlog::info("{}; {}", memory_plan_.budget.describe(), memory_plan_.describe());
   for (const std::string& w : memory_plan_.warnings) spdlog::warn("{}", w);
 
@@ -152,7 +166,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     }
     if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
     experts_ = detail::stream_model_experts(*file_, *model_, memory_plan_.expert_cache, streamed);
-    if (experts_ && ranks_) {  // a distributed rank streams its own share
+    if (experts_ && ranks_ && split_ == Split::Experts) {  // a distributed rank streams its own share
       const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
       experts_->hold_only(r.first, r.end);
     }
@@ -170,19 +184,27 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // A distributed rank holds only its share of the routed experts: read in now, and not
   // prepared by the primary backend (which would copy every expert; the ranged products
   // run on cpu_scalar, which reads them where they lie).
-  if (ranks_ && !experts_) {
+  if (ranks_ && split_ == Split::Experts && !experts_) {
     const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
     const uint64_t read = detail::load_expert_share(*model_, r.first, r.end);
     spdlog::info("distributed run: rank {} read its share of the routed experts, {}", ranks_->rank(),
                  format_memory(read));
   }
+  // Split::Layers: a rank's own layers' weights (blk.N.*); the embeddings and the head
+  // are rank 0's.
+  auto holds_weight = [&](const std::string& name) {
+    int layer = -1;
+    if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1) return ranks_->rank() == 0;
+    return layer >= layers_.first && layer < layers_.end;
+  };
   Backend& primary = *backends.front();
   for (const detail::WeightGroup& g : uses) {
     if (!g.product) continue;
     Tensor& first = *g.views.front();
     product_weights_.push_back(&first);
     if (streamed.count(&first)) continue;
-    if (ranks_ && detail::is_routed_expert(first)) continue;
+    if (ranks_ && split_ == Split::Experts && detail::is_routed_expert(first)) continue;
+    if (ranks_ && split_ == Split::Layers && !holds_weight(first.name)) continue;
     const Tensor original = first;
     primary.prepare_weight(first);
     bool original_read = false;  // by a view of another layout
@@ -334,15 +356,48 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 }
 
 void Engine::execute_step(bool hidden, bool replaying) {
-  graph_.reset();
+  if (ranks_ && split_ == Split::Layers) return execute_layers(hidden);
   ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
                      hidden};
+  run_graph(batch, !replaying);
+}
+
+void Engine::run_graph(ForwardBatch& batch, bool keep_output) {
+  graph_.reset();
   graph_out_ = model_->build_forward(graph_, *kv_, batch);
   if (experts_) detail::add_expert_hooks(graph_, *experts_);
-  if (ranks_) detail::shard_experts(graph_, *ranks_, exchange_buffer_);
-  if (!replaying) graph_.mark_output(graph_out_);
+  if (ranks_ && split_ == Split::Experts) detail::shard_experts(graph_, *ranks_, exchange_buffer_);
+  if (keep_output) graph_.mark_output(graph_out_);
   graph_.allocate();
   scheduler_->run(graph_);
+}
+
+void Engine::execute_layers(bool hidden) {
+  const int me = ranks_->rank(), R = ranks_->size();
+  const size_t row = size_t(n_embd()) * sizeof(float), rows = tokens_.size();
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
+                     hidden};
+  batch.layer_first = layers_.first;
+  batch.layer_end = layers_.end;
+  batch.stage_output = true;
+  if (me > 0) {
+    stage_in_.resize(rows * size_t(n_embd()));
+    ranks_->recv(me - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
+    batch.stage_input = stage_in_.data();
+  }
+  run_graph(batch, true);
+  const Tensor& out = graph_.tensor(graph_out_);
+  if (out.type != DType::F32 || !out.is_contiguous() || out.ne[0] != n_embd() || out.ne[1] != int64_t(rows))
+    throw Error("internal: a rank's layers did not end with every token's hidden state");
+  ranks_->send((me + 1) % R, {static_cast<const uint8_t*>(out.data), rows * row});
+  if (me != 0) return;
+  // Rank 0: the output head on the last rank's output.
+  stage_in_.resize(rows * size_t(n_embd()));
+  ranks_->recv(R - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
+  ForwardBatch tail{tokens_, positions_, slices_, out_rows_, batch.paged, hidden};
+  tail.layer_first = tail.layer_end = model_->info().n_layer;
+  tail.stage_input = stage_in_.data();
+  run_graph(tail, true);
 }
 
 void Engine::send_step(std::span<const Chunk> chunks, bool quit) {

@@ -54,8 +54,8 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
         "already quantized are left alone").c_str())
       ("split", po::value(&o.split)->default_value("auto"),
        "under `mpirun -np N` (docs/distributed.md): how the model is shared out over the ranks: `experts` (each "
-       "rank holds 1/N of every MoE layer's routed experts; the default for MoE models) or `layers` (not built "
-       "yet); `auto` picks by the model");
+       "rank holds 1/N of every MoE layer's routed experts; the default for MoE models) or `layers` (each rank "
+       "runs a contiguous range of layers; the default for dense models); `auto` picks by the model");
   }
   desc.add_options()
     ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ~/.config/tessera/plugins.toml, "
@@ -192,9 +192,8 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   if (o.split != "auto" && o.split != "experts" && o.split != "layers")
     throw Error("--split: '" + printable(o.split, 40) + "' is not a way to split a model; use auto, experts or layers");
   eo.ranks = rank_group();  // a distributed run (rank 0): the engine holds its share of the experts
-  if (eo.ranks && o.split == "layers")
-    throw Error("--split layers is not built yet: MoE models split their experts (--split experts); dense models "
-                "run in one process");
+  if (o.split == "experts") eo.split = Split::Experts;
+  if (o.split == "layers") eo.split = Split::Layers;
   if (!eo.ranks && o.split != "auto")
     spdlog::warn("--split {} applies only to a run started by mpirun with several processes", o.split);
   std::unique_ptr<Engine> engine;

@@ -674,12 +674,12 @@ int cmd_bench(int argc, char** argv) {
       // the time it spent in them (waiting for the slowest rank included).
       const double bytes = double(decode_traffic.bytes_sent + decode_traffic.bytes_received) / tok;
       const double secs = decode_traffic.seconds / tok;
-      j["distributed"] = {{"ranks", g->size()}, {"split", "experts"}, {"comm_bytes_per_token", bytes},
+      j["distributed"] = {{"ranks", g->size()}, {"split", engine->split() == Split::Layers ? "layers" : "experts"}, {"comm_bytes_per_token", bytes},
                           {"comm_seconds_per_token", secs}};
       if (!json)
-        std::printf("ranks       %d, experts split: rank 0 exchanged %.1f KB per decode token, %.3f ms per token in "
+        std::printf("ranks       %d, %s split: rank 0 exchanged %.1f KB per decode token, %.3f ms per token in "
                     "the exchanges\n",
-                    g->size(), bytes / 1e3, secs * 1e3);
+                    g->size(), engine->split() == Split::Layers ? "layers" : "experts", bytes / 1e3, secs * 1e3);
     }
     if (!json)
       std::printf("plans       %llu forward steps reused a plan, %llu made one; host<->device %.1f KB up, %.1f KB down "

@@ -23,6 +23,7 @@ struct Setup {
   std::string model;
   int64_t n_ctx = 0, max_sequences = 1, page_tokens = 16, batch_tokens = 512, kv_pages = 0;
   std::vector<std::string> backends;
+  std::string split = "experts";
   int rc = 0;
 };
 
@@ -32,7 +33,7 @@ std::vector<uint8_t> encode(const Setup& s) {
   if (!s.model.empty()) {
     o << "model=" << s.model << "\n"
       << "n_ctx=" << s.n_ctx << "\nmax_sequences=" << s.max_sequences << "\npage_tokens=" << s.page_tokens
-      << "\nbatch_tokens=" << s.batch_tokens << "\nkv_pages=" << s.kv_pages << "\n";
+      << "\nbatch_tokens=" << s.batch_tokens << "\nkv_pages=" << s.kv_pages << "\nsplit=" << s.split << "\n";
     for (const std::string& b : s.backends) o << "backend=" << b << "\n";
   }
   const std::string t = o.str();
@@ -54,6 +55,7 @@ Setup decode(const std::vector<uint8_t>& bytes) {
     else if (k == "batch_tokens") s.batch_tokens = std::stoll(v);
     else if (k == "kv_pages") s.kv_pages = std::stoll(v);
     else if (k == "backend") s.backends.push_back(v);
+    else if (k == "split") s.split = v;
     else throw Error("distributed run: an unknown setup key '" + printable(k, 40) + "' from rank 0");
   }
   return s;
@@ -73,6 +75,7 @@ void send_engine_setup(const EngineOptions& eo, const Engine& engine) {
   s.batch_tokens = engine.batch_tokens();
   s.kv_pages = engine.kv().total_pages();
   for (const auto& b : engine.scheduler().backends()) s.backends.push_back(b->name());
+  s.split = engine.split() == Split::Layers ? "layers" : "experts";
   std::vector<uint8_t> bytes = encode(s);
   g_group->broadcast(bytes);
 }
@@ -133,6 +136,7 @@ int run_rank_worker(int argc, char** argv) {
     eo.strict_backends = true;  // the same backends as rank 0: the same routing
     eo.expert_cache_bytes = cache;  // each rank's own --expert-cache
     eo.ranks = g_group;
+    eo.split = s.split == "layers" ? Split::Layers : Split::Experts;
     std::unique_ptr<Engine> engine;
     try {
       engine = std::make_unique<Engine>(*reg, eo);

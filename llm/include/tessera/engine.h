@@ -16,6 +16,7 @@
 #include "tessera/kv_cache.h"
 #include "tessera/memory_plan.h"
 #include "tessera/model.h"
+#include "tessera/rank_group.h"
 
 namespace tessera {
 
@@ -26,7 +27,6 @@ class Model;
 class Tokenizer;
 class Scheduler;
 class FastPool;
-class RankGroup;
 namespace detail {
 struct QuantizedWeights;
 }
@@ -65,6 +65,8 @@ struct EngineOptions {
   // ranks->size() ranks, each holding its share of every MoE layer's routed experts.
   // Null (or one rank): the engine runs alone.
   std::shared_ptr<RankGroup> ranks;
+  // How the ranks share the model out; unset: experts for a MoE model, layers else.
+  std::optional<Split> split;
   // The KV pool's pages, instead of the memory plan's (0): the other ranks of a
   // distributed run take rank 0's, so their caches replay its bookkeeping exactly.
   int64_t kv_pages = 0;
@@ -158,8 +160,10 @@ class Engine {
   // The memory budget read at load and how the automatic sizes split it.
   const MemoryPlan& memory_plan() const { return memory_plan_; }
 
-  // Distributed runs. The group this engine is one rank of, or null.
+  // Distributed runs. The group this engine is one rank of, or null, and how the model
+  // is shared out over it.
   RankGroup* ranks() const { return ranks_.get(); }
+  Split split() const { return split_; }
   // On a rank other than 0: replays rank 0's forward steps until rank 0's engine ends
   // (its destructor tells the others). A failure ends every rank (RankGroup::abort).
   void follow_rank0();
@@ -172,6 +176,12 @@ class Engine {
   std::span<const float> run_step(std::span<const Chunk> chunks, bool hidden);
   // The graph of the step in slices_ (reserved), run; replaying: a rank other than 0.
   void execute_step(bool hidden, bool replaying);
+  // Split::Layers: this rank's layers of the step (from the previous rank's output on
+  // the others), handed to the next rank; rank 0 then runs the output head on the last
+  // rank's output.
+  void execute_layers(bool hidden);
+  // Builds, allocates and runs the step's graph with `batch`'s stage fields set.
+  void run_graph(ForwardBatch& batch, bool keep_output);
   // Rank 0: sends the KV calls recorded since the last step and the step's chunks.
   void send_step(std::span<const Chunk> chunks, bool quit = false);
 
@@ -195,6 +205,9 @@ class Engine {
   std::vector<SeqSlice> slices_;
   std::vector<float> logits_, eval_logits_;
   std::shared_ptr<RankGroup> ranks_;     // a distributed run's group (more than one rank), or null
+  Split split_ = Split::Experts;
+  LayerRange layers_;                    // Split::Layers: this rank's layers
+  std::vector<float> stage_in_, stage_out_;
   std::vector<KvCache::Call> kv_calls_;  // rank 0: bookkeeping calls not yet sent
   std::vector<uint8_t> exchange_buffer_;
 };

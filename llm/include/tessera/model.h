@@ -62,7 +62,23 @@ struct ForwardBatch {
   // The step ends at the output norm: the output rows' final hidden states (what the
   // LM head would read) instead of their logits; the LM head is not computed.
   bool hidden_output = false;
+  // A distributed rank's part of the step (--split layers): layers [layer_first,
+  // layer_end) only (layer_end 0: to the last layer). stage_input, when set, holds the
+  // previous rank's output (F32, n_embd per token) and replaces the token embeddings;
+  // with stage_output the step ends after its last layer with every token's hidden
+  // state (F32 [n_embd, tokens], not normed) instead of logits.
+  int64_t layer_first = 0, layer_end = 0;
+  const float* stage_input = nullptr;
+  bool stage_output = false;
 };
+
+// The layers a step runs: [b.layer_first, b.layer_end or n_layer).
+struct LayerSpan {
+  int64_t first = 0, end = 0;
+};
+inline LayerSpan step_layers(const ForwardBatch& b, int64_t n_layer) {
+  return {b.layer_first, b.layer_end > 0 ? b.layer_end : n_layer};
+}
 
 // Fills `slots` and `table` for the slices of a step whose positions kv has reserved,
 // and returns the spans over them.

@@ -30,11 +30,30 @@ class RankGroup {
   // rank's in `all`, rank after rank (counts[r] bytes from rank r). Every rank passes
   // the same counts.
   virtual void all_gather(std::span<const uint8_t> mine, std::span<const size_t> counts, std::span<uint8_t> all) = 0;
+  // Point to point (--split layers: each rank hands its layers' output to the next).
+  // recv() fills exactly `bytes`; the sender sends as many.
+  virtual void send(int to, std::span<const uint8_t> bytes) = 0;
+  virtual void recv(int from, std::span<uint8_t> bytes) = 0;
   // Ends the run on every rank after writing "rank R: message" to stderr (a rank that
   // cannot go on: the others would wait for it forever).
   [[noreturn]] virtual void abort(const std::string& message) = 0;
   virtual RankTraffic traffic() const = 0;
 };
+
+// How a distributed run shares the model out: every MoE layer's routed experts, or
+// contiguous ranges of layers.
+enum class Split : uint8_t { Experts, Layers };
+
+// The layers [first, end) that `rank` of `ranks` runs with Split::Layers: contiguous
+// ranges whose lengths differ by at most one, the longer ones first, so rank 0 (which
+// also holds the embeddings and the output head) always has layers; with more ranks
+// than layers the last ranks have none and pass the activations on.
+struct LayerRange {
+  int64_t first = 0, end = 0;
+};
+inline LayerRange layer_range(int64_t n_layer, int rank, int ranks) {
+  return {(n_layer * rank + ranks - 1) / ranks, (n_layer * (rank + 1) + ranks - 1) / ranks};
+}
 
 // The experts [first, end) of a layer with n_expert experts that `rank` of `ranks`
 // holds: contiguous blocks whose sizes differ by at most one expert (every expert of a

@@ -81,6 +81,8 @@ BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const Forwar
   const int64_t n = int64_t(b.tokens.size());
   int32_t ids = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.tokens.data())));
   int32_t pos = g.input(Tensor::contiguous(DType::I32, {n}, const_cast<int32_t*>(b.positions.data())));
+  if (b.stage_input)  // the previous rank's output
+    return {pos, g.input(Tensor::contiguous(DType::F32, {e.tok_embd.ne[0], n}, const_cast<float*>(b.stage_input)))};
   return {pos, g.get_rows(g.input(e.tok_embd), ids)};
 }
 
@@ -181,6 +183,7 @@ int32_t routed_experts_scored(GraphBuilder& g, const ExpertWeights& e, const Sco
 }
 
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& i, int32_t x, const ForwardBatch& b) {
+  if (b.stage_output) return x;  // a rank's part of the layers: every token's hidden state, for the next rank
   const int64_t n = int64_t(b.tokens.size());
   const auto& rows = b.output_rows;
   if (rows.empty()) {

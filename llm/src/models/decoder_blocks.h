@@ -67,6 +67,7 @@ struct BatchInputs {
   int32_t pos;     // I32 [n] positions
   int32_t embd;    // F32 [n_embd, n] token embeddings
 };
+// The token embeddings, or b.stage_input when the step starts from a previous rank's output.
 BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const ForwardBatch& b);
 
 // norm -> q/k/v (+ biases) -> (q/k norms) -> RoPE -> KV write -> attention -> wo; the
@@ -109,7 +110,8 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
                         int32_t v, float scale, int32_t window = 0, int32_t sinks = -1);
 
 // Final norm and output matrix for the batch's output rows (the last row by default);
-// with b.hidden_output only the norm (the rows' final hidden states).
+// with b.hidden_output only the norm (the rows' final hidden states); with
+// b.stage_output x itself (a rank's part of the layers ends there).
 int32_t output_logits(GraphBuilder& g, const EmbeddingWeights& e, const ModelInfo& info, int32_t x,
                       const ForwardBatch& b);
 

@@ -189,7 +189,8 @@ class Deepseek2Model final : public Model {
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);
-    for (int64_t l = 0; l < info_.n_layer; ++l) {
+    const LayerSpan span = step_layers(b, info_.n_layer);
+    for (int64_t l = span.first; l < span.end; ++l) {
       const Deepseek2Layer& L = layers_[size_t(l)];
       x = g.add(x, latent_attention(g, L.attn, kv, int(l), b, x, pos));
       const int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);

@@ -95,8 +95,10 @@ class Gemma3Model final : public Model {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);
     const int64_t E = info_.n_embd;
-    x = g.mul(x, g.input(Tensor::contiguous(DType::F32, {E}, const_cast<float*>(embd_scale_.data()))));
-    for (int64_t l = 0; l < info_.n_layer; ++l) {
+    if (!b.stage_input)  // the embeddings' scale (a previous rank's output has it)
+      x = g.mul(x, g.input(Tensor::contiguous(DType::F32, {E}, const_cast<float*>(embd_scale_.data()))));
+    const LayerSpan span = step_layers(b, info_.n_layer);
+    for (int64_t l = span.first; l < span.end; ++l) {
       const Gemma3Layer& L = layers_[size_t(l)];
       AttentionSpec s;
       s.rope_mode = kRopeNeox;

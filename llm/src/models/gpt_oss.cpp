@@ -82,7 +82,8 @@ class GptOssModel final : public Model {
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);
-    for (int64_t l = 0; l < info_.n_layer; ++l) {
+    const LayerSpan span = step_layers(b, info_.n_layer);
+    for (int64_t l = span.first; l < span.end; ++l) {
       const GptOssLayer& L = layers_[size_t(l)];
       AttentionSpec s;
       s.rope_mode = kRopeNeox;

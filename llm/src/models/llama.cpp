@@ -88,7 +88,8 @@ class LlamaModel final : public Model {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);
     const int32_t factors = rope_freqs_.data ? g.input(rope_freqs_) : -1;
-    for (int64_t l = 0; l < info_.n_layer; ++l) {
+    const LayerSpan span = step_layers(b, info_.n_layer);
+    for (int64_t l = span.first; l < span.end; ++l) {
       const LlamaLayer& L = layers_[size_t(l)];
       x = g.add(x, self_attention(g, L.attn, info_, kv, int(l), b, x, pos, rope_mode_, factors));
       int32_t h = g.rms_norm(x, g.input(L.ffn_norm), info_.rms_eps);

@@ -159,7 +159,9 @@ class Qwen35MoeModel final : public Model {
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);
-    for (const Qwen35MoeLayer& L : layers_) {
+    const LayerSpan span = step_layers(b, info_.n_layer);
+    for (int64_t l = span.first; l < span.end; ++l) {
+      const Qwen35MoeLayer& L = layers_[size_t(l)];
       int32_t h = g.rms_norm(x, g.input(L.attn_norm), info_.rms_eps);
       x = g.add(x, L.recurrent ? delta_net(g, L, kv, b, h) : gated_attention(g, L, kv, b, h, pos));
       int32_t h2 = g.rms_norm(x, g.input(L.post_norm), info_.rms_eps);
