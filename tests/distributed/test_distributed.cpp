@@ -167,7 +167,7 @@ TEST_P(Greedy, GenerationSameAsOneProcess) {
   const bool moe = std::string(GetParam()).find("moe") != std::string::npos ||
                    std::string(GetParam()).find("deepseek") != std::string::npos ||
                    std::string(GetParam()).find("gpt-oss") != std::string::npos;
-  for (const std::string split : {std::string(moe ? "--split experts" : ""), std::string("--split layers")}) {
+  for (const std::string& split : {std::string(moe ? "--split experts" : ""), std::string("--split layers")}) {
     if (!moe && split.empty()) continue;
     const Result three = sh(mpirun(3) + tessera() + args + " " + split);
     ASSERT_EQ(three.status, 0) << split << ": " << three.err;
