@@ -54,12 +54,17 @@ peak_of() {  # cgroup dir -> its peak usage in MiB
 }
 summary() {  # JSON file -> "decode X tok/s, prefill Y tok/s"
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); d=j.get("distributed",{});
-print("decode %.3f tok/s, prefill %.2f tok/s%s" % (j["decode"]["tok_s_median"], j["prefill"]["tok_s_median"],
+p=j.get("prefill"); print("decode %.3f tok/s%s%s" % (j["decode"]["tok_s_median"], ", prefill %.2f tok/s" % p["tok_s_median"] if p else "",
       ", exchanges %.1f KB and %.2f ms a token" % (d["comm_bytes_per_token"]/1e3, d["comm_seconds_per_token"]*1e3) if d else ""))' "$1"
 }
 
+# Each run starts from an empty page cache (when this may drop it), so each cgroup is
+# charged for the file pages its own processes read.
+drop_caches() { sync; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
+
 run_a() {
   local c0 c1
+  drop_caches
   c0=$(make_cg rank0); c1=$(make_cg rank1)
   mpirun -np 2 --bind-to core sh -c 'echo $$ > '"$CG_ROOT"'/tessera_ab_rank$OMPI_COMM_WORLD_RANK/cgroup.procs &&
     exec /usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK peak RSS %M KiB" '"$TESSERA"' bench -m '"$MODEL"' --threads 1 \
@@ -70,6 +75,7 @@ run_a() {
 
 run_b() {
   local c
+  drop_caches
   c=$(make_cg single)
   sh -c 'echo $$ > '"$c"'/cgroup.procs && exec /usr/bin/time -f "peak RSS %M KiB" '"$TESSERA"' bench -m '"$MODEL"' \
     --threads 2 --expert-cache '"$CACHE $BENCH_ARGS" > "$OUT/b.json" 2> "$OUT/b.err" || { cat "$OUT/b.err" >&2; exit 1; }
