@@ -1083,16 +1083,22 @@ class PrefixCacheWalk {
 
 }  // namespace
 
-// 10,000 random operations on a small pool (64 pages of 4 tokens): every sequence must
-// keep reading what was written for its tokens, through forks, adoption, copy on write,
-// truncation and eviction; check_invariants and an independent count agree after each.
-TEST(KvCache, PrefixCacheRandomWalk) {
+// The random walks' pool: 64 pages of 4 tokens, 2 layers of one 2-wide KV head.
+static KvCacheConfig walk_config() {
   KvCacheConfig c;
   c.n_layers = 2;
   c.n_kv_heads = 1;
   c.head_dim = 2;
   c.page_tokens = 4;
   c.n_pages = 64;
+  return c;
+}
+
+// 10,000 random operations on a small pool (64 pages of 4 tokens): every sequence must
+// keep reading what was written for its tokens, through forks, adoption, copy on write,
+// truncation and eviction; check_invariants and an independent count agree after each.
+TEST(KvCache, PrefixCacheRandomWalk) {
+  const KvCacheConfig c = walk_config();
   PrefixCacheWalk w(c);
   for (int i = 0; i < 10000; ++i) {
     w.step();
@@ -1127,12 +1133,7 @@ TEST(KvCache, PrefixCacheRandomWalk) {
 // reservations), the replica's sequences, block tables, page refcounts and keys are
 // the original's.
 TEST(KvCache, ReplayedCallsGiveTheSameBookkeeping) {
-  KvCacheConfig c;
-  c.n_layers = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 2;
-  c.page_tokens = 4;
-  c.n_pages = 64;
+  const KvCacheConfig c = walk_config();
   PrefixCacheWalk w(c);
   KvCache replica(c);
   std::vector<KvCache::Call> journal;
