@@ -16,11 +16,41 @@ function missing(pkg = 'openai') {
   return null;
 }
 
+// With TESSERA_RANKS=N (and TESSERA_MPIRUN), the servers a test starts are distributed
+// runs of N ranks on this machine (docs/distributed.md); stop() then sends SIGTERM to
+// rank 0, which ends every rank.
+const RANKS = Number(process.env.TESSERA_RANKS || 1);
+
+function spawnServer(args) {
+  if (RANKS <= 1) return spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1',
+                OMPI_MCA_btl_vader_single_copy_mechanism: 'none' };
+  return spawn(process.env.TESSERA_MPIRUN, ['-np', String(RANKS), '--oversubscribe', '--bind-to', 'none', BIN, 'serve',
+                                            '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
+}
+
+// The process that takes a shutdown signal: the server, or rank 0 under mpirun (the
+// tessera child of mpirun whose environment names rank 0).
+function signalTarget(proc) {
+  if (RANKS <= 1) return proc.pid;
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid !== proc.pid) continue;
+      if (fs.readFileSync(`/proc/${name}/environ`, 'utf8').split('\0').includes('OMPI_COMM_WORLD_RANK=0'))
+        return Number(name);
+    } catch (e) { /* gone, or not ours */ }
+  }
+  return proc.pid;
+}
+
 // Starts the server on a free port; resolves to {url, proc, stop()} once it prints
 // "listening on".
 function startServer(args, timeoutMs = 60000) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawnServer(args);
     let out = '', err = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start: ' + err)); }, timeoutMs);
     proc.stdout.on('data', (d) => {
@@ -36,7 +66,7 @@ function startServer(args, timeoutMs = 60000) {
           stop: () => new Promise((res) => {
             proc.removeAllListeners('exit');
             proc.once('exit', (code, signal) => res(signal ? `signal ${signal}` : code));
-            proc.kill('SIGTERM');
+            process.kill(signalTarget(proc), 'SIGTERM');
           }),
         });
       }
@@ -72,4 +102,4 @@ async function waitFor(fn, timeoutMs = 10000) {
   }
 }
 
-module.exports = { missing, startServer, postJson, metric, waitFor, FIXTURES, NODE_MODULES };
+module.exports = { missing, startServer, signalTarget, RANKS, postJson, metric, waitFor, FIXTURES, NODE_MODULES };
