@@ -91,9 +91,10 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     if (split_ == Split::Experts && info.n_expert <= 0)
       throw Error(info.architecture + " has no routed experts to split over ranks: use --split layers");
   }
-  if (ranks_ && split_ == Split::Experts) {
-    // This rank holds its share of every layer's routed experts.
-    const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
+  // Split::Experts: the experts of every MoE layer this rank holds.
+  const bool split_experts = ranks_ && split_ == Split::Experts;
+  const ExpertRange r = split_experts ? expert_range(info.n_expert, ranks_->rank(), ranks_->size()) : ExpertRange{};
+  if (split_experts) {
     const uint64_t share = needs.expert_weights / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
     needs.weights -= needs.expert_weights - share;
     needs.expert_weights = share;
@@ -166,10 +167,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     }
     if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
     experts_ = detail::stream_model_experts(*file_, *model_, memory_plan_.expert_cache, streamed);
-    if (experts_ && ranks_ && split_ == Split::Experts) {  // a distributed rank streams its own share
-      const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
-      experts_->hold_only(r.first, r.end);
-    }
+    if (experts_ && split_experts) experts_->hold_only(r.first, r.end);  // a rank streams its own share
     if (experts_ && opt.expert_cache_bytes <= 0)  // automatic: at least the smallest that works
       experts_->set_cache_bytes(std::max(memory_plan_.expert_cache, experts_->min_cache_bytes()));
     if (experts_) experts_->finish_setup();
@@ -184,8 +182,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // A distributed rank holds only its share of the routed experts: read in now, and not
   // prepared by the primary backend (which would copy every expert; the ranged products
   // run on cpu_scalar, which reads them where they lie).
-  if (ranks_ && split_ == Split::Experts && !experts_) {
-    const ExpertRange r = expert_range(info.n_expert, ranks_->rank(), ranks_->size());
+  if (split_experts && !experts_) {
     const uint64_t read = detail::load_expert_share(*model_, r.first, r.end);
     spdlog::info("distributed run: rank {} read its share of the routed experts, {}", ranks_->rank(),
                  format_memory(read));
@@ -203,7 +200,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     Tensor& first = *g.views.front();
     product_weights_.push_back(&first);
     if (streamed.count(&first)) continue;
-    if (ranks_ && split_ == Split::Experts && detail::is_routed_expert(first)) continue;
+    if (split_experts && detail::is_routed_expert(first)) continue;
     if (ranks_ && split_ == Split::Layers && !holds_weight(first.name)) continue;
     const Tensor original = first;
     primary.prepare_weight(first);
