@@ -44,6 +44,21 @@ void check_vectors_finite(const ModelFile& file) {
   throw Error(msg + ": the file is damaged (`tessera info --check-tensors` lists every tensor holding NaN or infinity)");
 }
 
+// One sequence's chunk of a step, continuing at pos0: its slice, tokens and positions.
+const SeqSlice& append_slice(KvCache::SeqId seq, std::span<const int32_t> tokens, int64_t pos0,
+                             std::vector<int32_t>& all_tokens, std::vector<int32_t>& positions,
+                             std::vector<SeqSlice>& slices) {
+  SeqSlice s;
+  s.seq = seq;
+  s.first = int32_t(all_tokens.size());
+  s.count = int32_t(tokens.size());
+  s.pos0 = pos0;
+  all_tokens.insert(all_tokens.end(), tokens.begin(), tokens.end());
+  for (int64_t i = 0; i < s.count; ++i) positions.push_back(int32_t(pos0 + i));
+  slices.push_back(s);
+  return slices.back();
+}
+
 }  // namespace
 
 Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
@@ -300,14 +315,7 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
     if (pos0 + n > n_ctx_)
       throw Error("context is full: " + std::to_string(pos0 + n) + " positions needed, context size is " +
                   std::to_string(n_ctx_));
-    SeqSlice s;
-    s.seq = c.seq;
-    s.first = int32_t(tokens_.size());
-    s.count = int32_t(n);
-    s.pos0 = pos0;
-    slices_.push_back(s);
-    tokens_.insert(tokens_.end(), c.tokens.begin(), c.tokens.end());
-    for (int64_t i = 0; i < n; ++i) positions_.push_back(int32_t(pos0 + i));
+    const SeqSlice& s = append_slice(c.seq, c.tokens, pos0, tokens_, positions_, slices_);
     if (c.logits == Logits::Last) out_rows_.push_back(s.first + s.count - 1);
     if (c.logits == Logits::All)
       for (int32_t r = s.first; r < s.first + s.count; ++r) out_rows_.push_back(r);
@@ -422,16 +430,8 @@ void Engine::follow_rank0() {
       positions_.clear();
       slices_.clear();
       out_rows_.clear();
-      for (const detail::StepChunk& c : m.chunks) {
-        SeqSlice s;
-        s.seq = c.seq;
-        s.first = int32_t(tokens_.size());
-        s.count = int32_t(c.tokens.size());
-        s.pos0 = kv_->length(c.seq);
-        slices_.push_back(s);
-        tokens_.insert(tokens_.end(), c.tokens.begin(), c.tokens.end());
-        for (int32_t i = 0; i < s.count; ++i) positions_.push_back(int32_t(s.pos0 + i));
-      }
+      for (const detail::StepChunk& c : m.chunks)
+        append_slice(c.seq, c.tokens, kv_->length(c.seq), tokens_, positions_, slices_);
       if (tokens_.empty()) throw Error("a step message without tokens");
       out_rows_.push_back(int32_t(tokens_.size()) - 1);
       execute_step(true, true);
