@@ -5,7 +5,8 @@
 // type (quant::quantize_row of Q8_0 / Q8_1 / Q8_K, bit for bit) and laid out
 // ("prepared") in the order the weight bytes unpack into, with the offset corrections
 // that make an unsigned x signed product (vpdpbusd, vpmaddubsw) signed. Integer sums
-// are exact; only the float scaling and accumulation order differ from cpu_scalar.
+// are exact. Blocks of 32 scale and add each block's sum as cpu_scalar does (bit for
+// bit); blocks of 256 differ from it in the float accumulation order.
 //
 // Blocks of 32 (prep_p32 / dot_p32): 4 blocks per step. Their 4 x 16 bytes of nibbles
 // fill one 512-bit register, 128-bit lane k = block k (picked out of the group's bytes
@@ -230,31 +231,37 @@ template <F32 F, int NC>
 void dot_p32(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
   using P = P32<F>;
   const int64_t nb = K / 32;
-  __m512 acc[NC], accm[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = accm[c] = _mm512_setzero_ps();
+  float sum[NC];
+  for (int c = 0; c < NC; ++c) sum[c] = 0.0f;
   const __m512i tbl = P::kTable ? grid_table<F>() : _mm512_setzero_si512();
   for (int64_t b = 0; b < nb; b += 4) {
     const uint8_t* bp = w + b * P::BS;
     prefetch_w(bp);
     prefetch_w(bp + 64);
-    const P32Group<F> g(bp, int(std::min<int64_t>(4, nb - b)), tbl);
+    const int cnt = int(std::min<int64_t>(4, nb - b));
+    const P32Group<F> g(bp, cnt, tbl);
     const size_t go = size_t(b / 4) * P::GB;
     for (int c = 0; c < NC; ++c) {
       const uint8_t* a = act[c] + go;
       __m512i i = P::kBias ? _mm512_load_si512(a + P::kCorr) : _mm512_setzero_si512();
       i = _mm512_dpbusd_epi32(i, g.lo, _mm512_load_si512(a));
       i = _mm512_dpbusd_epi32(i, g.hi, _mm512_load_si512(a + 64));
-      // Per block: weight scale x activation scale, as the reference multiplies them.
+      // Each block's integer sum in all four of its lanes (exact), times the weight
+      // scale x activation scale, as the reference multiplies them; the blocks' terms
+      // then added to the sum one by one in block order, as the reference adds them, so
+      // the result equals cpu_scalar's bit for bit.
+      i = _mm512_add_epi32(i, _mm512_shuffle_epi32(i, _MM_PERM_CDAB));
+      i = _mm512_add_epi32(i, _mm512_shuffle_epi32(i, _MM_PERM_BADC));
       const __m512 sc = _mm512_mul_ps(g.dw, _mm512_load_ps(reinterpret_cast<const float*>(a + P::kD)));
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), sc, acc[c]);
+      __m512 term = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(i));
       if constexpr (P::kMin)
-        accm[c] = _mm512_fmadd_ps(g.mw, _mm512_load_ps(reinterpret_cast<const float*>(a + P::kS)), accm[c]);
+        term = _mm512_add_ps(term, _mm512_mul_ps(g.mw, _mm512_load_ps(reinterpret_cast<const float*>(a + P::kS))));
+      alignas(64) float t[16];
+      _mm512_store_ps(t, term);
+      for (int k = 0; k < cnt; ++k) sum[c] += t[4 * k];
     }
   }
-  for (int c = 0; c < NC; ++c) {
-    res[c] = _mm512_reduce_add_ps(acc[c]);
-    if constexpr (P::kMin) res[c] += _mm512_reduce_add_ps(accm[c]);
-  }
+  for (int c = 0; c < NC; ++c) res[c] = sum[c];
 }
 
 // ---------------------------------------------------------------- blocks of 256 (Q8_K)
