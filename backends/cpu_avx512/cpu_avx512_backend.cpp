@@ -15,6 +15,7 @@
 #include "kernels.h"
 #include "kernels_deltanet.h"
 #include "tessera/error.h"
+#include "tessera/group_limit.h"
 #include "tessera/paged_rows.h"
 #include "tessera/pool_ref.h"
 #include "tessera/rope_table.h"
@@ -223,22 +224,13 @@ class CpuAvx512Backend final : public Backend {
         const DType wt = T(node.src[0]).type;
         if (!kern::matmul_type_supported(wt))
           return OpSupport::no("MatMulId: no AVX-512 kernel for weight dtype " + std::string(dtype_name(wt)));
-        if (node.i[1] > 0) return OpSupport::no("MatMulId: no expert-range kernel on cpu_avx512 yet");
         return OpSupport::yes();
       }
       case Op::Attention:
         if (T(node.src[0]).ne[0] > 1024) return OpSupport::no("Attention: head_dim above 1024");
-        if (node.i[0] != 0) return OpSupport::no("Attention: no sliding-window kernel on cpu_avx512 yet");
-        if (node.src[4] >= 0) return OpSupport::no("Attention: no attention-sink kernel on cpu_avx512 yet");
         if (T(node.dst).ne[0] != T(node.src[0]).ne[0])
           return OpSupport::no("Attention: no kernel on cpu_avx512 yet for value heads of another size (latent attention)");
         return OpSupport::yes();
-      case Op::GeGlu:
-      case Op::NormalizeRows:
-      case Op::SwiGluOai:
-      case Op::Concat:
-      case Op::GroupLimit:
-        return OpSupport::no(std::string(op_name(node.op)) + ": no cpu_avx512 kernel yet");
       case Op::GatedDeltaNet:
         if (!delta_net_strides_ok(T(node.src[0]), T(node.src[1]), T(node.src[2]), T(node.dst), node.i[3]))
           return OpSupport::no("GatedDeltaNet: token rows not evenly spaced or heads not contiguous");
@@ -372,10 +364,12 @@ class CpuAvx512Backend final : public Backend {
     switch (n.op) {
       case Op::MatMul: return mat_mul(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n.src[1]);
       case Op::MatMulId:
-        return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst));
+        return mat_mul_id(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst), n.i[0],
+                          n.i[1] > 0 ? n.i[1] : g.tensor(n.src[0]).ne[2]);
       case Op::Attention:
         return attention(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.src[3]),
-                         g.tensor(n.dst), n.f[0]);
+                         g.tensor(n.dst), n.f[0], n.i[0],
+                         n.src[4] >= 0 ? static_cast<const float*>(g.tensor(n.src[4]).data) : nullptr);
       case Op::GatedDeltaNet:
         return gated_delta_net(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.src[2]), g.tensor(n.dst), n);
       case Op::RmsNorm: {
@@ -408,18 +402,38 @@ class CpuAvx512Backend final : public Backend {
         }
         return true;
       }
-      case Op::SwiGlu: {
+      case Op::SwiGlu: return gated(g, n, kern::swiglu_row);
+      case Op::GeGlu: return gated(g, n, kern::geglu_row);
+      case Op::SwiGluOai: {
+        const float alpha = n.f[0], limit = n.f[1];
+        return gated(g, n, [=](const float* a, const float* b, float* y, int64_t K) {
+          kern::swiglu_oai_row(a, b, y, K, alpha, limit);
+        });
+      }
+      case Op::NormalizeRows: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        const float scale = n.f[0], min_sum = n.f[1];
+        rows_par(x.nrows(), x.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) kern::normalize_row(frow(x, r), frow(y, r), x.ne[0], scale, min_sum);
+        });
+        return true;
+      }
+      case Op::Concat: {
         const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
-        if (flat(a) && flat(b) && flat(y)) {
-          const float *ap = static_cast<const float*>(a.data), *bp = static_cast<const float*>(b.data);
-          float* yp = static_cast<float*>(y.data);
-          elems_par(a.nelements(), kParExp,
-                    [&](int64_t e0, int64_t e1) { kern::swiglu_row(ap + e0, bp + e0, yp + e0, e1 - e0); });
-        } else {
-          rows_par(a.nrows(), a.nelements(), kParExp, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) kern::swiglu_row(frow(a, r), frow(b, r), frow(y, r), a.ne[0]);
-          });
-        }
+        const size_t na = size_t(a.ne[0]) * sizeof(float), nb = size_t(b.ne[0]) * sizeof(float);
+        rows_par(y.nrows(), y.nelements(), kParCheap, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            std::memcpy(frow(y, r), frow(a, r), na);
+            std::memcpy(reinterpret_cast<char*>(frow(y, r)) + na, frow(b, r), nb);
+          }
+        });
+        return true;
+      }
+      case Op::GroupLimit: {
+        const Tensor &x = g.tensor(n.src[0]), &y = g.tensor(n.dst);
+        std::vector<float> score;
+        std::vector<int64_t> order;
+        for (int64_t r = 0; r < x.nrows(); ++r) group_limit_row(frow(x, r), frow(y, r), x.ne[0], n.i[0], n.i[1], score, order);
         return true;
       }
       case Op::Add:
@@ -508,14 +522,26 @@ class CpuAvx512Backend final : public Backend {
         return true;
       }
       case Op::SsmConv: return ssm_conv(g.tensor(n.src[0]), g.tensor(n.src[1]), g.tensor(n.dst), n);
-      case Op::GeGlu:
-      case Op::NormalizeRows:
-      case Op::SwiGluOai:
-      case Op::Concat:
-      case Op::GroupLimit:
       case Op::Count: break;
     }
     return false;
+  }
+
+  // SwiGlu, GeGlu, SwiGluOai: row(g, u, y, count) over the whole arrays when they are
+  // contiguous, else per row.
+  template <typename F>
+  bool gated(Graph& g, const Node& n, F row) {
+    const Tensor &a = g.tensor(n.src[0]), &b = g.tensor(n.src[1]), &y = g.tensor(n.dst);
+    if (flat(a) && flat(b) && flat(y)) {
+      const float *ap = static_cast<const float*>(a.data), *bp = static_cast<const float*>(b.data);
+      float* yp = static_cast<float*>(y.data);
+      elems_par(a.nelements(), kParExp, [&](int64_t e0, int64_t e1) { row(ap + e0, bp + e0, yp + e0, e1 - e0); });
+    } else {
+      rows_par(a.nrows(), a.nelements(), kParExp, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) row(frow(a, r), frow(b, r), frow(y, r), a.ne[0]);
+      });
+    }
+    return true;
   }
 
   // Sigmoid, Softplus: the reference's scalar formula per element (libm exp / log, so
@@ -1163,8 +1189,9 @@ class CpuAvx512Backend final : public Backend {
   // k matrix-vector products in decode. Work items are (expert, 16-row tiles),
   // claimed from a shared counter. Each output element is computed by the code path
   // MatMul uses for that weight, so results match MatMul (and, repacked Q4_0/Q8_0,
-  // cpu_scalar bit for bit) and do not depend on the thread count.
-  bool mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst) {
+  // cpu_scalar bit for bit) and do not depend on the thread count. Only experts in
+  // [first, end) are computed (a distributed rank's share); other slots get zero rows.
+  bool mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst, int64_t first, int64_t end) {
     if (!kern::matmul_type_supported(w.type)) return false;
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
     const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2], k = ids.ne[0], n = ids.ne[1], b = x.ne[1];
@@ -1175,7 +1202,10 @@ class CpuAvx512Backend final : public Backend {
       for (int64_t j = 0; j < k; ++j) {
         if (id[j] < 0 || id[j] >= E)
           throw Error("mat_mul_id: expert id " + std::to_string(id[j]) + " out of range [0, " + std::to_string(E) + ")");
-        ++moe_start_[size_t(id[j]) + 1];
+        if (id[j] >= first && id[j] < end)
+          ++moe_start_[size_t(id[j]) + 1];
+        else
+          std::memset(frow(dst, t * k + j), 0, size_t(N) * sizeof(float));
       }
     }
     for (int64_t e = 0; e < E; ++e) moe_start_[size_t(e) + 1] += moe_start_[size_t(e)];
@@ -1200,6 +1230,7 @@ class CpuAvx512Backend final : public Backend {
     for (int64_t t = 0; t < n; ++t) {
       const int32_t* id = reinterpret_cast<const int32_t*>(row_ptr(ids, t));
       for (int64_t j = 0; j < k; ++j) {
+        if (id[j] < first || id[j] >= end) continue;
         const size_t at = size_t(moe_fill_[size_t(id[j])]++);
         moe_act_[at] = act + size_t(t * b + j % b) * ab;
         moe_out_[at] = frow(dst, t * k + j);
@@ -1267,7 +1298,7 @@ class CpuAvx512Backend final : public Backend {
     }
     if (ctx.stale) {  // the memory now holds another tensor: drop the copy, compute from it
       drop_repacked(w.data);
-      return mat_mul_id(w, x, ids, dst);
+      return mat_mul_id(w, x, ids, dst, first, end);
     }
     return true;
   }
@@ -1277,15 +1308,17 @@ class CpuAvx512Backend final : public Backend {
   // allows (kern::attention_tile), in KV head order so an executor's items reuse one
   // head's K/V rows from its caches. Items grow with the token (causal), so they are
   // handed out by split_, which balances the executors by stealing.
+  // With a sliding window each item is one token (its rows then share the window's
+  // first position); sinks are per query head.
   bool attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
-                 float scale) {
+                 float scale, int64_t window, const float* sinks) {
     const int64_t hd = q.ne[0], n_head = q.ne[1];
     if (hd > 1024) return false;  // declined by supports()
     const int64_t n_kv = kc.ne[0] / hd;
     const int64_t group = n_head / n_kv;
     if (group <= 0 || q.ne[2] <= 0) return true;
     const int64_t gs = std::min<int64_t>(group, 16), slices = (group + gs - 1) / gs;
-    const int64_t tq = std::max<int64_t>(1, 16 / gs);
+    const int64_t tq = window > 0 ? 1 : std::max<int64_t>(1, 16 / gs);
     // Cache row pointers per position of each sequence (a KV head's part starts kvh * hd
     // into a row), gathered on this thread through the block tables (checked by
     // check_run_state) before the dispatch.
@@ -1305,8 +1338,10 @@ class CpuAvx512Backend final : public Backend {
       AttnSeq a;
       a.krows = rows_.data() + off;
       a.vrows = rows_.data() + off + L;
-      sequence_rows(kc, col, L, rows_.data() + off);
-      sequence_rows(vc, col, L, rows_.data() + off + L);
+      // Rows before the earliest position the window lets any token see may be released.
+      const int64_t seen = window > 0 ? std::max<int64_t>(0, int64_t(col[kSeqPos0]) - window + 1) : 0;
+      sequence_rows(kc, col, L, rows_.data() + off, seen);
+      sequence_rows(vc, col, L, rows_.data() + off + L, seen);
       off += 2 * size_t(L);
       a.first = col[kSeqFirst];
       a.T = col[kSeqCount];
@@ -1319,13 +1354,15 @@ class CpuAvx512Backend final : public Backend {
     struct Ctx {
       const Tensor *q, *dst;
       const std::vector<AttnSeq>* seqs;
-      int64_t hd, group, gs, slices, tq;
+      int64_t hd, group, gs, slices, tq, window;
       float scale;
+      const float* sinks;
       WorkSplit* split;
       void run(int64_t b, int64_t e) const {
         const float* qs[16];
         float* outs[16];
         int64_t len[16];
+        float sink[16];
         size_t si = 0;
         for (int64_t item = b; item < e; ++item) {
           while (si + 1 < seqs->size() && (*seqs)[si + 1].item0 <= item) ++si;
@@ -1336,13 +1373,19 @@ class CpuAvx512Backend final : public Backend {
           const int64_t h0 = kvh * group + slice * gs, nh = std::min(gs, group - slice * gs);
           const int64_t nt = std::min(tq, a.T - t0);
           int n = 0;
+          // A window's first position (one token per item): every row starts there.
+          const int64_t start = window > 0 ? std::max<int64_t>(0, a.p0 + t0 - window + 1) : 0;
           for (int64_t t = t0; t < t0 + nt; ++t)
-            for (int64_t h = h0; h < h0 + nh; ++h, ++n)
-              qs[n] = q->row<float>(h, a.first + t), outs[n] = dst->row<float>(h, a.first + t), len[n] = a.p0 + t + 1;
-          kern::attention_tile(qs, outs, len, n, hd, a.krows, a.vrows, kvh * hd, scale);
+            for (int64_t h = h0; h < h0 + nh; ++h, ++n) {
+              qs[n] = q->row<float>(h, a.first + t), outs[n] = dst->row<float>(h, a.first + t);
+              len[n] = a.p0 + t + 1 - start;
+              if (sinks) sink[n] = sinks[h];
+            }
+          kern::attention_tile(qs, outs, len, n, hd, a.krows + start, a.vrows + start, kvh * hd, scale,
+                               sinks ? sink : nullptr);
         }
       }
-    } ctx{&q, &dst, &attn_seqs_, hd, group, gs, slices, tq, scale, &split_};
+    } ctx{&q, &dst, &attn_seqs_, hd, group, gs, slices, tq, window, scale, sinks, &split_};
     const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || count < 2) {
       ctx.run(0, count);

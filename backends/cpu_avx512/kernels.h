@@ -50,6 +50,15 @@ void rms_norm_row(const float* x, const float* w, float* y, int64_t K, float eps
 void softmax_row(const float* x, float* y, int64_t K);
 void silu_row(const float* x, float* y, int64_t K);
 void swiglu_row(const float* g, const float* u, float* y, int64_t K);
+// y = gelu(g) * u with the reference's GELU (tanh form on the F16-rounded input,
+// result rounded to F16; the identity above 10, zero below -10), through a table of
+// every F16 value, so results equal cpu_scalar's bit for bit.
+void geglu_row(const float* g, const float* u, float* y, int64_t K);
+// gpt-oss's clamped SwiGLU: x = min(g, limit), v = clamp(u, -limit, limit),
+// y = x / (1 + exp(-alpha x)) * (v + 1); the reference's operations (bit for bit).
+void swiglu_oai_row(const float* g, const float* u, float* y, int64_t K, float alpha, float limit);
+// y = x / max(sum of x (in double, in order), min_sum) * scale (NormalizeRows).
+void normalize_row(const float* x, float* y, int64_t K, float scale, float min_sum);
 void add_row(const float* a, const float* b, float* y, int64_t K);
 void mul_row(const float* a, const float* b, float* y, int64_t K);
 int64_t argmax_row(const float* x, int64_t K);
@@ -61,15 +70,18 @@ void exp_row(const float* x, float* y, int64_t K);
 
 // One attention item: q (hd floats), causal over L cached positions whose K/V rows
 // for this KV head are krows[j] + off / vrows[j] + off (off: the head's first
-// element in a cache row); out: hd floats.
+// element in a cache row); out: hd floats. With a sink (the head's attention-sink
+// logit), the sink joins the softmax's maximum and its denominator, with no value.
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
-                    int64_t off, int64_t L, float scale, float* out);
+                    int64_t off, int64_t L, float scale, float* out, const float* sink = nullptr);
 // Up to 16 query rows (tokens x heads) that read the same KV head, row r over the
-// first len[r] positions (len non-decreasing, at least 1): each row's result equals
-// attention_item's bit for bit; head sizes 64 and 128 run the rows across the vector
-// lanes, other sizes attention_item per row.
+// first len[r] positions (len non-decreasing, at least 1), with sinks[r] its sink
+// where sinks is given: each row's result equals attention_item's bit for bit; head
+// sizes 64 and 128 run the rows across the vector lanes, other sizes attention_item
+// per row.
 void attention_tile(const float* const* q, float* const* out, const int64_t* len, int rows, int64_t hd,
-                    const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale);
+                    const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale,
+                    const float* sinks = nullptr);
 
 }  // namespace tessera::cpu_avx512::kern
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels.h"
 #include "kernels_exp.h"
@@ -80,10 +81,67 @@ void swiglu_row(const float* g, const float* u, float* y, int64_t K) {
   }
 }
 
+namespace {
+
+// gelu of every F16 value (by its bits), rounded to F16 and widened back.
+const float* gelu_f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(size_t(1) << 16);
+    for (uint32_t b = 0; b < t.size(); ++b) {
+      const float h = _cvtsh_ss(uint16_t(b));
+      const float y = 0.5f * h * (1.0f + std::tanh(0.79788456080286535588f * h * (1.0f + 0.044715f * h * h)));
+      t[b] = _cvtsh_ss(_cvtss_sh(y, _MM_FROUND_TO_NEAREST_INT));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+}  // namespace
+
+void geglu_row(const float* g, const float* u, float* y, int64_t K) {
+  const float* table = gelu_f16_table();
+  const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    const __m512 x = _mm512_maskz_loadu_ps(m, g + k);
+    const __m512i bits = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bits, table, 4);
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x);
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, u + k)));
+  }
+}
+
+void swiglu_oai_row(const float* g, const float* u, float* y, int64_t K, float alpha, float limit) {
+  const __m512 va = _mm512_set1_ps(alpha), vl = _mm512_set1_ps(limit), one = _mm512_set1_ps(1.0f);
+  const __m512 vnl = _mm512_set1_ps(-limit);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    // std::min / std::clamp keep the first operand when neither is less (NaN included).
+    const __m512 gv = _mm512_maskz_loadu_ps(m, g + k), uv = _mm512_maskz_loadu_ps(m, u + k);
+    const __m512 x = _mm512_mask_mov_ps(gv, _mm512_cmp_ps_mask(vl, gv, _CMP_LT_OQ), vl);
+    __m512 v = _mm512_mask_mov_ps(uv, _mm512_cmp_ps_mask(uv, vnl, _CMP_LT_OQ), vnl);
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(vl, v, _CMP_LT_OQ), vl);
+    const __m512 e = exp16(_mm512_mul_ps(va, _mm512_xor_ps(x, _mm512_set1_ps(-0.0f))));
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_add_ps(v, one)));
+  }
+}
+
 void exp_row(const float* x, float* y, int64_t K) {
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
     _mm512_mask_storeu_ps(y + k, m, exp16(_mm512_maskz_loadu_ps(m, x + k)));
+  }
+}
+
+void normalize_row(const float* x, float* y, int64_t K, float scale, float min_sum) {
+  double sum = 0.0;
+  for (int64_t k = 0; k < K; ++k) sum += double(x[k]);
+  const __m512 s = _mm512_set1_ps(std::max(float(sum), min_sum)), vs = _mm512_set1_ps(scale);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    _mm512_mask_storeu_ps(y + k, m, _mm512_mul_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), s), vs));
   }
 }
 
@@ -151,8 +209,24 @@ void f32_to_f16_row(const float* x, uint16_t* y, int64_t K) {
 // Round every lane to F16 and back (the accumulator's storage precision).
 inline __m512 round_f16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
+namespace {
+
+// The sink folded in after the positions, as cpu_scalar does: a new maximum scales
+// what was summed (by the returned factor), else the sink only adds to the sum.
+inline float fold_sink(float M, float& S, float sink) {
+  if (sink > M) {
+    const float ms = std::exp(M - sink);
+    S = S * ms + 1.0f;
+    return ms;
+  }
+  S += std::exp(sink - M);
+  return 1.0f;
+}
+
+}  // namespace
+
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
-                    int64_t off, int64_t L, float scale, float* out) {
+                    int64_t off, int64_t L, float scale, float* out, const float* sink) {
   constexpr int kMaxChunks = 64;  // hd <= 1024 (checked by supports())
   const int nch = int((hd + 15) / 16);
   __m512 qf[kMaxChunks], acc[kMaxChunks];
@@ -186,8 +260,9 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
           _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], vr + 16 * c)), vvs)));
     S = S * ms + vs;
   }
+  const __m512 f = _mm512_set1_ps(sink ? fold_sink(M, S, *sink) : 1.0f);
   const __m512 inv = _mm512_set1_ps(S == 0.0f ? 0.0f : 1.0f / S);
-  for (int c = 0; c < nch; ++c) _mm512_mask_storeu_ps(out + 16 * c, mk[c], _mm512_mul_ps(acc[c], inv));
+  for (int c = 0; c < nch; ++c) _mm512_mask_storeu_ps(out + 16 * c, mk[c], _mm512_mul_ps(_mm512_mul_ps(acc[c], f), inv));
 }
 
 namespace {
@@ -249,7 +324,8 @@ inline __m512 reduce_add16(const __m512* v) {
 // Rows are in order of non-decreasing length; a row takes no part past its length.
 template <int NCH, int RG>
 void attention_tile_fixed(const float* const* q, float* const* out, const int64_t* len, int R,
-                          const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale) {
+                          const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale,
+                          const float* sinks) {
   constexpr int P = 16 / RG;                // positions per vector
   constexpr int64_t kBlock = 64, kGroups = kBlock / P;
   constexpr int HD = 16 * NCH;
@@ -355,35 +431,41 @@ void attention_tile_fixed(const float* const* q, float* const* out, const int64_
       }
     }
   }
-  alignas(64) float inv[16];
-  _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(S, _mm512_setzero_ps(), _CMP_NEQ_UQ), one, S));
+  alignas(64) float sums[16], maxes[16], fs[16];
+  _mm512_store_ps(sums, S);
+  _mm512_store_ps(maxes, M);
+  for (int r = 0; r < R; ++r) fs[r] = sinks ? fold_sink(maxes[r], sums[r], sinks[r]) : 1.0f;
   for (int r = 0; r < R; ++r) {
-    const __m512 f = _mm512_set1_ps(inv[r]);
+    const __m512 f = _mm512_set1_ps(fs[r]);
+    const __m512 inv = _mm512_set1_ps(sums[r] == 0.0f ? 0.0f : 1.0f / sums[r]);
     for (int c = 0; c < NCH; ++c) {
       const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r] + 16 * c));
-      _mm512_storeu_ps(out[r] + 16 * c, _mm512_mul_ps(_mm512_cvtph_ps(a), f));
+      _mm512_storeu_ps(out[r] + 16 * c, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(a), f), inv));
     }
   }
 }
 
 template <int NCH>
 void attention_tile_by(const float* const* q, float* const* out, const int64_t* len, int R,
-                       const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale) {
-  if (R <= 4) return attention_tile_fixed<NCH, 4>(q, out, len, R, krows, vrows, off, scale);
-  if (R <= 8) return attention_tile_fixed<NCH, 8>(q, out, len, R, krows, vrows, off, scale);
-  return attention_tile_fixed<NCH, 16>(q, out, len, R, krows, vrows, off, scale);
+                       const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale,
+                       const float* sinks) {
+  if (R <= 4) return attention_tile_fixed<NCH, 4>(q, out, len, R, krows, vrows, off, scale, sinks);
+  if (R <= 8) return attention_tile_fixed<NCH, 8>(q, out, len, R, krows, vrows, off, scale, sinks);
+  return attention_tile_fixed<NCH, 16>(q, out, len, R, krows, vrows, off, scale, sinks);
 }
 
 }  // namespace
 
 void attention_tile(const float* const* q, float* const* out, const int64_t* len, int rows, int64_t hd,
-                    const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale) {
+                    const uint16_t* const* krows, const uint16_t* const* vrows, int64_t off, float scale,
+                    const float* sinks) {
   if (rows <= 0) return;
   switch (hd) {
-    case 64: return attention_tile_by<4>(q, out, len, rows, krows, vrows, off, scale);
-    case 128: return attention_tile_by<8>(q, out, len, rows, krows, vrows, off, scale);
+    case 64: return attention_tile_by<4>(q, out, len, rows, krows, vrows, off, scale, sinks);
+    case 128: return attention_tile_by<8>(q, out, len, rows, krows, vrows, off, scale, sinks);
     default:
-      for (int r = 0; r < rows; ++r) attention_item(q[r], hd, krows, vrows, off, len[r], scale, out[r]);
+      for (int r = 0; r < rows; ++r)
+        attention_item(q[r], hd, krows, vrows, off, len[r], scale, out[r], sinks ? sinks + r : nullptr);
   }
 }
 

@@ -37,6 +37,7 @@
 
 #include "cpu_scalar_backend.h"
 #include "tessera/error.h"
+#include "tessera/group_limit.h"
 #include "tessera/paged_rows.h"
 #include "tessera/pool_ref.h"
 #include "tessera/rope_table.h"
@@ -371,27 +372,10 @@ class CpuScalarBackend final : public Backend {
   }
 
   static void group_limit(const Tensor& x, const Tensor& dst, int64_t groups, int64_t kept) {
-    const int64_t E = x.ne[0], per = E / groups;
-    std::vector<float> score(static_cast<size_t>(groups));
-    std::vector<int64_t> order(static_cast<size_t>(groups));
-    for (int64_t r = 0; r < x.nrows(); ++r) {
-      const float* in = x.flat_row<float>(r);
-      float* out = dst.flat_row<float>(r);
-      for (int64_t g = 0; g < groups; ++g) {
-        float first = -std::numeric_limits<float>::infinity(), second = first;
-        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
-          if (in[e] > first) second = first, first = in[e];
-          else if (in[e] > second) second = in[e];
-        }
-        score[size_t(g)] = per == 1 ? first : first + second;
-      }
-      for (int64_t g = 0; g < groups; ++g) order[size_t(g)] = g;
-      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return score[size_t(p)] > score[size_t(q)]; });
-      std::vector<bool> keep(static_cast<size_t>(groups), false);
-      for (int64_t k = 0; k < kept; ++k) keep[size_t(order[size_t(k)])] = true;
-      for (int64_t e = 0; e < E; ++e)
-        out[e] = keep[size_t(e / per)] ? in[e] : -std::numeric_limits<float>::infinity();
-    }
+    std::vector<float> score;
+    std::vector<int64_t> order;
+    for (int64_t r = 0; r < x.nrows(); ++r)
+      group_limit_row(x.flat_row<float>(r), dst.flat_row<float>(r), x.ne[0], groups, kept, score, order);
   }
 
   // --- Softmax, Silu, SwiGlu, Add, Mul, Argmax -----------------------------

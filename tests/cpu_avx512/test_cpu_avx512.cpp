@@ -214,6 +214,11 @@ TEST_P(Avx512MatMul, AgreesWithScalarAndThreadCountIndependent) {
         SCOPED_TRACE(std::string(dtype_name(c.wt)) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
                      " M=" + std::to_string(M));
         EXPECT_LE(e, 1e-6) << "nmse " << e;  // the integer sums are exact: float rounding only
+        // Blocks of 32 of the format kernels: the reference's scaling and summation order.
+        if (c.wt == DType::Q4_1 || c.wt == DType::Q5_0 || c.wt == DType::Q5_1 || c.wt == DType::IQ4_NL ||
+            c.wt == DType::MXFP4) {
+          EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * size_t(N * M)), 0) << "not bit-identical";
+        }
         EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * size_t(N * M)), 0) << "1 vs 2 threads differ";
         EXPECT_TRUE(a.guard_ok());
         EXPECT_TRUE(b.guard_ok());
@@ -1214,7 +1219,8 @@ TEST_F(Avx512, AttentionAgreesPrefillThenDecode) {
 // sizes with a lane path (64, 128) and a fallback size (80). Besides random keys:
 // keys that grow with the position (a row whose score rises gets a new maximum at
 // every position, one whose score falls never after the first) and equal keys (every
-// score ties with the maximum), for the running maximum and its new-maximum steps.
+// score ties with the maximum), for the running maximum and its new-maximum steps;
+// each case also with attention sinks (above every score, below, and near).
 TEST_F(Avx512, AttentionTileEqualsTheSingleHeadKernelBitForBit) {
   enum class Keys { Random, Growing, Equal };
   for (Keys keys : {Keys::Random, Keys::Growing, Keys::Equal})
@@ -1251,14 +1257,20 @@ TEST_F(Avx512, AttentionTileEqualsTheSingleHeadKernelBitForBit) {
         outs.push_back(tile.data() + r * hd);
         len.push_back(std::min(L, c.len0 + r / c.heads));
       }
-      cpu_avx512::kern::attention_tile(qs.data(), outs.data(), len.data(), c.rows, hd, krows.data(), vrows.data(), off,
-                                       scale);
-      for (int r = 0; r < c.rows; ++r)
-        cpu_avx512::kern::attention_item(qs[size_t(r)], hd, krows.data(), vrows.data(), off, len[size_t(r)], scale,
-                                         single.data() + r * hd);
-      for (int r = 0; r < c.rows; ++r)
-        EXPECT_EQ(std::memcmp(tile.data() + r * hd, single.data() + r * hd, sizeof(float) * size_t(hd)), 0)
-            << "row " << r;
+      // Without sinks, and with sinks above every score (a new maximum), below, and random.
+      std::vector<float> sinks = randn(size_t(c.rows), 24, 3.0f);
+      for (int r = 0; r < c.rows; ++r) sinks[size_t(r)] += r % 3 == 0 ? 40.0f : r % 3 == 1 ? -20.0f : 0.0f;
+      for (const float* sk : {static_cast<const float*>(nullptr), static_cast<const float*>(sinks.data())}) {
+        SCOPED_TRACE(sk ? "sinks" : "no sinks");
+        cpu_avx512::kern::attention_tile(qs.data(), outs.data(), len.data(), c.rows, hd, krows.data(), vrows.data(),
+                                         off, scale, sk);
+        for (int r = 0; r < c.rows; ++r)
+          cpu_avx512::kern::attention_item(qs[size_t(r)], hd, krows.data(), vrows.data(), off, len[size_t(r)], scale,
+                                           single.data() + r * hd, sk ? sk + r : nullptr);
+        for (int r = 0; r < c.rows; ++r)
+          EXPECT_EQ(std::memcmp(tile.data() + r * hd, single.data() + r * hd, sizeof(float) * size_t(hd)), 0)
+              << "row " << r;
+      }
     }
   }
 }
