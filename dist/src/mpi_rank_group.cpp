@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,7 +57,11 @@ class MpiRankGroup final : public RankGroup {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
   }
-  ~MpiRankGroup() override { MPI_Finalize(); }
+  ~MpiRankGroup() override {
+    for (Pending& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
+    pending_.clear();
+    MPI_Finalize();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -110,6 +115,24 @@ class MpiRankGroup final : public RankGroup {
     traffic_.seconds += now_s() - t0;
   }
 
+  void send_async(int to, std::span<const uint8_t> bytes) override {
+    const double t0 = now_s();
+    if (bytes.size() > size_t(INT32_MAX)) throw Error("send: more than 2 GiB at once");
+    Pending& p = pending_.emplace_back();
+    p.bytes.assign(bytes.begin(), bytes.end());
+    check(MPI_Isend(p.bytes.data(), int(p.bytes.size()), MPI_BYTE, to, kStageTag, MPI_COMM_WORLD, &p.req),
+          "MPI_Isend");
+    traffic_.bytes_sent += bytes.size();
+    traffic_.seconds += now_s() - t0;
+  }
+
+  void wait_sends() override {
+    const double t0 = now_s();
+    for (Pending& p : pending_) check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait");
+    pending_.clear();
+    traffic_.seconds += now_s() - t0;
+  }
+
   void recv(int from, std::span<uint8_t> bytes) override {
     const double t0 = now_s();
     if (bytes.size() > size_t(INT32_MAX)) throw Error("recv: more than 2 GiB at once");
@@ -135,7 +158,13 @@ class MpiRankGroup final : public RankGroup {
   RankTraffic traffic() const override { return traffic_; }
 
  private:
+  // A send in flight owns its copy of the bytes (a deque: its elements never move).
+  struct Pending {
+    std::vector<uint8_t> bytes;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
   int rank_ = 0, size_ = 1;
+  std::deque<Pending> pending_;
   std::vector<int> counts_, displs_;
   RankTraffic traffic_;
 };

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "distributed/expert_shard.h"
+#include "distributed/micro_batches.h"
 #include "distributed/step_message.h"
 #include "expert_stream/model_experts.h"
 #include "tessera/backend.h"
@@ -347,14 +348,20 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
   for (const SeqSlice& s : slices_) kv_->set_length(s.seq, s.pos0 + s.count);
   tokens_evaluated_ += int64_t(tokens_.size());
 
-  const Tensor& lt = graph_.tensor(graph_out_);
   const int64_t rows = want_rows ? int64_t(out_rows_.size()) : 0;
   const int64_t width = hidden ? n_embd() : V;
-  if (lt.type != DType::F32 || lt.ne[0] != width || lt.ne[1] != int64_t(out_rows_.size()))
-    throw Error(std::string("internal: ") + (hidden ? "hidden-state" : "logits") + " tensor has the wrong shape");
   logits_.resize(size_t(rows * width));
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(&logits_[size_t(r * width)], lt.row<float>(r), size_t(width) * sizeof(float));
+  if (staged_output_) {  // pipelined micro-batches (--split layers): gathered by execute_layers
+    if (stage_out_.size() != out_rows_.size() * size_t(width))
+      throw Error("internal: the micro-batches' output rows do not add up to the step's");
+    std::memcpy(logits_.data(), stage_out_.data(), size_t(rows * width) * sizeof(float));
+  } else {
+    const Tensor& lt = graph_.tensor(graph_out_);
+    if (lt.type != DType::F32 || lt.ne[0] != width || lt.ne[1] != int64_t(out_rows_.size()))
+      throw Error(std::string("internal: ") + (hidden ? "hidden-state" : "logits") + " tensor has the wrong shape");
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&logits_[size_t(r * width)], lt.row<float>(r), size_t(width) * sizeof(float));
+  }
   ++steps_;
   if (!hidden) check_logits(rows);
   return logits_;
@@ -379,30 +386,64 @@ void Engine::run_graph(ForwardBatch& batch, bool keep_output) {
 
 void Engine::execute_layers(bool hidden) {
   const int me = ranks_->rank(), R = ranks_->size();
-  const size_t row = size_t(n_embd()) * sizeof(float), rows = tokens_.size();
-  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
-                     hidden};
-  batch.layer_first = layers_.first;
-  batch.layer_end = layers_.end;
-  batch.stage_output = true;
-  if (me > 0) {
-    stage_in_.resize(rows * size_t(n_embd()));
-    ranks_->recv(me - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
-    batch.stage_input = stage_in_.data();
+  const size_t row = size_t(n_embd()) * sizeof(float);
+  // Several sequences and enough tokens in the step: up to one micro-batch per rank,
+  // pipelined (each handed on as soon as this rank's layers are done with it).
+  const std::vector<detail::MicroBatch> mbs =
+      detail::split_micro_batches(slices_, R, detail::kMinMicroBatchTokens);
+  std::vector<detail::MicroBatchStep> steps;
+  for (const detail::MicroBatch& mb : mbs)
+    steps.push_back(detail::micro_batch_step(tokens_, positions_, slices_, out_rows_, mb));
+  for (detail::MicroBatchStep& st : steps) {
+    const size_t rows = st.tokens.size();
+    ForwardBatch batch{st.tokens, st.positions, st.slices, st.out_rows,
+                       make_paged_inputs(*kv_, st.slices, slots_, seq_table_), hidden};
+    batch.layer_first = layers_.first;
+    batch.layer_end = layers_.end;
+    batch.stage_output = true;
+    if (me > 0) {
+      stage_in_.resize(rows * size_t(n_embd()));
+      ranks_->recv(me - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
+      batch.stage_input = stage_in_.data();
+    }
+    run_graph(batch, true);
+    const Tensor& out = graph_.tensor(graph_out_);
+    if (out.type != DType::F32 || !out.is_contiguous() || out.ne[0] != n_embd() || out.ne[1] != int64_t(rows))
+      throw Error("internal: a rank's layers did not end with every token's hidden state");
+    // Handed on at once to the next rank, which waits for it; the last rank's output
+    // goes back to rank 0 without waiting, since rank 0 is still busy with the later
+    // micro-batches (a blocking send each way would wait in a cycle).
+    const std::span<const uint8_t> bytes{static_cast<const uint8_t*>(out.data), rows * row};
+    if (me + 1 < R)
+      ranks_->send(me + 1, bytes);
+    else
+      ranks_->send_async(0, bytes);
   }
-  run_graph(batch, true);
-  const Tensor& out = graph_.tensor(graph_out_);
-  if (out.type != DType::F32 || !out.is_contiguous() || out.ne[0] != n_embd() || out.ne[1] != int64_t(rows))
-    throw Error("internal: a rank's layers did not end with every token's hidden state");
-  ranks_->send((me + 1) % R, {static_cast<const uint8_t*>(out.data), rows * row});
-  if (me != 0) return;
-  // Rank 0: the output head on the last rank's output.
-  stage_in_.resize(rows * size_t(n_embd()));
-  ranks_->recv(R - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
-  ForwardBatch tail{tokens_, positions_, slices_, out_rows_, batch.paged, hidden};
-  tail.layer_first = tail.layer_end = model_->info().n_layer;
-  tail.stage_input = stage_in_.data();
-  run_graph(tail, true);
+  staged_output_ = false;
+  if (me == 0) {
+    // The output head on the last rank's output, micro-batch by micro-batch; with more
+    // than one, their output rows are gathered (in the step's order) for run_step.
+    const int64_t width = hidden ? n_embd() : n_vocab();
+    stage_out_.clear();
+    for (detail::MicroBatchStep& st : steps) {
+      const size_t rows = st.tokens.size();
+      stage_in_.resize(rows * size_t(n_embd()));
+      ranks_->recv(R - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
+      ForwardBatch tail{st.tokens, st.positions, st.slices, st.out_rows,
+                        make_paged_inputs(*kv_, st.slices, slots_, seq_table_), hidden};
+      tail.layer_first = tail.layer_end = model_->info().n_layer;
+      tail.stage_input = stage_in_.data();
+      run_graph(tail, true);
+      if (steps.size() == 1) break;
+      const Tensor& out = graph_.tensor(graph_out_);
+      if (out.type != DType::F32 || out.ne[0] != width)
+        throw Error("internal: a micro-batch's output head has the wrong shape");
+      for (int64_t r = 0; r < int64_t(st.out_rows.size()); ++r)
+        stage_out_.insert(stage_out_.end(), out.row<float>(r), out.row<float>(r) + width);
+    }
+    staged_output_ = steps.size() > 1;
+  }
+  ranks_->wait_sends();
 }
 
 void Engine::send_step(std::span<const Chunk> chunks, bool quit) {

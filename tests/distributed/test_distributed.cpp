@@ -152,6 +152,42 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MoeLayerLogits,
                                          "gpt-oss-mxfp4_moe"),
                          test_name);
 
+class SeveralSequences : public testing::TestWithParam<const char*> {};
+
+// Three sequences in one step (40, 35 and 30 tokens): with --split layers the ranks
+// pipeline the step as micro-batches of whole sequences (2 at 2 ranks, 3 at 3), and
+// with --split experts every rank routes every sequence; the logits of every row equal
+// one process's, which runs the three in one graph.
+TEST_P(SeveralSequences, OneStepSameAsOneProcess) {
+  REQUIRE_MPIRUN();
+  const std::string m = model(GetParam()), dir = work_dir();
+  if (!fs::exists(m)) GTEST_SKIP() << m << " is missing";
+  auto list = [](int from, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(from + i);
+    return s;
+  };
+  const std::string args = "logits -m " + m + " --backend cpu_scalar --threads 1 --tokens " + list(1, 40) +
+                           " --tokens " + list(50, 35) + " --tokens " + list(100, 30) + " -o ";
+  const Result one = sh(tessera() + args + dir + "/one.f32");
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.err.find("wrote 105 x "), std::string::npos) << one.err;
+  const std::string ref = slurp(dir + "/one.f32");
+  const bool moe = std::string(GetParam()).find("moe") != std::string::npos;
+  for (const std::string& split : {std::string("--split layers"), std::string(moe ? "--split experts" : "")}) {
+    if (split.empty()) continue;
+    for (int ranks : {2, 3}) {
+      const std::string out = dir + "/ranks" + std::to_string(ranks) + ".f32";
+      const Result r = sh(mpirun(ranks) + tessera() + args + out + " " + split);
+      ASSERT_EQ(r.status, 0) << ranks << " ranks " << split << ": " << r.err;
+      EXPECT_TRUE(slurp(out) == ref) << ranks << " ranks " << split << ": the logits differ from one process's";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, SeveralSequences,
+                         testing::Values("llama-q8_0", "gemma3-q8_0", "qwen3moe-q8_0", "qwen35moe-q4_0"), test_name);
+
 class Greedy : public testing::TestWithParam<const char*> {};
 
 // Decode, one token per step: the other ranks replay rank 0's KV bookkeeping step by

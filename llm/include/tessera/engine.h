@@ -178,7 +178,7 @@ class Engine {
   void execute_step(bool hidden, bool replaying);
   // Split::Layers: this rank's layers of the step (from the previous rank's output on
   // the others), handed to the next rank; rank 0 then runs the output head on the last
-  // rank's output.
+  // rank's output. A step of several sequences goes through as pipelined micro-batches.
   void execute_layers(bool hidden);
   // Builds, allocates and runs the step's graph with `batch`'s stage fields set.
   void run_graph(ForwardBatch& batch, bool keep_output);
@@ -207,7 +207,8 @@ class Engine {
   std::shared_ptr<RankGroup> ranks_;     // a distributed run's group (more than one rank), or null
   Split split_ = Split::Experts;
   LayerRange layers_;                    // Split::Layers: this rank's layers
-  std::vector<float> stage_in_, stage_out_;
+  std::vector<float> stage_in_, stage_out_;  // stage_out_: micro-batches' output rows
+  bool staged_output_ = false;               // the last step's output rows are in stage_out_
   std::vector<KvCache::Call> kv_calls_;  // rank 0: bookkeeping calls not yet sent
   std::vector<uint8_t> exchange_buffer_;
 };

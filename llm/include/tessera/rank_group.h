@@ -31,8 +31,14 @@ class RankGroup {
   // the same counts.
   virtual void all_gather(std::span<const uint8_t> mine, std::span<const size_t> counts, std::span<uint8_t> all) = 0;
   // Point to point (--split layers: each rank hands its layers' output to the next).
-  // recv() fills exactly `bytes`; the sender sends as many.
+  // send() returns once the bytes are on their way (for large messages: once the
+  // receiver takes them); send_async() copies them and returns at once, and
+  // wait_sends() returns once every send_async() so far was delivered. Messages from
+  // one rank to another arrive in the order sent, whichever call sent them. recv()
+  // fills exactly `bytes`; the sender sends as many.
   virtual void send(int to, std::span<const uint8_t> bytes) = 0;
+  virtual void send_async(int to, std::span<const uint8_t> bytes) = 0;
+  virtual void wait_sends() = 0;
   virtual void recv(int from, std::span<uint8_t> bytes) = 0;
   // Ends the run on every rank after writing "rank R: message" to stderr (a rank that
   // cannot go on: the others would wait for it forever).
