@@ -118,9 +118,16 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     spdlog::info("distributed run: rank {} of {} holds experts [{}, {}) of every MoE layer", ranks_->rank(),
                  ranks_->size(), r.first, r.end);
   } else if (ranks_) {
-    layers_ = layer_range(info.n_layer, ranks_->rank(), ranks_->size());
+    if (opt.rank_memory.size() == size_t(ranks_->size())) {
+      uint64_t fixed = 0;  // the embeddings and the output head: rank 0's besides its layers
+      for (const Tensor* w : model_->weights())
+        if (w->name.rfind("blk.", 0) != 0) fixed += w->nbytes();
+      layers_ = layer_range_by_memory(info.n_layer, ranks_->rank(), opt.rank_memory, fixed);
+    } else {
+      layers_ = layer_range(info.n_layer, ranks_->rank(), ranks_->size());
+    }
     if (ranks_->rank() == 0 && layers_.end == layers_.first)
-      throw Error("--split layers: rank 0 would hold no layers");  // layer_range never does that
+      throw Error("--split layers: rank 0 would hold no layers");  // neither range function does that
     if (layers_.end == layers_.first)
       spdlog::warn("--split layers: {} ranks for {} layers leave rank {} none: it only passes the activations on",
                    ranks_->size(), info.n_layer, ranks_->rank());
@@ -129,8 +136,13 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     const uint64_t n = uint64_t(layers_.end - layers_.first), L = uint64_t(info.n_layer);
     needs.weights = needs.weights / L * n;
     needs.expert_weights = needs.expert_weights / L * n;
-    spdlog::info("distributed run: rank {} of {} runs layers [{}, {})", ranks_->rank(), ranks_->size(),
-                 layers_.first, layers_.end);
+    std::string sized = "equal ranges";
+    if (opt.rank_memory.size() == size_t(ranks_->size())) {
+      sized = "ranges sized by the ranks' memory:";
+      for (uint64_t m : opt.rank_memory) sized += " " + format_memory(m);
+    }
+    spdlog::info("distributed run: rank {} of {} runs layers [{}, {}) ({})", ranks_->rank(), ranks_->size(),
+                 layers_.first, layers_.end, sized);
   }
   memory_plan_ = plan_memory(needs, budget);
   if (opt.kv_pages > 0) memory_plan_.kv_pages = opt.kv_pages;

@@ -192,6 +192,7 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
   if (o.split != "auto" && o.split != "experts" && o.split != "layers")
     throw Error("--split: '" + printable(o.split, 40) + "' is not a way to split a model; use auto, experts or layers");
   eo.ranks = rank_group();  // a distributed run (rank 0): the engine holds its share of the experts
+  eo.rank_memory = rank_memory();
   if (o.split == "experts") eo.split = Split::Experts;
   if (o.split == "layers") eo.split = Split::Layers;
   if (!eo.ranks && o.split != "auto")

@@ -9,6 +9,7 @@
 
 #include "cli_common.h"
 #include "tessera/error.h"
+#include "tessera/memory_budget.h"
 #include "tessera/scheduler.h"
 
 namespace tessera::cli {
@@ -16,6 +17,7 @@ namespace tessera::cli {
 namespace {
 
 std::shared_ptr<RankGroup> g_group;
+std::vector<uint64_t> g_rank_memory;  // every rank's memory budget, rank by rank
 bool g_finished = false;
 
 // Rank 0's engine, as lines of key=value; no "model" line: no more engines.
@@ -63,8 +65,21 @@ Setup decode(const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-void set_rank_group(std::shared_ptr<RankGroup> group) { g_group = std::move(group); }
+void set_rank_group(std::shared_ptr<RankGroup> group) {
+  g_group = std::move(group);
+  g_rank_memory.clear();
+  if (!g_group) return;
+  // Every rank's memory budget, read once at the start and exchanged (each rank then
+  // sizes --split layers' ranges from the same figures).
+  const uint64_t mine = read_memory_budget().bytes;
+  const size_t n = size_t(g_group->size());
+  std::vector<size_t> counts(n, sizeof(uint64_t));
+  g_rank_memory.resize(n);
+  g_group->all_gather({reinterpret_cast<const uint8_t*>(&mine), sizeof(mine)}, counts,
+                      {reinterpret_cast<uint8_t*>(g_rank_memory.data()), n * sizeof(uint64_t)});
+}
 std::shared_ptr<RankGroup> rank_group() { return g_group; }
+const std::vector<uint64_t>& rank_memory() { return g_rank_memory; }
 
 void send_engine_setup(const EngineOptions& eo, const Engine& engine) {
   Setup s;
@@ -137,6 +152,7 @@ int run_rank_worker(int argc, char** argv) {
     eo.expert_cache_bytes = cache;  // each rank's own --expert-cache
     eo.ranks = g_group;
     eo.split = s.split == "layers" ? Split::Layers : Split::Experts;
+    eo.rank_memory = g_rank_memory;
     std::unique_ptr<Engine> engine;
     try {
       engine = std::make_unique<Engine>(*reg, eo);

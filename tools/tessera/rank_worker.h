@@ -2,7 +2,9 @@
 // COMMAND ...` starts N copies. Rank 0 runs COMMAND as usual; the others never run it:
 // they load what rank 0 loads and replay its forward steps, printing nothing but errors.
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tessera/engine.h"
 #include "tessera/rank_group.h"
@@ -10,8 +12,11 @@
 namespace tessera::cli {
 
 // The run's group when started by an MPI launcher with several processes, else null.
+// Setting a group exchanges every rank's memory budget (every rank calls it at start).
 void set_rank_group(std::shared_ptr<RankGroup> group);
 std::shared_ptr<RankGroup> rank_group();
+// Every rank's memory budget in bytes, rank by rank (empty outside a distributed run).
+const std::vector<uint64_t>& rank_memory();
 
 // Rank 0, after making an engine of a distributed run: tells the other ranks what to
 // load (the model, the resolved sizes and the backends that rank 0 runs on).

@@ -70,6 +70,9 @@ struct EngineOptions {
   // The KV pool's pages, instead of the memory plan's (0): the other ranks of a
   // distributed run take rank 0's, so their caches replay its bookkeeping exactly.
   int64_t kv_pages = 0;
+  // Split::Layers: every rank's memory budget in bytes, rank by rank (the same on every
+  // rank), which sizes the layer ranges (layer_range_by_memory); empty: equal ranges.
+  std::vector<uint64_t> rank_memory;
 };
 
 // The types EngineOptions::quantize accepts, and their names for messages ("q8_0, q4_0, ...").

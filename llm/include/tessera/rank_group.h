@@ -5,6 +5,8 @@
 // products of those experts inside the step. The MPI implementation lives in its own
 // library (dist/); the core, the engine and the plugins do not depend on MPI.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -59,6 +61,32 @@ struct LayerRange {
 };
 inline LayerRange layer_range(int64_t n_layer, int rank, int ranks) {
   return {(n_layer * rank + ranks - 1) / ranks, (n_layer * (rank + 1) + ranks - 1) / ranks};
+}
+
+// The same sized by each rank's memory (--split layers): rank r's share of the layers
+// is proportional to the bytes its memory has for them, memory[r] (rank 0's less
+// `fixed`, the embeddings and output head it also holds), in contiguous ranges in rank
+// order, rank 0 with at least one layer. Every rank passes the same arguments. Without
+// a budget for every rank (or none with room) the ranges are layer_range()'s.
+inline LayerRange layer_range_by_memory(int64_t n_layer, int rank, std::span<const uint64_t> memory, uint64_t fixed) {
+  const int ranks = int(memory.size());
+  if (ranks < 1 || rank < 0 || rank >= ranks) return layer_range(n_layer, rank, std::max(ranks, 1));
+  long double total = 0;
+  std::vector<long double> room(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const uint64_t m = memory[size_t(r)];
+    room[size_t(r)] = (long double)(r == 0 ? (m > fixed ? m - fixed : 0) : m);
+    total += room[size_t(r)];
+  }
+  if (total <= 0) return layer_range(n_layer, rank, ranks);
+  // Range ends at the rounded cumulative shares, never going back.
+  auto end_of = [&](int r) {
+    long double upto = 0;
+    for (int i = 0; i <= r; ++i) upto += room[size_t(i)];
+    int64_t e = r == ranks - 1 ? n_layer : int64_t(std::llround(double((long double)n_layer * upto / total)));
+    return std::clamp<int64_t>(e, std::min<int64_t>(1, n_layer), n_layer);
+  };
+  return {rank == 0 ? 0 : end_of(rank - 1), end_of(rank)};
 }
 
 // The experts [first, end) of a layer with n_expert experts that `rank` of `ranks`
