@@ -296,17 +296,19 @@ test('a client that goes away mid-stream frees its sequence', async () => {
 });
 
 test('SIGTERM during Messages and Responses streams: each ends properly, new requests get 503 in their API\'s shape', async () => {
-  const s = await h.startServer(['-m', MODEL, '--threads', '1', '--parallel', '4', '--ctx', '2048',
+  // Answers long enough that no machine finishes them inside the 3 s drain (on an
+  // AVX-512 machine the fixture decodes 1,900 tokens in under 2 s).
+  const s = await h.startServer(['-m', MODEL, '--threads', '1', '--parallel', '4', '--ctx', '16384',
                                  '--chat-template', TEMPLATE, '--shutdown-timeout', '3']);
   const post = (p, body) => fetch(s.url + p, { method: 'POST', headers: { 'content-type': 'application/json' },
                                                 body: JSON.stringify(body) });
   const conversation = [{ role: 'user', content: 'A long story' }];
   // ignore_eos (tessera's extension, as on chat): the answers run until the shutdown cuts them.
   const streams = await Promise.all([
-    post('/v1/messages', { model: 'm', max_tokens: 1900, temperature: 0, stream: true, messages: conversation, ignore_eos: true }),
-    post('/v1/messages', { model: 'm', max_tokens: 1900, temperature: 0.8, seed: 5, stream: true, messages: conversation,
+    post('/v1/messages', { model: 'm', max_tokens: 16000, temperature: 0, stream: true, messages: conversation, ignore_eos: true }),
+    post('/v1/messages', { model: 'm', max_tokens: 16000, temperature: 0.8, seed: 5, stream: true, messages: conversation,
                            ignore_eos: true }),
-    post('/v1/responses', { model: 'm', max_output_tokens: 1900, temperature: 0, stream: true, input: conversation,
+    post('/v1/responses', { model: 'm', max_output_tokens: 16000, temperature: 0, stream: true, input: conversation,
                             ignore_eos: true }),
   ]);
   for (const r of streams) assert.equal(r.status, 200);
