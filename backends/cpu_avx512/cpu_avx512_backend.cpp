@@ -228,8 +228,8 @@ class CpuAvx512Backend final : public Backend {
       }
       case Op::Attention:
         if (T(node.src[0]).ne[0] > 1024) return OpSupport::no("Attention: head_dim above 1024");
-        if (T(node.dst).ne[0] != T(node.src[0]).ne[0])
-          return OpSupport::no("Attention: no kernel on cpu_avx512 yet for value heads of another size (latent attention)");
+        if (T(node.dst).ne[0] > T(node.src[0]).ne[0])
+          return OpSupport::no("Attention: value heads wider than key heads");
         return OpSupport::yes();
       case Op::GatedDeltaNet:
         if (!delta_net_strides_ok(T(node.src[0]), T(node.src[1]), T(node.src[2]), T(node.dst), node.i[3]))
@@ -1308,8 +1308,9 @@ class CpuAvx512Backend final : public Backend {
   // allows (kern::attention_tile), in KV head order so an executor's items reuse one
   // head's K/V rows from its caches. Items grow with the token (causal), so they are
   // handed out by split_, which balances the executors by stealing.
-  // With a sliding window each item is one token (its rows then share the window's
-  // first position); sinks are per query head.
+  // With a sliding window, or value heads of their own size (latent attention), each
+  // item is one token (its rows then share the window's first position and, latent,
+  // one block of transposed keys); sinks are per query head.
   bool attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& table, const Tensor& dst,
                  float scale, int64_t window, const float* sinks) {
     const int64_t hd = q.ne[0], n_head = q.ne[1];
@@ -1318,7 +1319,8 @@ class CpuAvx512Backend final : public Backend {
     const int64_t group = n_head / n_kv;
     if (group <= 0 || q.ne[2] <= 0) return true;
     const int64_t gs = std::min<int64_t>(group, 16), slices = (group + gs - 1) / gs;
-    const int64_t tq = window > 0 ? 1 : std::max<int64_t>(1, 16 / gs);
+    const int64_t dv = dst.ne[0];
+    const int64_t tq = window > 0 || dv != hd ? 1 : std::max<int64_t>(1, 16 / gs);
     // Cache row pointers per position of each sequence (a KV head's part starts kvh * hd
     // into a row), gathered on this thread through the block tables (checked by
     // check_run_state) before the dispatch.
@@ -1354,7 +1356,7 @@ class CpuAvx512Backend final : public Backend {
     struct Ctx {
       const Tensor *q, *dst;
       const std::vector<AttnSeq>* seqs;
-      int64_t hd, group, gs, slices, tq, window;
+      int64_t hd, dv, group, gs, slices, tq, window;
       float scale;
       const float* sinks;
       WorkSplit* split;
@@ -1381,11 +1383,15 @@ class CpuAvx512Backend final : public Backend {
               len[n] = a.p0 + t + 1 - start;
               if (sinks) sink[n] = sinks[h];
             }
-          kern::attention_tile(qs, outs, len, n, hd, a.krows + start, a.vrows + start, kvh * hd, scale,
-                               sinks ? sink : nullptr);
+          if (dv == hd)
+            kern::attention_tile(qs, outs, len, n, hd, a.krows + start, a.vrows + start, kvh * hd, scale,
+                                 sinks ? sink : nullptr);
+          else  // value heads of their own size (latent attention): one token an item
+            kern::attention_heads_dv(qs, outs, n, hd, dv, a.krows + start, a.vrows + start, kvh * hd, kvh * dv,
+                                     len[0], scale, sinks ? sink : nullptr);
         }
       }
-    } ctx{&q, &dst, &attn_seqs_, hd, group, gs, slices, tq, window, scale, sinks, &split_};
+    } ctx{&q, &dst, &attn_seqs_, hd, dv, group, gs, slices, tq, window, scale, sinks, &split_};
     const int execs = pool_ ? pool_.executorCount() : 1;
     if (execs <= 1 || count < 2) {
       ctx.run(0, count);

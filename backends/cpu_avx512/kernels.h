@@ -74,6 +74,13 @@ void exp_row(const float* x, float* y, int64_t K);
 // logit), the sink joins the softmax's maximum and its denominator, with no value.
 void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, const uint16_t* const* vrows,
                     int64_t off, int64_t L, float scale, float* out, const float* sink = nullptr);
+// Query rows of one token (`heads` of them, all over the same L positions of one KV
+// head) whose value rows have dv values at voff (latent attention: dv < hd, the values
+// the leading part of each key row); out[h]: dv floats. Equals cpu_scalar bit for bit:
+// 16 positions' dot products are summed at once, each in cpu_scalar's order over d.
+void attention_heads_dv(const float* const* q, float* const* out, int heads, int64_t hd, int64_t dv,
+                        const uint16_t* const* krows, const uint16_t* const* vrows, int64_t koff, int64_t voff,
+                        int64_t L, float scale, const float* sinks = nullptr);
 // Up to 16 query rows (tokens x heads) that read the same KV head, row r over the
 // first len[r] positions (len non-decreasing, at least 1), with sinks[r] its sink
 // where sinks is given: each row's result equals attention_item's bit for bit; head

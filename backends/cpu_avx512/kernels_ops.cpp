@@ -265,6 +265,69 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
   for (int c = 0; c < nch; ++c) _mm512_mask_storeu_ps(out + 16 * c, mk[c], _mm512_mul_ps(_mm512_mul_ps(acc[c], f), inv));
 }
 
+void attention_heads_dv(const float* const* q, float* const* out, int heads, int64_t hd, int64_t dv,
+                        const uint16_t* const* krows, const uint16_t* const* vrows, int64_t koff, int64_t voff,
+                        int64_t L, float scale, const float* sinks) {
+  constexpr int64_t P = 16;  // positions a block: one per lane of the dot products
+  const int64_t nvc = (dv + 15) / 16;
+  std::vector<float> qf(size_t(heads * hd)), kt(size_t(hd * P)), vf(size_t(P * nvc * 16), 0.0f);
+  std::vector<float> acc(size_t(heads * nvc * 16), 0.0f), M(size_t(heads), -INFINITY), S(size_t(heads), 0.0f);
+  for (int h = 0; h < heads; ++h)
+    for (int64_t d = 0; d < hd; ++d) qf[size_t(h * hd + d)] = _cvtsh_ss(_cvtss_sh(q[h][d], _MM_FROUND_TO_NEAREST_INT));
+  alignas(64) float dots[P];
+  for (int64_t j0 = 0; j0 < L; j0 += P) {
+    const int64_t n = std::min(P, L - j0);
+    // The block's keys transposed (kt[d * P + p]: position p's value d) and its values
+    // widened, shared by every head.
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t d = 0; d < hd; ++d) kt[size_t(d * P + p)] = p < n ? _cvtsh_ss(krows[j0 + p][koff + d]) : 0.0f;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t d = 0; d < dv; ++d) vf[size_t(p * nvc * 16 + d)] = _cvtsh_ss(vrows[j0 + p][voff + d]);
+    for (int h = 0; h < heads; ++h) {
+      // 16 positions' dot products at once, each summed over d in order with a
+      // multiply and an add, as cpu_scalar sums one.
+      __m512 dot = _mm512_setzero_ps();
+      const float* qh = &qf[size_t(h * hd)];
+      for (int64_t d = 0; d < hd; ++d)
+        dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(qh[d]), _mm512_loadu_ps(&kt[size_t(d * P)])));
+      _mm512_store_ps(dots, dot);
+      float* a = &acc[size_t(h * nvc * 16)];
+      float& m = M[size_t(h)];
+      float& sum = S[size_t(h)];
+      for (int64_t p = 0; p < n; ++p) {
+        const float sc = dots[p] * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (sc > m) {
+          const float old = m;
+          m = sc;
+          ms = std::exp(old - m);
+          const __m512 vms = _mm512_set1_ps(ms);
+          for (int64_t c = 0; c < nvc; ++c)
+            _mm512_storeu_ps(a + 16 * c, round_f16(_mm512_mul_ps(_mm512_loadu_ps(a + 16 * c), vms)));
+        } else {
+          vs = std::exp(sc - m);
+        }
+        const __m512 vvs = _mm512_set1_ps(vs);
+        const float* v = &vf[size_t(p * nvc * 16)];
+        for (int64_t c = 0; c < nvc; ++c)
+          _mm512_storeu_ps(a + 16 * c, round_f16(_mm512_add_ps(_mm512_loadu_ps(a + 16 * c),
+                                                               _mm512_mul_ps(_mm512_loadu_ps(v + 16 * c), vvs))));
+        sum = sum * ms + vs;
+      }
+    }
+  }
+  for (int h = 0; h < heads; ++h) {
+    float sum = S[size_t(h)];
+    const __m512 f = _mm512_set1_ps(sinks ? fold_sink(M[size_t(h)], sum, sinks[h]) : 1.0f);
+    const __m512 inv = _mm512_set1_ps(sum == 0.0f ? 0.0f : 1.0f / sum);
+    const float* a = &acc[size_t(h * nvc * 16)];
+    for (int64_t c = 0; c < nvc; ++c) {
+      const __mmask16 mk = tail_mask(dv - 16 * c);
+      _mm512_mask_storeu_ps(out[h] + 16 * c, mk, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(a + 16 * c), f), inv));
+    }
+  }
+}
+
 namespace {
 
 // Row j of F16 K or V rows as NCH float vectors; requests row j + 8. One head's rows
