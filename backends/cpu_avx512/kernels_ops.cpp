@@ -211,6 +211,20 @@ inline __m512 round_f16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _M
 
 namespace {
 
+// One position of the online softmax, as cpu_scalar takes it: a score above the
+// maximum becomes the maximum and gives the factor on what was summed so far (ms);
+// any other gives the position's weight (vs). Returns whether the maximum grew.
+inline bool softmax_step(float s, float& M, float& ms, float& vs) {
+  ms = vs = 1.0f;
+  if (s > M) {
+    ms = std::exp(M - s);
+    M = s;
+    return true;
+  }
+  vs = std::exp(s - M);
+  return false;
+}
+
 // The sink folded in after the positions, as cpu_scalar does: a new maximum scales
 // what was summed (by the returned factor), else the sink only adds to the sum.
 inline float fold_sink(float M, float& S, float sink) {
@@ -242,16 +256,10 @@ void attention_item(const float* q, int64_t hd, const uint16_t* const* krows, co
     __m512 d = _mm512_setzero_ps();
     for (int c = 0; c < nch; ++c)
       d = _mm512_fmadd_ps(qf[c], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[c], kr + 16 * c)), d);
-    const float s = _mm512_reduce_add_ps(d) * scale;
-    float ms = 1.0f, vs = 1.0f;
-    if (s > M) {
-      const float Mold = M;
-      M = s;
-      ms = std::exp(Mold - M);
+    float ms, vs;
+    if (softmax_step(_mm512_reduce_add_ps(d) * scale, M, ms, vs)) {
       const __m512 vms = _mm512_set1_ps(ms);
       for (int c = 0; c < nch; ++c) acc[c] = round_f16(_mm512_mul_ps(acc[c], vms));
-    } else {
-      vs = std::exp(s - M);
     }
     const uint16_t* vr = vrows[j] + off;
     const __m512 vvs = _mm512_set1_ps(vs);
@@ -295,17 +303,11 @@ void attention_heads_dv(const float* const* q, float* const* out, int heads, int
       float& m = M[size_t(h)];
       float& sum = S[size_t(h)];
       for (int64_t p = 0; p < n; ++p) {
-        const float sc = dots[p] * scale;
-        float ms = 1.0f, vs = 1.0f;
-        if (sc > m) {
-          const float old = m;
-          m = sc;
-          ms = std::exp(old - m);
+        float ms, vs;
+        if (softmax_step(dots[p] * scale, m, ms, vs)) {
           const __m512 vms = _mm512_set1_ps(ms);
           for (int64_t c = 0; c < nvc; ++c)
             _mm512_storeu_ps(a + 16 * c, round_f16(_mm512_mul_ps(_mm512_loadu_ps(a + 16 * c), vms)));
-        } else {
-          vs = std::exp(sc - m);
         }
         const __m512 vvs = _mm512_set1_ps(vs);
         const float* v = &vf[size_t(p * nvc * 16)];
