@@ -278,8 +278,14 @@ void attention_heads_dv(const float* const* q, float* const* out, int heads, int
                         int64_t L, float scale, const float* sinks) {
   constexpr int64_t P = 16;  // positions a block: one per lane of the dot products
   const int64_t nvc = (dv + 15) / 16;
-  std::vector<float> qf(size_t(heads * hd)), kt(size_t(hd * P)), vf(size_t(P * nvc * 16), 0.0f);
-  std::vector<float> acc(size_t(heads * nvc * 16), 0.0f), M(size_t(heads), -INFINITY), S(size_t(heads), 0.0f);
+  // Scratch kept per thread: this runs once per (token, head group) and layer.
+  thread_local std::vector<float> qf, kt, vf, acc, M, S;
+  qf.resize(size_t(heads * hd));
+  kt.resize(size_t(hd * P));
+  vf.assign(size_t(P * nvc * 16), 0.0f);
+  acc.assign(size_t(heads * nvc * 16), 0.0f);
+  M.assign(size_t(heads), -INFINITY);
+  S.assign(size_t(heads), 0.0f);
   for (int h = 0; h < heads; ++h)
     for (int64_t d = 0; d < hd; ++d) qf[size_t(h * hd + d)] = _cvtsh_ss(_cvtss_sh(q[h][d], _MM_FROUND_TO_NEAREST_INT));
   alignas(64) float dots[P];

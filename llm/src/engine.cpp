@@ -118,7 +118,8 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     spdlog::info("distributed run: rank {} of {} holds experts [{}, {}) of every MoE layer", ranks_->rank(),
                  ranks_->size(), r.first, r.end);
   } else if (ranks_) {
-    if (opt.rank_memory.size() == size_t(ranks_->size())) {
+    const bool by_memory = opt.rank_memory.size() == size_t(ranks_->size());
+    if (by_memory) {
       uint64_t fixed = 0;  // the embeddings and the output head: rank 0's besides its layers
       for (const Tensor* w : model_->weights())
         if (w->name.rfind("blk.", 0) != 0) fixed += w->nbytes();
@@ -137,7 +138,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     needs.weights = needs.weights / L * n;
     needs.expert_weights = needs.expert_weights / L * n;
     std::string sized = "equal ranges";
-    if (opt.rank_memory.size() == size_t(ranks_->size())) {
+    if (by_memory) {
       sized = "ranges sized by the ranks' memory:";
       for (uint64_t m : opt.rank_memory) sized += " " + format_memory(m);
     }
@@ -209,7 +210,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // resident beside it).
   // A distributed rank holds only its share of the routed experts: read in now, and not
   // prepared by the primary backend (which would copy every expert; the ranged products
-  // run on cpu_scalar, which reads them where they lie).
+  // read them where they lie, in the file's layout).
   if (split_experts && !experts_) {
     const uint64_t read = detail::load_expert_share(*model_, r.first, r.end);
     spdlog::info("distributed run: rank {} read its share of the routed experts, {}", ranks_->rank(),
@@ -406,10 +407,11 @@ void Engine::execute_layers(bool hidden) {
   std::vector<detail::MicroBatchStep> steps;
   for (const detail::MicroBatch& mb : mbs)
     steps.push_back(detail::micro_batch_step(tokens_, positions_, slices_, out_rows_, mb));
+  PagedInputs paged;  // the last micro-batch's (slots_ and seq_table_ hold it)
   for (detail::MicroBatchStep& st : steps) {
     const size_t rows = st.tokens.size();
-    ForwardBatch batch{st.tokens, st.positions, st.slices, st.out_rows,
-                       make_paged_inputs(*kv_, st.slices, slots_, seq_table_), hidden};
+    paged = make_paged_inputs(*kv_, st.slices, slots_, seq_table_);
+    ForwardBatch batch{st.tokens, st.positions, st.slices, st.out_rows, paged, hidden};
     batch.layer_first = layers_.first;
     batch.layer_end = layers_.end;
     batch.stage_output = true;
@@ -441,8 +443,9 @@ void Engine::execute_layers(bool hidden) {
       const size_t rows = st.tokens.size();
       stage_in_.resize(rows * size_t(n_embd()));
       ranks_->recv(R - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
-      ForwardBatch tail{st.tokens, st.positions, st.slices, st.out_rows,
-                        make_paged_inputs(*kv_, st.slices, slots_, seq_table_), hidden};
+      // One micro-batch: its paged inputs are still those made above.
+      if (steps.size() > 1) paged = make_paged_inputs(*kv_, st.slices, slots_, seq_table_);
+      ForwardBatch tail{st.tokens, st.positions, st.slices, st.out_rows, paged, hidden};
       tail.layer_first = tail.layer_end = model_->info().n_layer;
       tail.stage_input = stage_in_.data();
       run_graph(tail, true);
