@@ -296,8 +296,8 @@ test('a client that goes away mid-stream frees its sequence', async () => {
 });
 
 test('SIGTERM during Messages and Responses streams: each ends properly, new requests get 503 in their API\'s shape', async () => {
-  // Answers long enough that no machine finishes them inside the 3 s drain (on an
-  // AVX-512 machine the fixture decodes 1,900 tokens in under 2 s).
+  // Answers long enough that no machine finishes them inside the 3 s drain, so the
+  // shutdown has running requests to cut.
   const s = await h.startServer(['-m', MODEL, '--threads', '1', '--parallel', '4', '--ctx', '16384',
                                  '--chat-template', TEMPLATE, '--shutdown-timeout', '3']);
   const post = (p, body) => fetch(s.url + p, { method: 'POST', headers: { 'content-type': 'application/json' },
