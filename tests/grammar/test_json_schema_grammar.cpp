@@ -129,6 +129,22 @@ TEST(JsonSchemaGrammar, IntegerBoundsExactly) {
   EXPECT_NE(refusal(R"({"type":"integer","minimum":5,"maximum":4})").find("no value"), std::string::npos);
 }
 
+// Bounds past what an int64 holds (found by fuzzing): no bound on their open side,
+// nothing left on the other, and never an out-of-range conversion.
+TEST(JsonSchemaGrammar, IntegerBoundsBeyondSixteenDigits) {
+  auto open_below = schema(R"({"type":"integer","minimum":-1.25e102,"maximum":3})");
+  EXPECT_TRUE(ok(open_below, "-1234567890123456"));
+  EXPECT_TRUE(ok(open_below, "3"));
+  EXPECT_FALSE(ok(open_below, "4"));
+  auto open_above = schema(R"({"type":"integer","exclusiveMinimum":-1,"exclusiveMaximum":1e300})");
+  EXPECT_TRUE(ok(open_above, "0"));
+  EXPECT_TRUE(ok(open_above, "9999999999999999"));
+  EXPECT_FALSE(ok(open_above, "-1"));
+  for (const char* s : {R"({"type":"integer","minimum":1.25e102})", R"({"type":"integer","maximum":-1e20})",
+                        R"({"type":"integer","exclusiveMinimum":1e16})", R"({"type":"integer","exclusiveMaximum":-9.3e18})"})
+    EXPECT_NE(refusal(s).find("no value"), std::string::npos) << s;
+}
+
 TEST(JsonSchemaGrammar, NumberBounds) {
   auto g = schema(R"({"type":"number","minimum":-2,"maximum":3})");
   for (const char* yes : {"0", "3", "3.0", "3.000", "2.999", "-2", "-2.00", "-1.5", "0.25", "1"}) EXPECT_TRUE(ok(g, yes)) << yes;

@@ -307,26 +307,41 @@ class SchemaConverter {
     refuse("the string format '" + f + "' is not supported (date, time, date-time, uuid are)");
   }
 
+  // Numbers have at most 16 integer digits (json-int): a bound past them is no bound
+  // at all on its open side, and leaves nothing on the other.
+  static constexpr double kBeyond = 1e16;
+
   std::string number(const json& s, const std::string& hint, bool integer) {
     if (integer) {
       std::optional<int64_t> lo, hi;
-      // Fractional bounds of an integer round inwards.
-      auto it = s.find("minimum");
-      if (it != s.end() && it->is_number()) lo = int64_t(std::ceil(it->get<double>()));
-      it = s.find("maximum");
-      if (it != s.end() && it->is_number()) hi = int64_t(std::floor(it->get<double>()));
-      it = s.find("exclusiveMinimum");
-      if (it != s.end() && it->is_number()) {
-        const int64_t v = int64_t(std::floor(it->get<double>())) + 1;
-        lo = lo ? std::max(*lo, v) : v;
-      }
-      it = s.find("exclusiveMaximum");
-      if (it != s.end() && it->is_number()) {
-        const int64_t v = int64_t(std::ceil(it->get<double>())) - 1;
-        hi = hi ? std::min(*hi, v) : v;
-      }
+      // Fractional bounds of an integer round inwards; a bound past kBeyond is never
+      // converted to int64.
+      bool empty = false;
+      auto lower = [&](const char* key, bool exclusive) {
+        auto it = s.find(key);
+        if (it == s.end() || !it->is_number()) return;
+        const double d = it->get<double>();
+        const double v = exclusive ? std::floor(d) + 1 : std::ceil(d);
+        if (v <= -kBeyond) return;
+        if (v >= kBeyond) { empty = true; return; }
+        lo = lo ? std::max(*lo, int64_t(v)) : int64_t(v);
+      };
+      auto upper = [&](const char* key, bool exclusive) {
+        auto it = s.find(key);
+        if (it == s.end() || !it->is_number()) return;
+        const double d = it->get<double>();
+        const double v = exclusive ? std::ceil(d) - 1 : std::floor(d);
+        if (v >= kBeyond) return;
+        if (v <= -kBeyond) { empty = true; return; }
+        hi = hi ? std::min(*hi, int64_t(v)) : int64_t(v);
+      };
+      lower("minimum", false);
+      upper("maximum", false);
+      lower("exclusiveMinimum", true);
+      upper("exclusiveMaximum", true);
       for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
         if (s.contains(k) && !s[k].is_number()) refuse("'" + std::string(k) + "' must be a number");
+      if (empty) refuse("the integer bounds leave no value");
       if (!lo && !hi) return "json-int";
       return new_rule(hint, gbnf::integer_range(lo, hi));
     }
@@ -334,9 +349,6 @@ class SchemaConverter {
     Bound lo = decimal_bound(s, "minimum", false), hi = decimal_bound(s, "maximum", false);
     if (Bound x = decimal_bound(s, "exclusiveMinimum", true); x.set && (!lo.set || x.value >= lo.value)) lo = x;
     if (Bound x = decimal_bound(s, "exclusiveMaximum", true); x.set && (!hi.set || x.value <= hi.value)) hi = x;
-    // Numbers have at most 16 integer digits: a bound past them is no bound at all on
-    // its open side, and leaves nothing on the other.
-    constexpr double kBeyond = 1e16;
     if (lo.set && lo.value <= -kBeyond) lo.set = false;
     if (hi.set && hi.value >= kBeyond) hi.set = false;
     if ((lo.set && lo.value >= kBeyond) || (hi.set && hi.value <= -kBeyond)) refuse("the number bounds leave no value");
