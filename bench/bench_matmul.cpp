@@ -533,6 +533,10 @@ void register_matmul_benchmarks() {
   G.pool = std::make_unique<FastPool>(bench_threads());
   PluginConfig cfg;
   cfg.paths = {TESSERA_PLUGIN_DIR};
+  // TESSERA_BENCH_REPACK=0: cpu_avx512 keeps weights in the file's layout, so its row
+  // kernels run (what streamed experts use) instead of the repacked tiles.
+  if (const char* e = std::getenv("TESSERA_BENCH_REPACK"); e && std::string(e) == "0")
+    cfg.plugins["cpu_avx512"].options["repack"] = "false";
   G.registry = std::make_unique<PluginRegistry>(cfg);
   std::vector<std::string> names;
   for (const auto& name : G.registry->ranked_backends()) {

@@ -7,16 +7,19 @@
 // unsigned x signed VNNI product (vpdpbusd) into the signed one:
 //  - Q8_0: weights w (int8) are fed as w + 128 (unsigned); the accumulator starts at
 //    -128 * (sum of the 4 activations of the lane), so each lane is exact.
-//  - Q4_0: nibbles q (0..15) fed unsigned, accumulator starts at -8 * (lane sum).
 //  - Q4_K / Q5_K: q is unsigned already; the integer sub-block sums are scaled by the
 //    6-bit scales in int32 (exact); the mins use the activation's 32-element sums.
 //  - Q6_K: q (0..63) unsigned, scaled by the int8 sub-block scales in int32; the -32
 //    offset uses the activation's 16-element sums.
-// The formats without a repacked kernel (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS) have their
-// row kernels and layouts in kernels_matmul_formats.cpp (format_dot and friends).
-// Integer partial sums are exact; only the float scaling/accumulation order differs
-// from cpu_scalar (float rounding). F16/BF16 weights: activations rounded to F16/BF16
-// (exact products), F32 accumulation.
+// Q4_0 and the formats without a repacked kernel (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+// Q2_K, Q3_K, IQ4_XS) have their row kernels and layouts in kernels_matmul_formats.cpp
+// (format_dot and friends).
+// Integer sums are exact. A row adds its blocks in order with the float rounding of
+// the repacked tiles (kernels_matmul_repacked.cpp), so a weight computes the same bits
+// whether it is repacked or not (a streamed expert never is): Q8_0 as cpu_scalar,
+// s * (dx * dy); a block of 256 as one fused multiply-add of its integer sum by
+// d * dy (Q4_K / Q5_K: and one of its mins' sum by -dmin * dy). F16/BF16 weights:
+// activations rounded to F16/BF16 (exact products), F32 accumulation.
 //
 // Prefill: kernels take NC (1..4) activation columns per pass over a weight row, so a
 // weight block is loaded and unpacked once per NC columns; rows are walked in small
@@ -27,6 +30,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -65,7 +69,7 @@ void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
       _mm512_store_si512(corr + e / 4, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, c80, _mm512_load_si512(qs + e))));
     for (; e < K; e += 4) corr[e / 4] = -128 * (qs[e] + qs[e + 1] + qs[e + 2] + qs[e + 3]);
   }
-  (void)wt;  // Q8_0 weights only (Q4_0 uses the stream layout, prep_stream<18>)
+  (void)wt;  // Q8_0 weights only
 }
 
 // Q8_K activations exactly as quant::quantize_row: the signed value of largest
@@ -142,210 +146,58 @@ inline __m512 block_scales(const uint8_t* w, int64_t cb) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
 }
 
-// ---------------------------------------------------------------- Q4_0 / Q8_0 "stream" layout
-// The weight row is read as a raw byte stream in aligned-to-the-row 64-byte registers
-// (no per-block shuffles). The prepared activation mirrors the stream: for every
-// 64-byte register of the row it holds the activation byte that meets each weight
-// byte (0 where the stream holds a block's F16 scale), the VNNI offset correction per
-// 4-byte lane, and per lane the activation scale of the lane's block. A 4-byte lane
-// never holds quantized bytes of two blocks (block sizes 18 and 34 are 2 mod 4 and
-// start with the 2-byte scale), so every int32 lane sum belongs to one block.
-template <int64_t BS>
-struct Stream {
-  static constexpr int kRegsPer32 = int(BS * 32 / 64);   // 9 (Q4_0) or 17 (Q8_0)
-  static constexpr int kY = BS == 18 ? 2 : 1;            // activation planes (lo/hi nibbles)
-  static constexpr size_t kRegBytes = size_t(64 * kY + 128);  // Y planes, corr, dy per lane
-  static int64_t regs(int64_t K) { return (K / 32 * BS + 63) / 64; }
-  // Block (0..31, within the 32-block super-chunk) of lane k of register m.
-  static constexpr int lane_block(int m, int k) {
-    for (int q = 64 * m + 4 * k; q < 64 * m + 4 * k + 4; ++q)
-      if (q % BS >= 2) return q / int(BS);
-    return 0;
-  }
-};
-
-// Per-lane index tables (compile-time constants): v = the lane's block for vpermt2ps
-// over 32 block values; w = the 16-bit word of the lane's block scale in the window
-// (previous register, this register) for vpermt2w.
-template <int64_t BS>
-struct LaneIdx {
-  int32_t v[Stream<BS>::kRegsPer32][16];
-  int16_t w[Stream<BS>::kRegsPer32][32];
-  constexpr LaneIdx() : v(), w() {
-    for (int m = 0; m < Stream<BS>::kRegsPer32; ++m)
-      for (int k = 0; k < 16; ++k) {
-        v[m][k] = Stream<BS>::lane_block(m, k);
-        w[m][k] = int16_t(int(BS / 2) * Stream<BS>::lane_block(m, k) - 32 * (m - 1));
-      }
-  }
-};
-constexpr LaneIdx<18> kLaneIdx18{};
-constexpr LaneIdx<34> kLaneIdx34{};
-template <int64_t BS>
-constexpr const LaneIdx<BS>& lane_idx() {
-  if constexpr (BS == 18) return kLaneIdx18; else return kLaneIdx34;
-}
-
-// Copies n activation bytes to stream position pos of plane `plane`.
-template <int64_t BS>
-inline void put_stream(uint8_t* dst, int plane, int64_t pos, const int8_t* src, int n) {
-  while (n > 0) {
-    const int64_t reg = pos / 64, in = pos % 64;
-    const int take = int(std::min<int64_t>(n, 64 - in));
-    std::memcpy(dst + size_t(reg) * Stream<BS>::kRegBytes + size_t(64 * plane + in), src, size_t(take));
-    pos += take, src += take, n -= take;
-  }
-}
-
-template <int64_t BS>
-void prep_stream(const float* x, int64_t K, uint8_t* dst) {
-  using S = Stream<BS>;
-  const int64_t nb = K / 32, R = S::regs(K);
-  std::memset(dst, 0, size_t(R) * S::kRegBytes);
-  alignas(64) int8_t q[32 * 16];
-  alignas(64) float d[32];
-  for (int64_t c0 = 0; c0 < nb; c0 += 32) {
-    const int64_t cb = std::min<int64_t>(32, nb - c0);
-    for (int64_t j = 0; j < 32; ++j) d[j] = 0.f;
-    for (int64_t j = 0; j < cb; ++j) {
-      const float* xb = x + (c0 + j) * 32;
-      __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-      float id;
-      const float dd = q8_0_scale(x0, x1, id);
-      d[j] = round_to_f16(dd);
-      const __m512 vid = _mm512_set1_ps(id);
-      _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * (j % 16)),
-                      _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x0, vid)))));
-      _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * (j % 16) + 16),
-                      _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(x1, vid)))));
-      const int64_t pos = (c0 + j) * BS + 2;
-      if constexpr (BS == 18) {
-        put_stream<BS>(dst, 0, pos, q + 32 * (j % 16), 16);
-        put_stream<BS>(dst, 1, pos, q + 32 * (j % 16) + 16, 16);
-      } else {
-        put_stream<BS>(dst, 0, pos, q + 32 * (j % 16), 32);
-      }
-    }
-    const __m512 dlo = _mm512_load_ps(d), dhi = _mm512_load_ps(d + 16);
-    const int64_t r0 = (c0 / 32) * S::kRegsPer32;
-    for (int m = 0; m < S::kRegsPer32 && r0 + m < R; ++m) {
-      uint8_t* a = dst + size_t(r0 + m) * S::kRegBytes;
-      const __m512i idx = _mm512_loadu_si512(lane_idx<BS>().v[m]);
-      _mm512_store_ps(reinterpret_cast<float*>(a + 64 * S::kY + 64), _mm512_permutex2var_ps(dlo, idx, dhi));
-    }
-  }
-  // Offset corrections: Q4_0 nibbles are fed unsigned (q, value q - 8), Q8_0 bytes as
-  // w + 128: lane sum of the activation times -8 (both planes) or -128.
-  const __m512i z = _mm512_setzero_si512();
-  for (int64_t r = 0; r < R; ++r) {
-    uint8_t* a = dst + size_t(r) * S::kRegBytes;
-    __m512i c;
-    if constexpr (BS == 18) {
-      const __m512i c8 = _mm512_set1_epi8(8);
-      c = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, c8, _mm512_load_si512(a)), c8, _mm512_load_si512(a + 64));
-    } else {
-      c = _mm512_dpbusd_epi32(z, _mm512_set1_epi8(char(0x80)), _mm512_load_si512(a));
-    }
-    _mm512_store_si512(a + 64 * S::kY, _mm512_sub_epi32(z, c));
-  }
-}
-
-// Q4_0 (BS 18) / Q8_0 (BS 34) against a prepared stream column.
-template <int64_t BS, int NC>
-void dot_stream(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
-  using S = Stream<BS>;
-  const int64_t nb = K / 32, rowb = nb * BS, R = S::regs(K);
-  __m512 acc[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  const __m512i lowmask = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(char(0x80));
-  __m512i prev = _mm512_setzero_si512();
-  int m = 0;  // register index within the 32-block super-chunk
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t o = r * 64;
-    prefetch_w(w + o);
-    const __m512i z = rowb - o >= 64 ? _mm512_loadu_si512(w + o)
-                                     : _mm512_maskz_loadu_epi8(__mmask64((~0ull) >> (64 - (rowb - o))), w + o);
-    // The F16 scale of each lane's block, picked from (previous, this) register.
-    const __m512i dw16 = _mm512_permutex2var_epi16(prev, _mm512_loadu_si512(lane_idx<BS>().w[m]), z);
-    const __m512 sw = _mm512_cvtph_ps(_mm512_castsi512_si256(dw16));
-    prev = z;
-    const uint8_t* const* ap = act;
-    if constexpr (BS == 18) {
-      const __m512i lo = _mm512_and_si512(z, lowmask), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lowmask);
-      for (int c = 0; c < NC; ++c) {
-        const uint8_t* a = ap[c] + size_t(r) * S::kRegBytes;
-        const __m512i i = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(_mm512_load_si512(a + 128), lo, _mm512_load_si512(a)), hi, _mm512_load_si512(a + 64));
-        acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_load_ps(reinterpret_cast<const float*>(a + 192))),
-                                 sw, acc[c]);
-      }
-    } else {
-      const __m512i u = _mm512_xor_si512(z, off);
-      for (int c = 0; c < NC; ++c) {
-        const uint8_t* a = ap[c] + size_t(r) * S::kRegBytes;
-        const __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(a + 64), u, _mm512_load_si512(a));
-        acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_load_ps(reinterpret_cast<const float*>(a + 128))),
-                                 sw, acc[c]);
-      }
-    }
-    if (++m == S::kRegsPer32) m = 0;
-  }
-  for (int c = 0; c < NC; ++c) res[c] = _mm512_reduce_add_ps(acc[c]);
-}
-
 // ---------------------------------------------------------------- Q8_0
 
+// Two blocks per register (one per 256-bit half); each block's int32 lanes are
+// reduced to its sum, and the blocks are added in order as s * (dx * dy).
 template <int NC>
 void dot_q8_0(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
   const int64_t nb = K / 32;
   constexpr int64_t BS = sizeof(BlockQ8_0);
-  __m512 acc[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  float sum[NC];
+  for (int c = 0; c < NC; ++c) sum[c] = 0.0f;
   const __m512i off = _mm512_set1_epi8(char(0x80));
-  const __m512i pidx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i two = _mm512_set1_epi32(2);
-  int64_t b = 0;
-  while (nb - b >= 2) {
+  for (int64_t b = 0; b < nb; b += 16) {
     const int64_t cb = std::min<int64_t>(16, nb - b);
     const __mmask16 m = __mmask16((1u << cb) - 1);
     const __m512 dw = block_scales<BS>(w + b * BS, cb);
-    __m512 s[NC];
+    alignas(64) float sc[NC][16];
+    alignas(64) int32_t is[NC][16];
     for (int c = 0; c < NC; ++c)
-      s[c] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c] + q8_off_d(K)) + b));
-    const int64_t pairs = cb / 2;
-    __m512i pidx = pidx0;
-    for (int64_t p = 0; p < pairs; ++p, pidx = _mm512_add_epi32(pidx, two)) {
-      const uint8_t* bp = w + (b + 2 * p) * BS + 2;
+      _mm512_store_ps(sc[c], _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(act[c] + q8_off_d(K)) + b)));
+    for (int64_t p = 0; p < cb; p += 2) {
+      const uint8_t* bp = w + (b + p) * BS + 2;
       prefetch_w(bp);
+      const __m256i w1 = p + 1 < cb ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + BS)) : _mm256_setzero_si256();
       const __m512i wv = _mm512_xor_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp))),
-                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + BS)), 1),
-          off);
-      const int64_t e = (b + 2 * p) * 32;
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp))), w1, 1), off);
+      const int64_t e = (b + p) * 32;
+      const __mmask16 lanes = p + 1 < cb ? __mmask16(0xFFFF) : __mmask16(0x00FF);
       for (int c = 0; c < NC; ++c) {
-        const __m512i y = _mm512_load_si512(act[c] + e);
-        const __m512i cr = _mm512_load_si512(act[c] + q8_off_corr(K) + e);
-        const __m512i i = _mm512_dpbusd_epi32(cr, wv, y);
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_permutexvar_ps(pidx, s[c]), acc[c]);
+        const __m512i y = _mm512_maskz_loadu_epi32(lanes, act[c] + e);
+        const __m512i cr = _mm512_maskz_loadu_epi32(lanes, act[c] + q8_off_corr(K) + e);
+        __m512i i = _mm512_dpbusd_epi32(cr, wv, y);
+        // Sum of each 256-bit half: the two blocks' sums in lanes 0 and 8.
+        i = _mm512_add_epi32(i, _mm512_shuffle_epi32(i, _MM_PERM_CDAB));
+        i = _mm512_add_epi32(i, _mm512_shuffle_epi32(i, _MM_PERM_BADC));
+        i = _mm512_add_epi32(i, _mm512_shuffle_i32x4(i, i, _MM_SHUFFLE(2, 3, 0, 1)));
+        is[c][p] = _mm_cvtsi128_si32(_mm512_castsi512_si128(i));
+        is[c][p + 1] = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(i, 2));
       }
     }
-    b += pairs * 2;
-    if (cb & 1) break;
+    for (int c = 0; c < NC; ++c)
+      for (int64_t k = 0; k < cb; ++k) sum[c] += float(is[c][k]) * sc[c][k];
   }
-  for (int c = 0; c < NC; ++c) res[c] = _mm512_reduce_add_ps(acc[c]);
-  for (; b < nb; ++b) {
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(w + b * BS);
-    const float dw = h2f(blk->d);
-    for (int c = 0; c < NC; ++c) {
-      const int8_t* y = reinterpret_cast<const int8_t*>(act[c]) + b * 32;
-      int32_t s = 0;
-      for (int j = 0; j < 32; ++j) s += blk->qs[j] * y[j];
-      res[c] += float(s) * (dw * reinterpret_cast<const float*>(act[c] + q8_off_d(K))[b]);
-    }
-  }
+  for (int c = 0; c < NC; ++c) res[c] = sum[c];
 }
 
 // ---------------------------------------------------------------- Q4_K / Q5_K
+
+inline int32_t hsum_epi32(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(v);
+}
 
 
 // Index vectors for vpshufb: in 128-bit lane k, int16 element `lo` of the source
@@ -370,9 +222,8 @@ template <int NC, bool Q5>
 void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
   const int64_t nb = K / QK_K;
   constexpr int64_t BS = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
-  __m512 acc[NC];
-  __m128 accm[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps(), accm[c] = _mm_setzero_ps();
+  float sum[NC];
+  for (int c = 0; c < NC; ++c) sum[c] = 0.0f;
   const __m512i lowmask = _mm512_set1_epi8(0x0F);
   const __m512i x02 = scale_index(0, 2, true), x13 = scale_index(1, 3, true), x46 = scale_index(4, 6, true),
                 x57 = scale_index(5, 7, true);
@@ -418,17 +269,13 @@ void dot_q45_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* re
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(l2, _mm512_load_si512(a + 128)), s46);
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(h2, _mm512_load_si512(a + 192)), s57);
       const float dy = PrepQ8K::d(a);
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(d * dy), acc[c]);
       const __m128i mm = _mm_madd_epi16(mins, _mm_load_si128(reinterpret_cast<const __m128i*>(a + 272)));
-      accm[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(mm), _mm_set1_ps(dmin * dy), accm[c]);
+      // The block's exact sums, added as the repacked tile adds them.
+      sum[c] = std::fma(float(_mm512_reduce_add_epi32(i)), d * dy, sum[c]);
+      sum[c] = std::fma(-float(hsum_epi32(mm)), dmin * dy, sum[c]);
     }
   }
-  for (int c = 0; c < NC; ++c) {
-    __m128 m = accm[c];
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    res[c] = _mm512_reduce_add_ps(acc[c]) - _mm_cvtss_f32(m);
-  }
+  for (int c = 0; c < NC; ++c) res[c] = sum[c];
 }
 
 // ---------------------------------------------------------------- Q6_K
@@ -440,9 +287,8 @@ template <int NC>
 void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res) {
   const int64_t nb = K / QK_K;
   constexpr int64_t BS = sizeof(BlockQ6_K);
-  __m512 acc[NC];
-  __m256 accm[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
+  float sum[NC];
+  for (int c = 0; c < NC; ++c) sum[c] = 0.0f;
   const __m512i lowmask = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   // lane k of the low 64 values: int16 scale k; of the high 64: scale 4 + k.
   alignas(64) int8_t ia[64], ib[64];
@@ -477,18 +323,15 @@ void dot_q6_k(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[1], _mm512_load_si512(a + 64)), sv[1]);
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[2], _mm512_load_si512(a + 128)), sv[2]);
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(q[3], _mm512_load_si512(a + 192)), sv[3]);
-      const float dd = d * PrepQ8K::d(a);
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(dd), acc[c]);
       const __m256i mm = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 272)));  // 16-byte aligned only
-      accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dd), accm[c]);
+      // The block's exact signed sum (the -32 offset in integers), added as the
+      // repacked tile adds it.
+      const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mm), _mm256_extracti128_si256(mm, 1));
+      const int32_t tot = _mm512_reduce_add_epi32(i) - 32 * hsum_epi32(m4);
+      sum[c] = std::fma(float(tot), d * PrepQ8K::d(a), sum[c]);
     }
   }
-  for (int c = 0; c < NC; ++c) {
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm[c]), _mm256_extractf128_ps(accm[c], 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    res[c] = _mm512_reduce_add_ps(acc[c]) - 32.0f * _mm_cvtss_f32(m);
-  }
+  for (int c = 0; c < NC; ++c) res[c] = sum[c];
 }
 
 // ---------------------------------------------------------------- F32 / F16 / BF16
@@ -617,7 +460,6 @@ DotFn pick(DType wt) {
     case DType::F16: return &dot_f16<NC, PF>;
     case DType::BF16: return &dot_bf16_1<NC, PF>;
     case DType::Q8_0: return &dot_q8_0<NC>;
-    case DType::Q4_0: return &dot_stream<18, NC>;
     case DType::Q4_K: return &dot_q45_k<NC, false>;
     case DType::Q5_K: return &dot_q45_k<NC, true>;
     case DType::Q6_K: return &dot_q6_k<NC>;
@@ -633,7 +475,6 @@ bool matmul_type_supported(DType wt) {
     case DType::F16:
     case DType::BF16:
     case DType::Q8_0:
-    case DType::Q4_0:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return true;
@@ -647,7 +488,6 @@ size_t act_bytes(DType wt, int64_t K) {
     case DType::F16: return A64(size_t(K) * 4);  // F16-rounded values stored as floats
     case DType::BF16: return A64(size_t(K) * 2);
     case DType::Q8_0: return 2 * A64(size_t(K)) + A64(size_t(K / 32) * 4);
-    case DType::Q4_0: return size_t(Stream<18>::regs(K)) * Stream<18>::kRegBytes;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return size_t(K / QK_K) * kQ8KBlockBytes;
@@ -668,7 +508,6 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
     }
     case DType::BF16: prep_bf16(x, K, reinterpret_cast<uint16_t*>(dst)); return;
     case DType::Q8_0: prep_q8_0_for(wt, x, K, dst); return;
-    case DType::Q4_0: prep_stream<18>(x, K, dst); return;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: prep_q8_k_for(wt, x, K, dst); return;

@@ -1,5 +1,5 @@
 // AVX-512 row kernels of the format-kernel weight types (compiled with the kernel flags):
-// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (blocks of 32) and Q2_K, Q3_K, IQ4_XS (blocks of
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (blocks of 32) and Q2_K, Q3_K, IQ4_XS (blocks of
 // 256). Like the row kernels of kernels_matmul.cpp, every weight row is dequantized in
 // registers against an activation column converted once to the reference's vec_dot
 // type (quant::quantize_row of Q8_0 / Q8_1 / Q8_K, bit for bit) and laid out
@@ -14,7 +14,9 @@
 // offsets, inserts 16-byte loads); the low nibbles (elements 0-15 of each block) and
 // the high ones (16-31) are two vpdpbusd operands against two activation planes in
 // the same order, so each lane's int32 sums belong to one block, scaled by the
-// block's dx * dy (the reference's product) in the lane's 4 floats:
+// block's dx * dy (the reference's product; Q4_0: by dx, then by dy) in the lane's 4
+// floats:
+//  - Q4_0: q (0..15) unsigned, the accumulator starts at -8 x (the lane's activations);
 //  - Q4_1 / Q5_1: q (0..15 / 0..31) unsigned as is; the min uses the Q8_1 block sum s;
 //  - Q5_0: q (0..31) unsigned, the accumulator starts at -16 x (the lane's activations);
 //  - IQ4_NL / MXFP4: vpshufb maps the nibble to its grid value + 128 (unsigned), the
@@ -63,7 +65,7 @@ inline void prefetch_w(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const c
 
 // ---------------------------------------------------------------- blocks of 32
 
-enum class F32 { Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 };
+enum class F32 { Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 };
 
 // The 16-entry grid + 128 as bytes (IQ4_NL, MXFP4), in every 128-bit lane (a
 // constant in .rodata, loaded: nothing runs at static initialization).
@@ -83,13 +85,17 @@ inline __m512i grid_table() {
 
 template <F32 F>
 struct P32 {
-  static constexpr int64_t BS = F == F32::Q4_1 ? 20 : F == F32::Q5_0 ? 22 : F == F32::Q5_1 ? 24 : F == F32::IQ4_NL ? 18 : 17;
-  static constexpr int64_t QS = F == F32::Q4_1 ? 4 : F == F32::Q5_0 ? 6 : F == F32::Q5_1 ? 8 : F == F32::IQ4_NL ? 2 : 1;
+  static constexpr int64_t BS =
+      F == F32::Q4_1 ? 20 : F == F32::Q5_0 ? 22 : F == F32::Q5_1 ? 24 : F == F32::IQ4_NL || F == F32::Q4_0 ? 18 : 17;
+  static constexpr int64_t QS =
+      F == F32::Q4_1 ? 4 : F == F32::Q5_0 ? 6 : F == F32::Q5_1 ? 8 : F == F32::IQ4_NL || F == F32::Q4_0 ? 2 : 1;
   static constexpr int64_t QH = F == F32::Q5_0 ? 2 : 4;  // Q5_0 / Q5_1 only
   static constexpr bool kQ5 = F == F32::Q5_0 || F == F32::Q5_1;
   static constexpr bool kMin = F == F32::Q4_1 || F == F32::Q5_1;  // Q8_1 activations
   static constexpr bool kTable = F == F32::IQ4_NL || F == F32::MXFP4;
-  static constexpr int kBias = F == F32::Q5_0 ? 16 : kTable ? 128 : 0;
+  static constexpr int kBias = F == F32::Q4_0 ? 8 : F == F32::Q5_0 ? 16 : kTable ? 128 : 0;
+  // The reference scales Q4_0's integer sum by dx, then by dy; the others by dx * dy.
+  static constexpr bool kScaleFirst = F == F32::Q4_0;
   // Prepared column, per group of 4 blocks: [lo plane 64][hi plane 64] ([corr 64:
   // int32]) [d 64: the 4 blocks' float d (rounded through F16), each in its lane's 4
   // floats] ([s 64: Q8_1's s, likewise]).
@@ -252,8 +258,9 @@ void dot_p32(const uint8_t* w, int64_t K, const uint8_t* const* act, float* res)
       // the result equals cpu_scalar's bit for bit.
       i = _mm512_add_epi32(i, _mm512_shuffle_epi32(i, _MM_PERM_CDAB));
       i = _mm512_add_epi32(i, _mm512_shuffle_epi32(i, _MM_PERM_BADC));
-      const __m512 sc = _mm512_mul_ps(g.dw, _mm512_load_ps(reinterpret_cast<const float*>(a + P::kD)));
-      __m512 term = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(i));
+      const __m512 dy = _mm512_load_ps(reinterpret_cast<const float*>(a + P::kD));
+      __m512 term = P::kScaleFirst ? _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i), g.dw), dy)
+                                   : _mm512_mul_ps(_mm512_mul_ps(g.dw, dy), _mm512_cvtepi32_ps(i));
       if constexpr (P::kMin)
         term = _mm512_add_ps(term, _mm512_mul_ps(g.mw, _mm512_load_ps(reinterpret_cast<const float*>(a + P::kS))));
       alignas(64) float t[16];
@@ -493,6 +500,7 @@ void dot_iq4xs(const uint8_t* w, int64_t K, const uint8_t* const* act, float* re
 template <int NC>
 RowDotFn pick_nc(DType wt) {
   switch (wt) {
+    case DType::Q4_0: return &dot_p32<F32::Q4_0, NC>;
     case DType::Q4_1: return &dot_p32<F32::Q4_1, NC>;
     case DType::Q5_0: return &dot_p32<F32::Q5_0, NC>;
     case DType::Q5_1: return &dot_p32<F32::Q5_1, NC>;
@@ -511,6 +519,7 @@ bool format_supported(DType wt) { return pick_nc<1>(wt) != nullptr; }
 
 size_t format_act_bytes(DType wt, int64_t K) {
   switch (wt) {
+    case DType::Q4_0: return P32<F32::Q4_0>::bytes(K);
     case DType::Q4_1: return P32<F32::Q4_1>::bytes(K);
     case DType::Q5_0: return P32<F32::Q5_0>::bytes(K);
     case DType::Q5_1: return P32<F32::Q5_1>::bytes(K);
@@ -525,6 +534,7 @@ size_t format_act_bytes(DType wt, int64_t K) {
 
 void format_prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
   switch (wt) {
+    case DType::Q4_0: return prep_p32<F32::Q4_0>(x, K, dst);
     case DType::Q4_1: return prep_p32<F32::Q4_1>(x, K, dst);
     case DType::Q5_0: return prep_p32<F32::Q5_0>(x, K, dst);
     case DType::Q5_1: return prep_p32<F32::Q5_1>(x, K, dst);

@@ -214,10 +214,14 @@ TEST_P(Avx512MatMul, AgreesWithScalarAndThreadCountIndependent) {
         SCOPED_TRACE(std::string(dtype_name(c.wt)) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
                      " M=" + std::to_string(M));
         EXPECT_LE(e, 1e-6) << "nmse " << e;  // the integer sums are exact: float rounding only
-        // Blocks of 32 of the format kernels: the reference's scaling and summation order.
-        if (c.wt == DType::Q4_1 || c.wt == DType::Q5_0 || c.wt == DType::Q5_1 || c.wt == DType::IQ4_NL ||
-            c.wt == DType::MXFP4) {
+        // Blocks of 32 of the row kernels: the reference's scaling and summation order.
+        if (c.wt == DType::Q4_0 || c.wt == DType::Q8_0 || c.wt == DType::Q4_1 || c.wt == DType::Q5_0 ||
+            c.wt == DType::Q5_1 || c.wt == DType::IQ4_NL || c.wt == DType::MXFP4) {
           EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * size_t(N * M)), 0) << "not bit-identical";
+        }
+        // A weight computes the same bits repacked or not (streamed experts are not).
+        if (cpu_avx512::kern::repack_supported(c.wt)) {
+          EXPECT_EQ(std::memcmp(a.data(), pa.data(), sizeof(float) * size_t(N * M)), 0) << "rows differ from repacked";
         }
         EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * size_t(N * M)), 0) << "1 vs 2 threads differ";
         EXPECT_TRUE(a.guard_ok());

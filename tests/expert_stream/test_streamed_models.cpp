@@ -1,7 +1,8 @@
 // Every MoE fixture with its experts streamed through the smallest cache that works
-// gives logits bit-identical to the same backends with the experts all resident (and
-// not repacked: a streamed expert is never repacked, so the resident run under
-// comparison keeps the file's layout too), prompt and decode, on every CPU backend.
+// gives logits bit-identical to the same backends with the experts all resident, as
+// each backend keeps them by default (cpu_avx512 repacks resident experts; a streamed
+// one keeps the file's layout, and its row kernels add in the repacked tiles' order),
+// prompt and decode, on every CPU backend.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -19,9 +20,11 @@ namespace {
 
 std::vector<FixtureCase> cases() {
   std::vector<FixtureCase> out;
-  for (const char* f : {"qwen3moe-f32", "qwen3moe-q8_0", "qwen3moe-q4_k_m", "qwen3moe-mxfp4_moe", "qwen35moe-f16",
-                        "qwen35moe-q4_0", "qwen35moe-q4_k_m", "gpt-oss-mxfp4_moe", "gpt-oss-q4_k_m", "glm4moe-q8_0",
-                        "glm4moe-q4_k_m", "deepseek2-q8_0", "deepseek2-q4_k_m"})
+  for (const char* f :
+       {"qwen3moe-f32", "qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_0", "qwen3moe-q4_k_m", "qwen3moe-mxfp4_moe",
+        "qwen35moe-f16", "qwen35moe-q8_0", "qwen35moe-q4_0", "qwen35moe-q4_k_m", "gpt-oss-f32", "gpt-oss-q8_0",
+        "gpt-oss-q4_k_m", "gpt-oss-mxfp4_moe", "glm4moe-f32", "glm4moe-q8_0", "glm4moe-q4_k_m", "deepseek2-f32",
+        "deepseek2-q8_0", "deepseek2-q4_k_m"})
     for (const char* b : {"cpu_scalar", "cpu_avx512"}) out.push_back({f, b});
   return out;
 }
@@ -36,8 +39,6 @@ class StreamedModel : public testing::TestWithParam<FixtureCase> {
     fx_ = load_model_fixture(GetParam().fixture);
     PluginConfig cfg;
     cfg.paths = {TESSERA_PLUGIN_DIR};
-    // The resident run keeps the file's layout, as streamed experts do.
-    cfg.plugins["cpu_avx512"].options["repack"] = "false";
     reg_ = std::make_unique<PluginRegistry>(cfg);
   }
   std::unique_ptr<Engine> engine(int64_t cache) {
