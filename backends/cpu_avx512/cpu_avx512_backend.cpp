@@ -145,10 +145,7 @@ class CpuAvx512Backend final : public Backend {
       copy_to_streamed_pages(w);
       return;
     }
-    if (!repack_ || !w.data || !kern::repack_supported(w.type) || w.ne[2] < 1 || w.ne[3] != 1 || w.ne[1] < 1 ||
-        w.ne[0] % dtype_traits(w.type).block_elems != 0 || w.nb[1] < row_bytes(w.type, w.ne[0]) ||
-        (w.ne[2] > 1 && w.nb[2] < w.nb[1] * size_t(w.ne[1])))
-      return;
+    if (!repack_ || !w.data || !repackable(w)) return;
     Repacked r;
     r.type = w.type;
     r.K = w.ne[0];
@@ -696,6 +693,30 @@ class CpuAvx512Backend final : public Backend {
     return true;
   }
 
+  // A weight whose dtype has tiles and whose layout the repacking reads (rows of whole
+  // blocks, experts that do not overlap).
+  static bool repackable(const Tensor& w) {
+    return kern::repack_supported(w.type) && w.ne[2] >= 1 && w.ne[3] == 1 && w.ne[1] >= 1 &&
+           w.ne[0] % dtype_traits(w.type).block_elems == 0 && w.nb[1] >= row_bytes(w.type, w.ne[0]) &&
+           (w.ne[2] == 1 || w.nb[2] >= w.nb[1] * size_t(w.ne[1]));
+  }
+
+  // A 64-byte aligned buffer that grows to the largest size asked for.
+  struct Scratch {
+    std::unique_ptr<uint8_t[], AlignedFree> p;
+    size_t cap = 0;
+    uint8_t* get(size_t bytes, const char* what) {
+      if (bytes > cap) {
+        const size_t c = (bytes + 4095) & ~size_t(4095);
+        p.reset(static_cast<uint8_t*>(std::aligned_alloc(64, c)));
+        cap = p ? c : 0;
+        if (!p) throw Error("out of memory for " + std::to_string(c) + " bytes of " + what);
+      }
+      return p.get();
+    }
+    uint8_t* data() const { return p.get(); }
+  };
+
   uint8_t* act_buffer(size_t bytes) {
     if (bytes > act_cap_) {
       const size_t cap = (bytes + 4095) & ~size_t(4095);
@@ -1183,14 +1204,19 @@ class CpuAvx512Backend final : public Backend {
   }
 
   // MatMulId: the (token, slot) pairs are grouped by expert (a counting sort, in
-  // token order), every activation row is prepared once, and each chosen expert runs
-  // the MatMul kernels over its own columns (gathered through pointer arrays, written
-  // straight into their dst rows): one matrix-matrix product per expert in prefill,
-  // k matrix-vector products in decode. Work items are (expert, 16-row tiles),
-  // claimed from a shared counter. Each output element is computed by the code path
-  // MatMul uses for that weight, so results match MatMul (and, repacked Q4_0/Q8_0,
-  // cpu_scalar bit for bit) and do not depend on the thread count. Only experts in
-  // [first, end) are computed (a distributed rank's share); other slots get zero rows.
+  // token order), every activation row is prepared once per layout it is read in, and
+  // each chosen expert runs the MatMul kernels over its own columns (gathered through
+  // pointer arrays, written straight into their dst rows): one matrix-matrix product
+  // per expert in prefill, k matrix-vector products in decode. Work items are (expert,
+  // 16-row tiles), claimed from a shared counter. In an expert tensor not repacked at
+  // load (streamed from disk), an expert that kern::repacking_columns or more columns use has
+  // each tile repacked just before it is computed (kern::matmul_tiles_repacking): the
+  // tiles' kernels are several times faster than the row kernels once a tile's
+  // repacking is shared by enough columns, and compute the same bits (the row kernels
+  // add in the tiles' order). Results match MatMul (and,
+  // Q4_0/Q8_0, cpu_scalar bit for bit) and do not depend on the thread count or on
+  // which experts were repacked. Only experts in [first, end) are computed (a
+  // distributed rank's share); other slots get zero rows.
   bool mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst, int64_t first, int64_t end) {
     if (!kern::matmul_type_supported(w.type)) return false;
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
@@ -1212,15 +1238,28 @@ class CpuAvx512Backend final : public Backend {
     // The copy's fingerprint (nine cold rows for an expert tensor) is checked during the
     // dispatch, as in mat_mul_repacked_group.
     const Repacked* rp = lookup_repacked(w);
-    const size_t ab = rp ? kern::act_bytes_repacked(w.type, K) : kern::act_bytes(w.type, K);
-    const int64_t rows = b * n;  // activation rows, each prepared once
-    uint8_t* act = act_buffer(ab * size_t(rows));
+    const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
+    // Experts read as tiles: all when repacked at load; else those used by enough
+    // columns, repacked tile by tile into each executor's scratch.
+    const bool on_the_fly = !rp && repack_ && repackable(w);
+    moe_tiled_.assign(size_t(E), rp != nullptr);
+    if (on_the_fly)
+      for (int64_t e = 0; e < E; ++e) moe_tiled_[size_t(e)] = moe_start_[size_t(e) + 1] - moe_start_[size_t(e)] >= kern::repacking_columns(w.type);
+    bool any_rows = false, any_tiled = false;
+    for (int64_t e = 0; e < E; ++e)
+      if (moe_start_[size_t(e) + 1] > moe_start_[size_t(e)]) (moe_tiled_[size_t(e)] ? any_tiled : any_rows) = true;
+    const int execs = pool_ ? pool_.executorCount() : 1;
+    const size_t tile_bytes = on_the_fly && any_tiled ? (kern::repacked_bytes(w.type, K, kern::kTileRows) + 63) & ~size_t(63) : 0;
+    uint8_t* tile_scratch = tile_bytes ? tile_scratch_.get(tile_bytes * size_t(execs), "repacked tiles") : nullptr;
+    // Every activation row prepared once per layout that some expert reads.
+    const size_t ab = kern::act_bytes(w.type, K), abt = any_tiled ? kern::act_bytes_repacked(w.type, K) : 0;
+    const int64_t rows = b * n;
+    uint8_t* act = any_rows ? act_buffer(ab * size_t(rows)) : nullptr;
+    uint8_t* act_t = any_tiled ? tiled_act_.get(abt * size_t(rows), "activations") : nullptr;
     auto prep = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        if (rp)
-          kern::prep_act_repacked(w.type, frow(x, r), K, act + size_t(r) * ab);
-        else
-          kern::prep_act(w.type, frow(x, r), K, act + size_t(r) * ab);
+        if (act) kern::prep_act(w.type, frow(x, r), K, act + size_t(r) * ab);
+        if (act_t) kern::prep_act_repacked(w.type, frow(x, r), K, act_t + size_t(r) * abt);
       }
     };
     if (rows == 1) prep(0, 1); else parallel_for(rows, prep);
@@ -1232,14 +1271,14 @@ class CpuAvx512Backend final : public Backend {
       for (int64_t j = 0; j < k; ++j) {
         if (id[j] < first || id[j] >= end) continue;
         const size_t at = size_t(moe_fill_[size_t(id[j])]++);
-        moe_act_[at] = act + size_t(t * b + j % b) * ab;
+        const int64_t r = t * b + j % b;
+        moe_act_[at] = moe_tiled_[size_t(id[j])] ? act_t + size_t(r) * abt : act + size_t(r) * ab;
         moe_out_[at] = frow(dst, t * k + j);
       }
     }
     // One job per chosen expert; items of whole 16-row tiles, never across experts.
-    const int execs = pool_ ? pool_.executorCount() : 1;
-    const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
     moe_jobs_.clear();
+    moe_job_tiled_.clear();
     for (int64_t e = 0; e < E; ++e) {
       const int64_t s0 = moe_start_[size_t(e)], cnt = moe_start_[size_t(e) + 1] - s0;
       if (cnt == 0) continue;
@@ -1251,22 +1290,26 @@ class CpuAvx512Backend final : public Backend {
       job.decode_prefetch = decode_prefetch_;
       job.out_ptr = moe_out_.data() + s0;
       moe_jobs_.push_back(job);
+      moe_job_tiled_.push_back(moe_tiled_[size_t(e)]);
     }
     // Items are the chosen experts' tiles in expert order, handed out by split_.
     struct Ctx {
       const CpuAvx512Backend* self;
-      bool repacked;
       int64_t N, tiles, count;
       const Tensor* w;
-      uint64_t fp;
+      const Repacked* rp;
+      uint8_t* scratch;  // tile_bytes per executor, for tiles repacked on the fly
+      size_t tile_bytes;
       bool stale = false;
       WorkSplit* split;
       // Items [b, e): each expert's part as one call.
-      void run(int64_t b, int64_t e) const {
+      void run(int64_t b, int64_t e, int index) const {
         while (b < e) {
           const int64_t jb = b / tiles, t0 = b % tiles, t1 = std::min(tiles, t0 + (e - b));
           const kern::MatMulJob& job = self->moe_jobs_[size_t(jb)];
-          if (repacked)
+          if (self->moe_job_tiled_[size_t(jb)] && !rp)
+            kern::matmul_tiles_repacking(job, N, t0, t1, scratch + size_t(index) * tile_bytes);
+          else if (self->moe_job_tiled_[size_t(jb)])
             kern::matmul_tiles_repacked(job, N, t0, t1);
           else
             kern::matmul_rows(job, t0 * kern::kTileRows, std::min(N, t1 * kern::kTileRows));
@@ -1275,18 +1318,19 @@ class CpuAvx512Backend final : public Backend {
       }
     } ctx;
     ctx.self = this;
-    ctx.repacked = rp != nullptr;
     ctx.N = N;
     ctx.tiles = tiles;
     ctx.count = tiles * int64_t(moe_jobs_.size());
     ctx.w = &w;
-    ctx.fp = rp ? rp->fp : 0;
+    ctx.rp = rp;
+    ctx.scratch = tile_scratch;
+    ctx.tile_bytes = tile_bytes;
     ctx.split = &split_;
     auto worker = [](void* p, int index) {
       auto* c = static_cast<Ctx*>(p);
-      if (c->repacked && index == 1) c->stale = fingerprint(*c->w) != c->fp;
+      if (c->rp && index == 1) c->stale = fingerprint(*c->w) != c->rp->fp;
       int64_t b, e;
-      while (c->split->next(index, b, e)) c->run(b, e);
+      while (c->split->next(index, b, e)) c->run(b, e, index);
     };
     const bool alone = execs <= 1 || ctx.count < 2;
     split_.reset(ctx.count, alone ? 1 : execs, 1);
@@ -1459,6 +1503,9 @@ class CpuAvx512Backend final : public Backend {
   std::vector<const uint8_t*> moe_act_;
   std::vector<float*> moe_out_;
   std::vector<kern::MatMulJob> moe_jobs_;
+  std::vector<bool> moe_tiled_;          // per expert: read as repacked tiles this call
+  std::vector<bool> moe_job_tiled_;      // per job, likewise
+  Scratch tile_scratch_, tiled_act_;
   WorkSplit split_;     // the items of the current product dispatch
   ProductGroup next_;  // the next product's group, found for its idle prefetch
   // An idle-prefetch hint points into a GGUF-layout weight (a row-kernel product of

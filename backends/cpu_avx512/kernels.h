@@ -109,6 +109,16 @@ size_t act_bytes_repacked(DType wt, int64_t K);
 void prep_act_repacked(DType wt, const float* x, int64_t K, uint8_t* dst);
 // Tiles [t0, t1) of the product for every column (job.w = repacked data).
 void matmul_tiles_repacked(const MatMulJob& job, int64_t N, int64_t t0, int64_t t1);
+// The same for a weight in the file's layout (job.w = row 0, job.wstride): each tile is
+// repacked into scratch (repacked_bytes(wt, K, kTileRows) bytes, 64-byte aligned) just
+// before its kernels read it, so the results equal matmul_tiles_repacked's over a copy
+// repacked at load without a copy of the whole weight. For more than a few columns,
+// where the repacking of a tile is shared by enough of them.
+void matmul_tiles_repacking(const MatMulJob& job, int64_t N, int64_t t0, int64_t t1, uint8_t* scratch);
+// The columns from which matmul_tiles_repacking beats the row kernels (the repacking
+// of a tile costs what the tiles' kernels save on a few columns of Q4_0 / Q8_0, on
+// many more of the K-quants, whose row kernels are closer to the tiles' speed).
+int64_t repacking_columns(DType wt);
 
 }  // namespace tessera::cpu_avx512::kern
 

@@ -1386,6 +1386,7 @@ TEST_P(Avx512MatMulId, AgreesWithScalarAndThreadCountIndependent) {
   const std::vector<MoeShape> shapes = {
       {K, 33, 4, 2, 1, false, false}, {K, 40, 8, 4, 1, true, false},  {K, 33, 5, 3, 37, false, false},
       {K, 17, 7, 4, 23, true, false}, {K, 48, 3, 2, 9, false, true},   {K, 1, 2, 1, 3, false, false},
+      {K, 20, 2, 2, 40, false, false},  // 40 columns per expert: tiles repacked on the fly, K-quants too
   };
   uint32_t seed = 500;
   for (const MoeShape& m : shapes) {
@@ -1398,20 +1399,29 @@ TEST_P(Avx512MatMulId, AgreesWithScalarAndThreadCountIndependent) {
     std::vector<int32_t> ids = expert_ids(m.E, m.k, m.n, seed++, m.dups);
     Out r = matmul_id(*ref, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n);
     const size_t cnt = r.n;
-    for (bool prepare : {false, true}) {
-      SCOPED_TRACE(prepare ? "repacked" : "plain");
-      auto be1_fresh = cpu_avx512::make_backend(nullptr);
-      auto be2_fresh = cpu_avx512::make_backend(pool.get());
+    // Plain weights (an expert used by enough columns has its tiles repacked on the fly,
+    // as streamed experts do), weights repacked at load, and a backend that never
+    // repacks (row kernels only): all three compute the same bits.
+    std::vector<Out> outs;
+    for (int variant : {0, 1, 2}) {
+      const bool prepare = variant == 1, repack = variant != 2;
+      SCOPED_TRACE(variant == 0 ? "plain" : variant == 1 ? "repacked at load" : "never repacked");
+      auto be1_fresh = cpu_avx512::make_backend(nullptr, repack);
+      auto be2_fresh = cpu_avx512::make_backend(pool.get(), repack);
       Out a = matmul_id(*be1_fresh, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n, prepare);
       Out c = matmul_id(*be2_fresh, wt, w, m.K, m.N, m.E, x, b, ids, m.k, m.n, prepare);
       const double e = tessera::nmse(r.data(), a.data(), cnt);
       EXPECT_LE(e, 1e-6) << "nmse " << e;
-      if (prepare && (wt == DType::Q4_0 || wt == DType::Q8_0)) {
-        EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * cnt), 0) << "repacked not bit-identical";
+      if (wt == DType::Q4_0 || wt == DType::Q8_0) {
+        EXPECT_EQ(std::memcmp(a.data(), r.data(), sizeof(float) * cnt), 0) << "not bit-identical to the reference";
       }
       EXPECT_EQ(std::memcmp(a.data(), c.data(), sizeof(float) * cnt), 0) << "1 vs 2 threads differ";
       EXPECT_TRUE(a.guard_ok());
       EXPECT_TRUE(c.guard_ok());
+      if (!outs.empty()) {
+        EXPECT_EQ(std::memcmp(a.data(), outs[0].data(), sizeof(float) * cnt), 0) << "differs from plain weights";
+      }
+      outs.push_back(std::move(a));
     }
     // Each slot equals the dense MatMul of its expert (plain weights: the same kernels).
     if (m.n <= 9) {
