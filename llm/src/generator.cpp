@@ -9,6 +9,7 @@
 #include "tessera/generator.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "tessera/drafter.h"
 #include "tessera/engine.h"
@@ -64,6 +65,10 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // The key of a full page: its tokens chained with the key of the page before (as
 // vLLM's automatic prefix caching keys blocks). 0 is reserved for "no key".
 KvCache::PageKey page_key(KvCache::PageKey before, std::span<const int32_t> tokens) {
@@ -79,7 +84,7 @@ KvCache::PageKey page_key(KvCache::PageKey before, std::span<const int32_t> toke
 }  // namespace
 
 Generator::Generator(Engine& engine, const GeneratorOptions& o)
-    : engine_(engine), kv_(engine.kv()), drafter_(o.drafter) {
+    : engine_(engine), kv_(engine.kv()), drafter_(o.drafter), measure_draft_cost_(o.measure_draft_cost) {
   budget_ = o.batch_tokens > 0 ? o.batch_tokens : engine.batch_tokens();
   max_running_ = o.max_running > 0 ? o.max_running : std::max(1, kv_.total_pages() * kv_.config().page_tokens /
                                                                       int(std::max<int64_t>(1, engine.n_ctx())));
@@ -391,8 +396,10 @@ std::vector<GenerationEvent> Generator::step() {
                       last ? Engine::Logits::Last : Engine::Logits::None});
   }
   const int64_t before = engine_.tokens_evaluated();
+  const auto t0 = std::chrono::steady_clock::now();
   std::span<const float> logits = engine_.forward(chunks);
   const int64_t step_tokens = engine_.tokens_evaluated() - before;
+  if (drafter_) spec_cost_.record_step(step_tokens, seconds_since(t0));
   stats_.tokens_evaluated += step_tokens;
   stats_.max_step_tokens = std::max(stats_.max_step_tokens, step_tokens);
   ++stats_.steps;
@@ -484,9 +491,12 @@ bool Generator::emit(Seq& s, int32_t tok, std::span<const float> row_logits, std
 void Generator::draft(std::vector<Seq*>& batch, int64_t& budget) {
   std::vector<DraftRequest> requests;
   std::vector<Seq*> asking;
+  const double cost = measure_draft_cost_ ? spec_cost_.relative_cost(int64_t(batch.size()), drafter_->relative_cost())
+                                          : drafter_->relative_cost();
+  stats_.spec_relative_cost = cost;
   for (Seq* s : batch) {
     if (s->req.spec_max <= 0) continue;
-    int64_t k = choose_draft_length(s->acceptance, drafter_->relative_cost(), s->req.spec_max);
+    int64_t k = choose_draft_length(s->acceptance, cost, s->req.spec_max);
     // When drafting does not pay, one token is still drafted every kProbeEvery steps,
     // so a sequence whose drafts become good again is noticed.
     constexpr int kProbeEvery = 16;
@@ -500,7 +510,11 @@ void Generator::draft(std::vector<Seq*>& batch, int64_t& budget) {
     asking.push_back(s);
   }
   if (requests.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   drafter_->propose(requests);
+  int64_t proposed = 0;
+  for (const Seq* s : asking) proposed += int64_t(s->proposals.size());
+  spec_cost_.record_draft(proposed, seconds_since(t0));
   for (size_t i = 0; i < asking.size(); ++i) {
     Seq& s = *asking[i];
     int64_t n = std::min<int64_t>({int64_t(s.proposals.size()), requests[i].max_tokens, budget});

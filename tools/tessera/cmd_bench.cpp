@@ -350,6 +350,7 @@ int cmd_bench(int argc, char** argv) {
   auto traffic_now = [&] { return engine->ranks() ? engine->ranks()->traffic() : RankTraffic{}; };
   int64_t decode_tokens = 0;
   int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;  // --spec: over the timed decode runs
+  double spec_cost = 0;  // --spec: the measured cost of a drafted token at the end
   auto xs_now = [&] { return engine->expert_stream() ? engine->expert_stream()->stats() : ExpertStreamStats{}; };
   for (int r = 0; r < reps + 1; ++r) {  // repetition 0 warms up caches and page tables
     engine->reset();
@@ -414,6 +415,7 @@ int cmd_bench(int argc, char** argv) {
         spec_steps += gen->stats().steps - gen_before.steps;
         spec_drafted += gen->stats().drafted_tokens - gen_before.drafted_tokens;
         spec_accepted += gen->stats().accepted_tokens - gen_before.accepted_tokens;
+        spec_cost = gen->stats().spec_relative_cost;
       }
     }
     for (int i = 0; i < (generated_decode ? 0 : n_gen); ++i) {
@@ -625,11 +627,13 @@ int cmd_bench(int argc, char** argv) {
                  {"drafted_tokens", spec_drafted},
                  {"accepted_tokens", spec_accepted},
                  {"acceptance_rate", acceptance},
-                 {"tokens_per_step", per_step}};
+                 {"tokens_per_step", per_step},
+                 {"relative_cost", spec_cost}};
     if (!json)
-      std::printf("speculative %s: %lld drafted, %lld accepted (%.1f%%); %.2f tokens per decode step\n",
+      std::printf("speculative %s: %lld drafted, %lld accepted (%.1f%%); %.2f tokens per decode step; a drafted "
+                  "token costs %.2f decode steps\n",
                   drafter ? drafter->name().c_str() : "none (the model's own greedy tokens, one per step)",
-                  (long long)spec_drafted, (long long)spec_accepted, 100.0 * acceptance, per_step);
+                  (long long)spec_drafted, (long long)spec_accepted, 100.0 * acceptance, per_step, spec_cost);
   }
   if (constraint) {
     j["grammar"] = {{"states", grammar_stats.states},

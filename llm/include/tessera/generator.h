@@ -27,6 +27,7 @@
 
 #include "tessera/kv_cache.h"
 #include "tessera/sampler.h"
+#include "tessera/speculation_cost.h"
 
 namespace tessera {
 
@@ -83,6 +84,10 @@ struct GeneratorOptions {
   bool prefix_cache = true;  // share full KV pages of equal prefixes (recurrent models: whole prefixes)
   int kept_sequences = 0;    // recurrent models: finished sequences kept for reuse; 0 = max_running
   Drafter* drafter = nullptr;  // proposes tokens for requests with spec_max > 0 (not owned)
+  // The cost of a drafted token is measured from the steps' and the drafter's times
+  // (SpeculationCost), the drafter's own estimate standing in until then; false: its
+  // estimate throughout (tests that must see drafts whatever the machine's speed).
+  bool measure_draft_cost = true;
 };
 
 class Generator {
@@ -118,6 +123,9 @@ class Generator {
     // Speculative decoding: steps of a sequence that verified a draft, the tokens
     // drafted and those accepted.
     int64_t spec_steps = 0, drafted_tokens = 0, accepted_tokens = 0;
+    // The cost of a drafted token the last draft lengths were chosen with, relative to
+    // one decode step (measured: SpeculationCost).
+    double spec_relative_cost = 0;
   };
   const Stats& stats() const { return stats_; }
   bool prefix_cache_enabled() const { return prefix_cache_ || keep_finished_ > 0; }
@@ -167,6 +175,8 @@ class Generator {
   std::vector<std::unique_ptr<Seq>> running_;  // in admission order
   std::deque<std::unique_ptr<Seq>> waiting_;   // preempted ones at the front
   Stats stats_;
+  SpeculationCost spec_cost_;
+  bool measure_draft_cost_ = true;
 };
 
 }  // namespace tessera
