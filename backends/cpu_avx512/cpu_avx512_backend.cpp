@@ -717,17 +717,6 @@ class CpuAvx512Backend final : public Backend {
     uint8_t* data() const { return p.get(); }
   };
 
-  uint8_t* act_buffer(size_t bytes) {
-    if (bytes > act_cap_) {
-      const size_t cap = (bytes + 4095) & ~size_t(4095);
-      void* p = std::aligned_alloc(64, cap);
-      if (!p) throw Error("out of memory for " + std::to_string(cap) + " bytes of activations");
-      act_.reset(static_cast<uint8_t*>(p));
-      act_cap_ = cap;
-    }
-    return act_.get();
-  }
-
   std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // copy_to_streamed_pages
 
   struct Repacked {
@@ -783,9 +772,9 @@ class CpuAvx512Backend final : public Backend {
     const int64_t M = x.nrows();
     const ActKey& c = act_key_;
     if (c.valid && c.x == xi && c.data == x.data && c.wt == wt && c.repacked == repacked && c.K == K && c.M == M)
-      return act_.get();
+      return act_.data();
     act_key_.valid = false;
-    uint8_t* act = act_buffer(ab * size_t(M));
+    uint8_t* act = act_.get(ab * size_t(M), "activations");
     auto prep = [&](int64_t b, int64_t e) {
       for (int64_t m = b; m < e; ++m) {
         if (repacked)
@@ -1209,14 +1198,14 @@ class CpuAvx512Backend final : public Backend {
   // pointer arrays, written straight into their dst rows): one matrix-matrix product
   // per expert in prefill, k matrix-vector products in decode. Work items are (expert,
   // 16-row tiles), claimed from a shared counter. In an expert tensor not repacked at
-  // load (streamed from disk), an expert that kern::repacking_columns or more columns use has
-  // each tile repacked just before it is computed (kern::matmul_tiles_repacking): the
-  // tiles' kernels are several times faster than the row kernels once a tile's
+  // load (streamed from disk), an expert that kern::repacking_columns or more columns
+  // use has each tile repacked just before it is computed (kern::matmul_tiles_repacking):
+  // the tiles' kernels are several times faster than the row kernels once a tile's
   // repacking is shared by enough columns, and compute the same bits (the row kernels
-  // add in the tiles' order). Results match MatMul (and,
-  // Q4_0/Q8_0, cpu_scalar bit for bit) and do not depend on the thread count or on
-  // which experts were repacked. Only experts in [first, end) are computed (a
-  // distributed rank's share); other slots get zero rows.
+  // add in the tiles' order). Results match MatMul (and, Q4_0/Q8_0, cpu_scalar bit for
+  // bit) and do not depend on the thread count or on which experts were repacked. Only
+  // experts in [first, end) are computed (a distributed rank's share); other slots get
+  // zero rows.
   bool mat_mul_id(const Tensor& w, const Tensor& x, const Tensor& ids, const Tensor& dst, int64_t first, int64_t end) {
     if (!kern::matmul_type_supported(w.type)) return false;
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
@@ -1242,19 +1231,21 @@ class CpuAvx512Backend final : public Backend {
     // Experts read as tiles: all when repacked at load; else those used by enough
     // columns, repacked tile by tile into each executor's scratch.
     const bool on_the_fly = !rp && repack_ && repackable(w);
+    auto used = [&](int64_t e) { return moe_start_[size_t(e) + 1] - moe_start_[size_t(e)]; };
     moe_tiled_.assign(size_t(E), rp != nullptr);
     if (on_the_fly)
-      for (int64_t e = 0; e < E; ++e) moe_tiled_[size_t(e)] = moe_start_[size_t(e) + 1] - moe_start_[size_t(e)] >= kern::repacking_columns(w.type);
+      for (int64_t e = 0; e < E; ++e) moe_tiled_[size_t(e)] = used(e) >= kern::repacking_columns(w.type);
     bool any_rows = false, any_tiled = false;
     for (int64_t e = 0; e < E; ++e)
-      if (moe_start_[size_t(e) + 1] > moe_start_[size_t(e)]) (moe_tiled_[size_t(e)] ? any_tiled : any_rows) = true;
+      if (used(e) > 0) (moe_tiled_[size_t(e)] ? any_tiled : any_rows) = true;
     const int execs = pool_ ? pool_.executorCount() : 1;
-    const size_t tile_bytes = on_the_fly && any_tiled ? (kern::repacked_bytes(w.type, K, kern::kTileRows) + 63) & ~size_t(63) : 0;
+    const size_t tile_bytes =
+        on_the_fly && any_tiled ? (kern::repacked_bytes(w.type, K, kern::kTileRows) + 63) & ~size_t(63) : 0;
     uint8_t* tile_scratch = tile_bytes ? tile_scratch_.get(tile_bytes * size_t(execs), "repacked tiles") : nullptr;
     // Every activation row prepared once per layout that some expert reads.
     const size_t ab = kern::act_bytes(w.type, K), abt = any_tiled ? kern::act_bytes_repacked(w.type, K) : 0;
     const int64_t rows = b * n;
-    uint8_t* act = any_rows ? act_buffer(ab * size_t(rows)) : nullptr;
+    uint8_t* act = any_rows ? act_.get(ab * size_t(rows), "activations") : nullptr;
     uint8_t* act_t = any_tiled ? tiled_act_.get(abt * size_t(rows), "activations") : nullptr;
     auto prep = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -1485,8 +1476,7 @@ class CpuAvx512Backend final : public Backend {
   }
 
   PoolRef pool_ = nullptr;
-  std::unique_ptr<uint8_t[], AlignedFree> act_;
-  size_t act_cap_ = 0;
+  Scratch act_;
   ActKey act_key_;
   std::vector<const uint16_t*> rows_;
   std::vector<float> rope_cs_;      // Rope: (cos, sin) per pair per token
