@@ -127,7 +127,14 @@ bool has(const std::string& s, const std::string& needle) { return s.find(needle
 // The time and memory bounds of a refusal: 1 s and 100 MiB in a normal build; a
 // sanitizer build (shadow memory, slow allocation) gets 10 s and 1 GiB, still far
 // below the 17-40 s and 13-16 GB of the behaviour they guard against.
-#if defined(__SANITIZE_ADDRESS__)
+// GCC defines __SANITIZE_ADDRESS__; clang (the sanitizer build's compiler) says it
+// through __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(TESSERA_TEST_ASAN)
 constexpr double kRefuseSeconds = 10.0;
 constexpr long kRefuseKiB = 1024 * 1024;
 #else
