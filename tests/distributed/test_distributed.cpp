@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "mpirun_command.h"
+
 namespace {
 namespace fs = std::filesystem;
 
@@ -45,13 +47,7 @@ std::string work_dir() {
   return dir;
 }
 
-// The launcher's settings for one machine: more ranks than cores, no binding, root
-// allowed (containers), shared memory without the ptrace-based single copy (which
-// containers forbid).
-std::string mpirun(int ranks) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none " +
-         std::string(kMpirun) + " -np " + std::to_string(ranks) + " --oversubscribe --bind-to none ";
-}
+std::string mpirun(int ranks) { return tessera::test::mpirun_command(kMpirun, ranks); }
 
 struct Result {
   int status = -1;

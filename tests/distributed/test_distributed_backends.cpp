@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../fixtures/fixture_util.h"
+#include "mpirun_command.h"
 
 namespace tessera::test {
 namespace {
@@ -21,12 +22,7 @@ constexpr const char* kMpirun = TESSERA_MPIRUN;
 constexpr const char* kMpirun = "";
 #endif
 
-// As in test_distributed.cpp: more ranks than cores, no binding, root allowed, shared
-// memory without the ptrace-based single copy.
-std::string mpirun(int ranks) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none " +
-         std::string(kMpirun) + " -np " + std::to_string(ranks) + " --oversubscribe --bind-to none ";
-}
+std::string mpirun(int ranks) { return mpirun_command(kMpirun, ranks); }
 
 std::vector<FixtureCase> cases() {
   std::vector<FixtureCase> out;

@@ -3,6 +3,7 @@
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 const fs = require('node:fs');
+const os = require('node:os');
 
 const BIN = process.env.TESSERA_BIN;            // build/bin/tessera
 const FIXTURES = process.env.TESSERA_FIXTURES;  // ../shared/fixtures
@@ -23,10 +24,19 @@ const RANKS = Number(process.env.TESSERA_RANKS || 1);
 
 function spawnServer(args) {
   if (RANKS <= 1) return spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1',
-                OMPI_MCA_btl_vader_single_copy_mechanism: 'none' };
   return spawn(process.env.TESSERA_MPIRUN, ['-np', String(RANKS), '--oversubscribe', '--bind-to', 'none', BIN, 'serve',
-                                            '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
+                                            '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: mpiEnv() });
+}
+
+// The environment of an mpirun on this machine: root allowed (containers), shared
+// memory without the ptrace-based single copy (which containers forbid), and Open MPI's
+// session directory under one of this run's own: concurrent launches (ctest -j)
+// otherwise race to create the shared /tmp/ompi.HOST.UID and one fails at start.
+function mpiEnv() {
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera_ompi_'));
+  process.on('exit', () => { try { fs.rmdirSync(base); } catch { /* not empty: left for a look */ } });
+  return { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1',
+           OMPI_MCA_btl_vader_single_copy_mechanism: 'none', OMPI_MCA_orte_tmpdir_base: base };
 }
 
 // The process that takes a shutdown signal: the server, or rank 0 under mpirun (the
@@ -102,4 +112,4 @@ async function waitFor(fn, timeoutMs = 10000) {
   }
 }
 
-module.exports = { missing, startServer, signalTarget, RANKS, postJson, metric, waitFor, FIXTURES, NODE_MODULES };
+module.exports = { missing, startServer, signalTarget, mpiEnv, RANKS, postJson, metric, waitFor, FIXTURES, NODE_MODULES };

@@ -26,10 +26,8 @@ const ARGS = ['-m', MODEL, '--backend', 'cpu_scalar', '--threads', '1', '--paral
 // Two ranks on this machine; resolves like h.startServer once rank 0 listens.
 function startRanks() {
   return new Promise((resolve, reject) => {
-    const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1',
-                  OMPI_MCA_btl_vader_single_copy_mechanism: 'none' };
     const proc = spawn(MPIRUN, ['-np', '2', '--oversubscribe', '--bind-to', 'none', process.env.TESSERA_BIN, 'serve',
-                                '--port', '0', ...ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env });
+                                '--port', '0', ...ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env: h.mpiEnv() });
     let out = '', err = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('ranks did not start: ' + err)); }, 60000);
     proc.stdout.on('data', (d) => {
