@@ -43,8 +43,8 @@
 namespace tessera::cpu_avx512::kern {
 
 // Q8_0 activations exactly as quant::quantize_row (d = amax/127 stored as F16,
-// q = roundf(x / d) with the float d), then the layout of the weight type.
-void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
+// q = roundf(x / d) with the float d), laid out for the Q8_0 row kernel.
+void prep_q8_0(const float* x, int64_t K, uint8_t* dst) {
   const int64_t nb = K / 32;
   int8_t* qs = reinterpret_cast<int8_t*>(dst);
   int32_t* corr = reinterpret_cast<int32_t*>(dst + q8_off_corr(K));
@@ -69,7 +69,6 @@ void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst) {
       _mm512_store_si512(corr + e / 4, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, c80, _mm512_load_si512(qs + e))));
     for (; e < K; e += 4) corr[e / 4] = -128 * (qs[e] + qs[e + 1] + qs[e + 2] + qs[e + 3]);
   }
-  (void)wt;  // Q8_0 weights only
 }
 
 // Q8_K activations exactly as quant::quantize_row: the signed value of largest
@@ -507,7 +506,7 @@ void prep_act(DType wt, const float* x, int64_t K, uint8_t* dst) {
       return;
     }
     case DType::BF16: prep_bf16(x, K, reinterpret_cast<uint16_t*>(dst)); return;
-    case DType::Q8_0: prep_q8_0_for(wt, x, K, dst); return;
+    case DType::Q8_0: prep_q8_0(x, K, dst); return;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: prep_q8_k_for(wt, x, K, dst); return;

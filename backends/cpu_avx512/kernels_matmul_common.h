@@ -130,7 +130,7 @@ inline void quant_q8_k_block(const float* xb, int8_t q[256], int16_t sums[16], f
 }
 
 // Q8_0 activations exactly as quant::quantize_row, laid out for the Q8_0 row kernel.
-void prep_q8_0_for(DType wt, const float* x, int64_t K, uint8_t* dst);
+void prep_q8_0(const float* x, int64_t K, uint8_t* dst);
 // Q8_K activations exactly as quant::quantize_row, laid out for weight type wt
 // (Q6_K: natural order and 16-element sums; Q4_K / Q5_K: their chunk order, 32-element sums).
 void prep_q8_k_for(DType wt, const float* x, int64_t K, uint8_t* dst);

@@ -498,13 +498,13 @@ void matmul_tiles_repacked(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1
 int64_t repacking_columns(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0 ? 8 : 32; }
 
 void matmul_tiles_repacking(const MatMulJob& j, int64_t N, int64_t t0, int64_t t1, uint8_t* scratch) {
+  const TileFn f1 = pick_tile<1>(j.wt), f2 = pick_tile<2>(j.wt), f3 = pick_tile<3>(j.wt), f4 = pick_tile<4>(j.wt);
+  const int64_t nb = j.K / block_elems_rp(j.wt);
+  alignas(64) float res[4 * 16];
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t rows = std::min<int64_t>(kTileRows, N - t * kTileRows);
+    // The tile, repacked as tile 0 of a weight whose rows start at row t * 16.
     repack(j.wt, j.w + size_t(t * kTileRows) * size_t(j.wstride), j.wstride, j.K, rows, scratch, 0, 1);
-    // The tile's outputs, as tile 0 of a product whose columns start at row t * 16.
-    alignas(64) float res[4 * 16];
-    const TileFn f1 = pick_tile<1>(j.wt), f2 = pick_tile<2>(j.wt), f3 = pick_tile<3>(j.wt), f4 = pick_tile<4>(j.wt);
-    const int64_t nb = j.K / block_elems_rp(j.wt);
     for (int64_t m0 = 0; m0 < j.M; m0 += 4) {
       const int nc = int(std::min<int64_t>(4, j.M - m0));
       const uint8_t* a[4];

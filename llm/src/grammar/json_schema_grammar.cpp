@@ -317,28 +317,25 @@ class SchemaConverter {
       // Fractional bounds of an integer round inwards; a bound past kBeyond is never
       // converted to int64.
       bool empty = false;
-      auto lower = [&](const char* key, bool exclusive) {
+      // The bound of `key` on the lower side (sign 1) or the upper (sign -1, the lower
+      // side's rule on the negated value), kept in b if stricter.
+      auto bound = [&](const char* key, bool exclusive, int sign, std::optional<int64_t>& b) {
         auto it = s.find(key);
         if (it == s.end() || !it->is_number()) return;
-        const double d = it->get<double>();
+        const double d = sign * it->get<double>();
         const double v = exclusive ? std::floor(d) + 1 : std::ceil(d);
         if (v <= -kBeyond) return;
-        if (v >= kBeyond) { empty = true; return; }
-        lo = lo ? std::max(*lo, int64_t(v)) : int64_t(v);
+        if (v >= kBeyond) {
+          empty = true;
+          return;
+        }
+        const int64_t x = sign * int64_t(v);
+        b = !b ? x : sign > 0 ? std::max(*b, x) : std::min(*b, x);
       };
-      auto upper = [&](const char* key, bool exclusive) {
-        auto it = s.find(key);
-        if (it == s.end() || !it->is_number()) return;
-        const double d = it->get<double>();
-        const double v = exclusive ? std::ceil(d) - 1 : std::floor(d);
-        if (v >= kBeyond) return;
-        if (v <= -kBeyond) { empty = true; return; }
-        hi = hi ? std::min(*hi, int64_t(v)) : int64_t(v);
-      };
-      lower("minimum", false);
-      upper("maximum", false);
-      lower("exclusiveMinimum", true);
-      upper("exclusiveMaximum", true);
+      bound("minimum", false, 1, lo);
+      bound("maximum", false, -1, hi);
+      bound("exclusiveMinimum", true, 1, lo);
+      bound("exclusiveMaximum", true, -1, hi);
       for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
         if (s.contains(k) && !s[k].is_number()) refuse("'" + std::string(k) + "' must be a number");
       if (empty) refuse("the integer bounds leave no value");
