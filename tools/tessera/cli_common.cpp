@@ -71,7 +71,8 @@ void add_spec_options(po::options_description& desc, SpecOptions& s) {
      "`draft:PATH` from a smaller model with the same vocabulary, `none` decodes one token per step; greedy "
      "output is unchanged and sampled output keeps its distribution (docs/speculative.md)")
     ("spec-max", po::value(&s.spec_max)->default_value(8),
-     "with --spec: drafted tokens verified per step at most (the number adapts to the acceptance)");
+     "with --spec: drafted tokens verified per step at most (the number adapts to the acceptance and to "
+     "what a drafted token is measured to cost)");
 }
 
 std::unique_ptr<Drafter> make_drafter(const PluginRegistry& reg, const CommonOptions& o, const SpecOptions& s,
