@@ -42,6 +42,8 @@ namespace tessera {
 
 struct KvCache::Sequence {
   std::vector<int32_t> table;
+  std::vector<int32_t> wtable;  // the window pool's pages; entries [0, wreleased) are -1
+  size_t wreleased = 0;
   int64_t length = 0;
   int64_t reserved = 0;
 };
@@ -110,7 +112,8 @@ const TesseraKvApi kHostKvApi = {
 
 }  // namespace
 
-KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg), recurrent_(cfg.recurrent) {
+KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc)
+    : cfg_(cfg), recurrent_(cfg.recurrent) {
   api = &kHostKvApi;
   info = {cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.page_tokens, cfg.n_pages};
   recurrent = {cfg.recurrent.n_layers, cfg.recurrent.conv_elems, cfg.recurrent.state_elems};
@@ -125,21 +128,34 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
   if (cfg.v_in_k < 0 || cfg.v_in_k > cfg.head_dim || (cfg.v_in_k > 0 && cfg.n_kv_heads != 1))
     throw Error("KvCache: config.v_in_k = " + std::to_string(cfg.v_in_k) + " needs one KV head and at most head_dim (" +
                 std::to_string(cfg.head_dim) + ") values");
+  if (cfg.window < 0 || cfg.window_slack < 0)
+    throw Error("KvCache: config.window (" + std::to_string(cfg.window) + ") and window_slack (" +
+                std::to_string(cfg.window_slack) + ") must be >= 0");
+  if (cfg.window > 0) {
+    positive(cfg.n_window_pages, "n_window_pages");
+    if (cfg.window_layers.size() != size_t(cfg.n_layers))
+      throw Error("KvCache: config.window_layers has " + std::to_string(cfg.window_layers.size()) +
+                  " flags for " + std::to_string(cfg.n_layers) + " layers");
+  }
 
   const size_t row_bytes = checked_mul(row_elems(), 2, "row bytes");
   size_t plane = checked_mul(size_t(cfg.page_tokens), row_bytes, "plane bytes");
   if (plane > std::numeric_limits<size_t>::max() - 63) throw Error("KvCache: size overflow computing plane bytes");
   plane_bytes_ = (plane + 63) / 64 * 64;
-  const size_t total = checked_mul(plane_bytes_, size_t(cfg.n_pages), "pool bytes");
-  if (total > size_t(std::numeric_limits<ptrdiff_t>::max()) / (2 * size_t(cfg.n_layers)))
-    throw Error("KvCache: pool of " + std::to_string(cfg.n_pages) + " pages is too large");
+  const size_t largest = size_t(std::max(cfg.n_pages, cfg.window > 0 ? cfg.n_window_pages : 0));
+  if (checked_mul(plane_bytes_, largest, "pool bytes") > size_t(std::numeric_limits<ptrdiff_t>::max()) / (2 * size_t(cfg.n_layers)))
+    throw Error("KvCache: pool of " + std::to_string(largest) + " pages is too large");
 
-  // One buffer per layer and K/V (a backend then needs no offsets into device memory).
+  // One buffer per layer and K/V (a backend then needs no offsets into device memory),
+  // of its pool's pages.
   const size_t n_planes = size_t(cfg.n_layers) * (cfg.v_in_k > 0 ? 1 : 2);
   storage_.reserve(n_planes);
   host_.assign(n_planes, nullptr);
   storage_tensors_.resize(size_t(cfg.n_layers) * 2);
   for (size_t i = 0; i < n_planes; ++i) {
+    const int layer = int(cfg.v_in_k > 0 ? i : i / 2);
+    const int pages = windowed(layer) ? cfg.n_window_pages : cfg.n_pages;
+    const size_t total = plane_bytes_ * size_t(pages);
     std::unique_ptr<Buffer> b;
     try {
       b = alloc ? alloc(total) : std::make_unique<HostBuffer>(total, BufferUsage::Kv);
@@ -147,8 +163,8 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
       b.reset();
     }
     if (!b || b->size() < total)
-      throw Error("KvCache: cannot allocate " + std::to_string(total * n_planes) + " bytes for " +
-                  std::to_string(cfg.n_pages) + " pages");
+      throw Error("KvCache: cannot allocate " + std::to_string(total) + " bytes for " + std::to_string(pages) +
+                  " pages of layer " + std::to_string(layer));
     host_[i] = static_cast<uint8_t*>(b->data());
     if (host_[i] && reinterpret_cast<uintptr_t>(host_[i]) % 64 != 0)
       throw Error("KvCache: storage is not 64-byte aligned");
@@ -156,15 +172,14 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
     t.type = DType::F16;
     t.ne[0] = int64_t(row_elems());
     t.ne[1] = cfg.page_tokens;
-    t.ne[2] = cfg.n_pages;
+    t.ne[2] = pages;
     t.nb[0] = 2;
     t.nb[1] = row_bytes;
     t.nb[2] = plane_bytes_;
     t.nb[3] = total;
     t.data = host_[i];
     t.buffer = b.get();
-    t.name = std::string(i % 2 && cfg.v_in_k == 0 ? "v_cache." : "k_cache.") +
-             std::to_string(cfg.v_in_k > 0 ? i : i / 2);
+    t.name = std::string(i % 2 && cfg.v_in_k == 0 ? "v_cache." : "k_cache.") + std::to_string(layer);
     storage_.push_back(std::move(b));
   }
   if (cfg.v_in_k > 0)
@@ -174,15 +189,8 @@ KvCache::KvCache(const KvCacheConfig& cfg, const StorageAlloc& alloc) : cfg_(cfg
       v.ne[0] = cfg.v_in_k;
       v.name = "v_cache." + std::to_string(l) + " (view of k_cache." + std::to_string(l) + ")";
     }
-
-  refcount_.assign(size_t(cfg.n_pages), 0);
-  page_key_.assign(size_t(cfg.n_pages), 0);
-  page_token_ids_.assign(checked_mul(size_t(cfg.n_pages), size_t(cfg.page_tokens), "prefix cache token ids"), 0);
-  lru_prev_.assign(size_t(cfg.n_pages), -1);
-  lru_next_.assign(size_t(cfg.n_pages), -1);
-  free_list_.reserve(size_t(cfg.n_pages));
-  // Pop from the back: page 0 is handed out first.
-  for (int32_t i = cfg.n_pages - 1; i >= 0; --i) free_list_.push_back(i);
+  pool_ = PagePool(cfg.n_pages, cfg.page_tokens);
+  if (cfg.windowed()) window_pool_ = PagePool(cfg.n_window_pages, cfg.page_tokens);
 }
 
 KvCache::~KvCache() = default;
@@ -197,20 +205,39 @@ uint16_t* KvCache::plane(int32_t page, int layer, int kv) const {
   return reinterpret_cast<uint16_t*>(base + size_t(page) * plane_bytes_);
 }
 
+int32_t KvCache::page_at(const Sequence& s, int layer, int64_t pos, const char* what) const {
+  const int64_t pt = cfg_.page_tokens;
+  if (!windowed(layer)) return s.table[size_t(pos / pt)];
+  const int32_t p = s.wtable[size_t(pos / pt)];
+  if (p < 0)
+    throw Error(std::string("KvCache::") + what + ": position " + std::to_string(pos) + " of layer " +
+                std::to_string(layer) + " lies behind its window (" + std::to_string(cfg_.window) +
+                " positions); its page was released");
+  return p;
+}
+
 void KvCache::read_row(int layer, SeqId seq, int64_t pos, int kv, uint16_t* out) const {
   if (layer < 0 || layer >= cfg_.n_layers || (kv != 0 && kv != 1))
     throw Error("KvCache::read_row: layer " + std::to_string(layer) + " / kv " + std::to_string(kv) + " out of range");
-  const int64_t s = slot(seq, pos), pt = cfg_.page_tokens;
+  const Sequence& q = seq_ref(seq);
+  if (pos < 0 || pos >= q.reserved)
+    throw Error("KvCache::read_row: position " + std::to_string(pos) + " of sequence " + std::to_string(seq) +
+                " outside the reserved range [0, " + std::to_string(q.reserved) + ")");
+  const int64_t pt = cfg_.page_tokens, page = page_at(q, layer, pos, "read_row");
   const size_t stride = row_elems() * 2, row_bytes = (kv ? v_row_elems() : row_elems()) * 2;
-  storage_[buffer_index(layer, kv)]->get(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * stride, out, row_bytes);
+  storage_[buffer_index(layer, kv)]->get(size_t(page) * plane_bytes_ + size_t(pos % pt) * stride, out, row_bytes);
 }
 
 void KvCache::write_row(int layer, SeqId seq, int64_t pos, int kv, const uint16_t* in) {
   if (layer < 0 || layer >= cfg_.n_layers || (kv != 0 && kv != 1))
     throw Error("KvCache::write_row: layer " + std::to_string(layer) + " / kv " + std::to_string(kv) + " out of range");
-  const int64_t s = slot(seq, pos), pt = cfg_.page_tokens;
+  const Sequence& q = seq_ref(seq);
+  if (pos < 0 || pos >= q.reserved)
+    throw Error("KvCache::write_row: position " + std::to_string(pos) + " of sequence " + std::to_string(seq) +
+                " outside the reserved range [0, " + std::to_string(q.reserved) + ")");
+  const int64_t pt = cfg_.page_tokens, page = page_at(q, layer, pos, "write_row");
   const size_t stride = row_elems() * 2, row_bytes = (kv ? v_row_elems() : row_elems()) * 2;
-  storage_[buffer_index(layer, kv)]->set(size_t(s / pt) * plane_bytes_ + size_t(s % pt) * stride, in, row_bytes);
+  storage_[buffer_index(layer, kv)]->set(size_t(page) * plane_bytes_ + size_t(pos % pt) * stride, in, row_bytes);
 }
 
 int32_t KvCache::slot(SeqId seq, int64_t pos) const {
@@ -222,58 +249,8 @@ int32_t KvCache::slot(SeqId seq, int64_t pos) const {
   return int32_t(int64_t(s.table[size_t(pos / pt)]) * pt + pos % pt);
 }
 
-int32_t KvCache::take_page() {
-  int32_t p;
-  if (!free_list_.empty()) {
-    p = free_list_.back();
-    free_list_.pop_back();
-  } else {
-    // Callers check free_pages() first; this is a guard, not a code path.
-    if (lru_head_ < 0) throw Error("KvCache: out of pages");
-    p = lru_head_;
-    lru_remove(p);
-    key_to_page_.erase(page_key_[size_t(p)]);
-    page_key_[size_t(p)] = 0;
-  }
-  refcount_[size_t(p)] = 1;
-  return p;
-}
-
-void KvCache::release_page(int32_t page) {
-  if (--refcount_[size_t(page)] != 0) return;
-  if (page_key_[size_t(page)] != 0)
-    lru_push_back(page);
-  else
-    free_list_.push_back(page);
-}
-
-// Drops the key of an in-use page.
-void KvCache::unregister(int32_t page) {
-  key_to_page_.erase(page_key_[size_t(page)]);
-  page_key_[size_t(page)] = 0;
-}
-
-void KvCache::lru_push_back(int32_t page) {
-  lru_prev_[size_t(page)] = lru_tail_;
-  lru_next_[size_t(page)] = -1;
-  if (lru_tail_ >= 0)
-    lru_next_[size_t(lru_tail_)] = page;
-  else
-    lru_head_ = page;
-  lru_tail_ = page;
-  ++cached_count_;
-}
-
-void KvCache::lru_remove(int32_t page) {
-  const int32_t prev = lru_prev_[size_t(page)], next = lru_next_[size_t(page)];
-  (prev >= 0 ? lru_next_[size_t(prev)] : lru_head_) = next;
-  (next >= 0 ? lru_prev_[size_t(next)] : lru_tail_) = prev;
-  lru_prev_[size_t(page)] = lru_next_[size_t(page)] = -1;
-  --cached_count_;
-}
-
 void KvCache::check_page(int32_t page, const char* what) const {
-  if (page < 0 || page >= cfg_.n_pages)
+  if (page < 0 || page >= pool_.size())
     throw Error(std::string("KvCache::") + what + ": page " + std::to_string(page) + " outside [0, " +
                 std::to_string(cfg_.n_pages) + ")");
 }
@@ -355,6 +332,27 @@ KvCache::SeqId KvCache::create_sequence() {
   return rec.done(SeqId(seqs_.size() - 1));
 }
 
+size_t KvCache::first_window_page(int64_t n_tokens) const {
+  const int64_t first = n_tokens - cfg_.window + 1;  // the next query's earliest key
+  return first > 0 ? size_t(first / cfg_.page_tokens) : 0;
+}
+
+bool KvCache::can_truncate(SeqId seq, int64_t n_tokens) const {
+  const Sequence& s = seq_ref(seq);
+  return !cfg_.windowed() || n_tokens <= 0 || first_window_page(n_tokens) >= s.wreleased;
+}
+
+void KvCache::release_behind_window(Sequence& s) {
+  if (!cfg_.windowed()) return;
+  // A later step's queries start at `length` at the earliest (less window_slack, for a
+  // rollback), and see window - 1 positions before it: pages wholly before are unread.
+  const size_t end = std::min(first_window_page(s.length - cfg_.window_slack), s.wtable.size());
+  for (; s.wreleased < end; ++s.wreleased) {
+    window_pool_.release(s.wtable[s.wreleased]);
+    s.wtable[s.wreleased] = -1;
+  }
+}
+
 KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
   Recorder rec(*this, Call::Kind::Fork, parent, n_tokens);
   Sequence& par = seq_ref(parent);
@@ -366,13 +364,22 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
     throw Error("KvCache::fork_sequence: the model has recurrent layers, whose state exists only at the end of "
                 "sequence " + std::to_string(parent) + " (position " + std::to_string(par.length) +
                 "); cannot fork at position " + std::to_string(n_tokens));
+  if (!can_truncate(parent, n_tokens))
+    throw Error("KvCache::fork_sequence: the sliding-window layers of sequence " + std::to_string(parent) +
+                " no longer hold the positions before " + std::to_string(n_tokens) + "; cannot fork there");
   const size_t pt = size_t(cfg_.page_tokens);
   const size_t shared = (size_t(n_tokens) + pt - 1) / pt;
 
   SeqId child = create_sequence();
   Sequence& ch = *seqs_[size_t(child)];
   ch.table.assign(par.table.begin(), par.table.begin() + ptrdiff_t(shared));
-  for (int32_t p : ch.table) ++refcount_[size_t(p)];
+  for (int32_t p : ch.table) pool_.retain(p);
+  if (cfg_.windowed()) {
+    ch.wtable.assign(par.wtable.begin(), par.wtable.begin() + ptrdiff_t(shared));
+    ch.wreleased = std::min(par.wreleased, shared);
+    for (int32_t p : ch.wtable)
+      if (p >= 0) window_pool_.retain(p);
+  }
   ch.length = n_tokens;
   ch.reserved = n_tokens;
   recurrent_.copy(parent, child);
@@ -385,10 +392,35 @@ KvCache::SeqId KvCache::fork_sequence(SeqId parent, int64_t n_tokens) {
 void KvCache::free_sequence(SeqId seq) {
   Recorder rec(*this, Call::Kind::Free, seq);
   Sequence& s = seq_ref(seq);
-  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) release_page(*it);  // tail first, see top
+  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.release(*it);  // tail first, see top
+  for (auto it = s.wtable.rbegin(); it != s.wtable.rend(); ++it)
+    if (*it >= 0) window_pool_.release(*it);
   recurrent_.free(seq);
   seqs_[size_t(seq)].reset();
   rec.done();
+}
+
+void KvCache::copy_page(int32_t to, int32_t from, bool window) {
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (windowed(l) != window) continue;
+    for (int kv = 0; kv < (cfg_.v_in_k > 0 ? 1 : 2); ++kv)
+      storage_[buffer_index(l, kv)]->copy(size_t(to) * plane_bytes_, size_t(from) * plane_bytes_, plane_bytes_);
+  }
+}
+
+void KvCache::prepare_writes(std::vector<int32_t>& table, size_t first, size_t end, bool window) {
+  PagePool& pool = window ? window_pool_ : pool_;
+  for (size_t i = first; i < end; ++i) {
+    const int32_t old = table[i];
+    if (pool.refcount(old) <= 1) {
+      if (pool.key(old) != 0) pool.drop_key(old);
+      continue;
+    }
+    const int32_t fresh = pool.take();
+    copy_page(fresh, old, window);
+    pool.release(old);
+    table[i] = fresh;
+  }
 }
 
 bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
@@ -398,33 +430,32 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   const int64_t pt = cfg_.page_tokens;
   const int64_t capacity = int64_t(cfg_.n_pages) * pt;
   if (n_tokens > capacity) return rec.done(false);
+  // Window pages no later step reads go first (even if the reservation then fails:
+  // they are of no use to anyone but the prefix cache, which keeps them if keyed).
+  release_behind_window(s);
   const size_t need_pages = size_t((n_tokens + pt - 1) / pt);
   const size_t have = s.table.size();
   const size_t new_pages = need_pages > have ? need_pages - have : 0;
 
   // Pages overlapping the positions to be written, [length, n_tokens): shared ones are
-  // copied, keyed ones with refcount 1 lose their key.
-  size_t first_cow = size_t(s.length / pt);
-  size_t end_cow = n_tokens > s.length ? std::min(have, need_pages) : first_cow;
-  size_t cow = 0;
-  for (size_t i = first_cow; i < end_cow; ++i)
-    if (refcount_[size_t(s.table[i])] > 1) ++cow;
-
-  if (new_pages + cow > size_t(free_pages())) return rec.done(false);
-
+  // copied, keyed ones with refcount 1 lose their key. The window table's are never
+  // released (they are at or after the length).
+  const size_t first_cow = size_t(s.length / pt);
+  const size_t end_cow = n_tokens > s.length ? std::min(have, need_pages) : first_cow;
+  size_t cow = 0, wcow = 0;
   for (size_t i = first_cow; i < end_cow; ++i) {
-    int32_t old = s.table[i];
-    if (refcount_[size_t(old)] <= 1) {
-      if (page_key_[size_t(old)] != 0) unregister(old);
-      continue;
-    }
-    int32_t fresh = take_page();
-    for (const auto& b : storage_) b->copy(size_t(fresh) * plane_bytes_, size_t(old) * plane_bytes_, plane_bytes_);
-    release_page(old);
-    s.table[i] = fresh;
+    if (pool_.refcount(s.table[i]) > 1) ++cow;
+    if (cfg_.windowed() && window_pool_.refcount(s.wtable[i]) > 1) ++wcow;
   }
+  if (new_pages + cow > size_t(pool_.available())) return rec.done(false);
+  if (cfg_.windowed() && new_pages + wcow > size_t(window_pool_.available())) return rec.done(false);
+
+  prepare_writes(s.table, first_cow, end_cow, false);
+  if (cfg_.windowed()) prepare_writes(s.wtable, first_cow, end_cow, true);
   s.table.reserve(need_pages);
-  for (size_t i = 0; i < new_pages; ++i) s.table.push_back(take_page());
+  for (size_t i = 0; i < new_pages; ++i) s.table.push_back(pool_.take());
+  if (cfg_.windowed())
+    for (size_t i = 0; i < new_pages; ++i) s.wtable.push_back(window_pool_.take());
   s.reserved = std::max(s.reserved, n_tokens);
   return rec.done(true);
 }
@@ -449,18 +480,30 @@ void KvCache::truncate(SeqId seq, int64_t n_tokens) {
   if (has_recurrent() && n_tokens > 0 && n_tokens < s.length)
     throw Error("KvCache::truncate: the model has recurrent layers, whose state cannot be rewound from position " +
                 std::to_string(s.length) + " to " + std::to_string(n_tokens) + " (only to 0)");
+  if (!can_truncate(seq, n_tokens))
+    throw Error("KvCache::truncate: the sliding-window layers of sequence " + std::to_string(seq) +
+                " released the positions before " + std::to_string(int64_t(s.wreleased) * cfg_.page_tokens) +
+                ", which a sequence of " + std::to_string(n_tokens) + " positions would read (only 0 or at least " +
+                std::to_string(int64_t(s.wreleased) * cfg_.page_tokens + cfg_.window - 1) + " is possible)");
   if (has_recurrent() && n_tokens == 0) recurrent_.reset(seq);
   const int64_t pt = cfg_.page_tokens;
   const size_t keep = size_t((n_tokens + pt - 1) / pt);
   while (s.table.size() > keep) {
-    release_page(s.table.back());
+    pool_.release(s.table.back());
     s.table.pop_back();
   }
+  while (s.wtable.size() > keep) {
+    if (s.wtable.back() >= 0) window_pool_.release(s.wtable.back());
+    s.wtable.pop_back();
+  }
+  s.wreleased = std::min(s.wreleased, keep);
   s.length = std::min(s.length, n_tokens);
   s.reserved = std::min(s.reserved, n_tokens);
   // Writing resumes at `length`: if that page is shared, force a reserve() first.
   const size_t cur = size_t(s.length / pt);
-  if (cur < s.table.size() && refcount_[size_t(s.table[cur])] > 1) s.reserved = std::min(s.reserved, s.length);
+  if (cur < s.table.size() &&
+      (pool_.refcount(s.table[cur]) > 1 || (cfg_.windowed() && window_pool_.refcount(s.wtable[cur]) > 1)))
+    s.reserved = std::min(s.reserved, s.length);
   rec.done();
 }
 
@@ -480,8 +523,7 @@ namespace {
     const Sequence& s = seq_ref(seq);                                                              \
     if (layer < 0 || layer >= cfg_.n_layers || pos < 0 || pos >= s.reserved)                       \
       bad_row(#NAME, layer, cfg_.n_layers, seq, pos, s.reserved);                                  \
-    const int64_t pt = cfg_.page_tokens;                                                           \
-    return plane(s.table[size_t(pos / pt)], layer, KV) + size_t(pos % pt) * row_elems();           \
+    return plane(page_at(s, layer, pos, #NAME), layer, KV) + size_t(pos % cfg_.page_tokens) * row_elems(); \
   }                                                                                                \
   uint16_t* KvCache::NAME(int layer, SeqId seq, int64_t pos) {                                     \
     return const_cast<uint16_t*>(static_cast<const KvCache&>(*this).NAME(layer, seq, pos));        \
@@ -500,20 +542,26 @@ void KvCache::rows(int layer, SeqId seq, int kv, int64_t first, int64_t count, c
     bad_row("rows", layer, cfg_.n_layers, seq, first < 0 ? first : first + count - 1, s.reserved);
   const int64_t pt = cfg_.page_tokens, stride = int64_t(row_elems());
   for (int64_t pos = first, end = first + count; pos < end;) {
-    const uint16_t* base = plane(s.table[size_t(pos / pt)], layer, kv);
+    const uint16_t* base = plane(page_at(s, layer, pos, "rows"), layer, kv);
     const int64_t page_end = std::min(end, (pos / pt + 1) * pt);
     for (; pos < page_end; ++pos) *out++ = base + (pos % pt) * stride;
   }
 }
 
 const std::vector<int32_t>& KvCache::block_table(SeqId seq) const { return seq_ref(seq).table; }
+const std::vector<int32_t>& KvCache::window_block_table(SeqId seq) const { return seq_ref(seq).wtable; }
 
 int KvCache::page_refcount(int32_t page) const {
   check_page(page, "page_refcount");
-  return refcount_[size_t(page)];
+  return pool_.refcount(page);
 }
 
-int KvCache::free_pages() const { return int(free_list_.size()) + cached_count_; }
+int KvCache::window_page_refcount(int32_t page) const {
+  if (page < 0 || page >= window_pool_.size())
+    throw Error("KvCache::window_page_refcount: page " + std::to_string(page) + " outside [0, " +
+                std::to_string(window_pool_.size()) + ")");
+  return window_pool_.refcount(page);
+}
 
 bool KvCache::register_page(SeqId seq, size_t page_index, PageKey key, std::span<const int32_t> tokens) {
   Recorder rec(*this, Call::Kind::RegisterPage, seq, int64_t(page_index));
@@ -531,20 +579,34 @@ bool KvCache::register_page(SeqId seq, size_t page_index, PageKey key, std::span
   if ((page_index + 1) * pt > size_t(s.length))
     throw Error("KvCache::register_page: page " + std::to_string(page_index) + " of sequence " + std::to_string(seq) +
                 " is not full (length " + std::to_string(s.length) + ")");
-  const int32_t page = s.table[page_index];
-  if (page_key_[size_t(page)] != 0 || key_to_page_.count(key)) return rec.done(false);
-  key_to_page_.emplace(key, page);
-  page_key_[size_t(page)] = key;
-  std::copy(tokens.begin(), tokens.end(), page_token_ids_.begin() + ptrdiff_t(size_t(page) * pt));
-  return rec.done(true);
+  // The window layers' page of the same positions, while kept, under the same key (a
+  // later prompt with this prefix needs the window's last pages).
+  if (cfg_.windowed() && s.wtable[page_index] >= 0) window_pool_.add_key(s.wtable[page_index], key, tokens);
+  return rec.done(pool_.add_key(s.table[page_index], key, tokens));
 }
 
 int32_t KvCache::find_cached_page(PageKey key, std::span<const int32_t> tokens) const {
-  const size_t pt = size_t(cfg_.page_tokens);
-  auto it = key_to_page_.find(key);
-  if (it == key_to_page_.end() || tokens.size() != pt) return -1;
-  const auto ids = page_token_ids_.begin() + ptrdiff_t(size_t(it->second) * pt);
-  return std::equal(tokens.begin(), tokens.end(), ids) ? it->second : -1;
+  return pool_.find(key, tokens);
+}
+
+size_t KvCache::adoptable_pages(SeqId seq, std::span<const int32_t> pages) const {
+  const Sequence& s = seq_ref(seq);
+  if (!cfg_.windowed()) return pages.size();
+  const int64_t pt = cfg_.page_tokens;
+  for (size_t m = pages.size(); m > 0; --m) {
+    bool ok = true;
+    const size_t total = s.table.size() + m;
+    for (size_t i = first_window_page(int64_t(total) * pt); i < total && ok; ++i) {
+      if (i < s.table.size()) {
+        ok = s.wtable[i] >= 0;
+      } else {
+        const int32_t p = pages[i - s.table.size()];
+        ok = p >= 0 && p < pool_.size() && pool_.key(p) != 0 && window_pool_.find(pool_.key(p), pool_.key_tokens(p)) >= 0;
+      }
+    }
+    if (ok) return m;
+  }
+  return 0;
 }
 
 void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
@@ -557,13 +619,34 @@ void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
                 std::to_string(s.length) + ", " + std::to_string(s.table.size()) + " pages)");
   for (int32_t p : pages) {
     check_page(p, "adopt_pages");
-    if (page_key_[size_t(p)] == 0)
+    if (pool_.key(p) == 0)
       throw Error("KvCache::adopt_pages: page " + std::to_string(p) + " is not registered");
   }
-  s.table.reserve(s.table.size() + pages.size());
+  if (adoptable_pages(seq, pages) != pages.size())
+    throw Error("KvCache::adopt_pages: the sliding-window layers' pages of the last " +
+                std::to_string(cfg_.window) + " positions of this prefix are no longer cached");
+  const size_t before = s.table.size(), total = before + pages.size();
+  s.table.reserve(total);
   for (int32_t p : pages) {
-    if (refcount_[size_t(p)]++ == 0) lru_remove(p);
+    pool_.retain(p);
     s.table.push_back(p);
+  }
+  if (cfg_.windowed()) {
+    const size_t first = first_window_page(int64_t(total) * pt);
+    for (size_t i = before; i < total; ++i) {
+      int32_t w = -1;
+      if (i >= first) {
+        const int32_t p = pages[i - before];
+        w = window_pool_.find(pool_.key(p), pool_.key_tokens(p));
+        window_pool_.retain(w);
+      }
+      s.wtable.push_back(w);
+    }
+    for (; s.wreleased < std::min(first, before); ++s.wreleased) {
+      window_pool_.release(s.wtable[s.wreleased]);
+      s.wtable[s.wreleased] = -1;
+    }
+    s.wreleased = std::max(s.wreleased, first);
   }
   // length == reserved == table size * page_tokens before (reserved never exceeds the table).
   s.length += int64_t(pages.size()) * pt;
@@ -573,80 +656,48 @@ void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
 
 KvCache::PageKey KvCache::page_key(int32_t page) const {
   check_page(page, "page_key");
-  return page_key_[size_t(page)];
+  return pool_.key(page);
 }
 
 void KvCache::clear_prefix_cache() {
   Recorder rec(*this, Call::Kind::ClearPrefix, -1);
-  for (int32_t p = lru_head_; p >= 0; p = lru_next_[size_t(p)]) free_list_.push_back(p);
-  std::fill(lru_prev_.begin(), lru_prev_.end(), -1);
-  std::fill(lru_next_.begin(), lru_next_.end(), -1);
-  lru_head_ = lru_tail_ = -1;
-  cached_count_ = 0;
-  std::fill(page_key_.begin(), page_key_.end(), PageKey(0));
-  key_to_page_.clear();
+  pool_.clear_keys();
+  window_pool_.clear_keys();
   rec.done();
 }
 
 void KvCache::check_invariants() const {
   auto fail = [](const std::string& what) { throw Error("KvCache::check_invariants: " + what); };
-  const size_t n = size_t(cfg_.n_pages);
   const int64_t pt = cfg_.page_tokens;
-  std::vector<int64_t> uses(n, 0);
+  std::vector<int64_t> uses(size_t(pool_.size()), 0), wuses(size_t(window_pool_.size()), 0);
   for (size_t id = 0; id < seqs_.size(); ++id) {
     if (!seqs_[id]) continue;
     const Sequence& s = *seqs_[id];
+    const std::string seq = "sequence " + std::to_string(id);
     if (s.length < 0 || s.length > s.reserved || s.reserved > int64_t(s.table.size()) * pt)
-      fail("sequence " + std::to_string(id) + " has length " + std::to_string(s.length) + ", reserved " +
-           std::to_string(s.reserved) + " and " + std::to_string(s.table.size()) + " pages");
+      fail(seq + " has length " + std::to_string(s.length) + ", reserved " + std::to_string(s.reserved) + " and " +
+           std::to_string(s.table.size()) + " pages");
     for (int32_t p : s.table) {
-      if (p < 0 || size_t(p) >= n) fail("sequence " + std::to_string(id) + " holds page " + std::to_string(p));
+      if (p < 0 || p >= pool_.size()) fail(seq + " holds page " + std::to_string(p));
       ++uses[size_t(p)];
     }
-  }
-  for (size_t p = 0; p < n; ++p)
-    if (refcount_[p] != uses[p])
-      fail("page " + std::to_string(p) + " has refcount " + std::to_string(refcount_[p]) + " but " +
-           std::to_string(uses[p]) + " block-table entries");
-
-  std::vector<int> in_free(n, 0), in_lru(n, 0);
-  for (int32_t p : free_list_) {
-    if (p < 0 || size_t(p) >= n) fail("free list holds page " + std::to_string(p));
-    ++in_free[size_t(p)];
-  }
-  int count = 0;
-  for (int32_t p = lru_head_, prev = -1; p >= 0; prev = p, p = lru_next_[size_t(p)]) {
-    if (size_t(p) >= n || count >= cfg_.n_pages) fail("LRU list is corrupt at page " + std::to_string(p));
-    if (lru_prev_[size_t(p)] != prev) fail("LRU list has a wrong back link at page " + std::to_string(p));
-    if (lru_next_[size_t(p)] < 0 && lru_tail_ != p) fail("LRU list tail is not its last page");
-    ++in_lru[size_t(p)];
-    ++count;
-  }
-  if (lru_head_ < 0 && lru_tail_ >= 0) fail("LRU list is empty but has a tail");
-  if (count != cached_count_)
-    fail("LRU list holds " + std::to_string(count) + " pages, cached count is " + std::to_string(cached_count_));
-
-  size_t keyed = 0;
-  for (size_t p = 0; p < n; ++p) {
-    const std::string page = "page " + std::to_string(p);
-    const bool has_key = page_key_[p] != 0;
-    keyed += has_key;
-    if (refcount_[p] < 0) fail(page + " has a negative refcount");
-    if (refcount_[p] > 0) {
-      if (in_free[p] || in_lru[p]) fail(page + " is in use but on the free or LRU list");
-    } else if (has_key) {
-      if (in_lru[p] != 1 || in_free[p]) fail(page + " is cached but not on the LRU list exactly once");
-    } else if (in_free[p] != 1 || in_lru[p]) {
-      fail(page + " is free but not on the free list exactly once");
+    if (!cfg_.windowed()) {
+      if (!s.wtable.empty()) fail(seq + " has a window table without window layers");
+      continue;
     }
-    if (has_key) {
-      auto it = key_to_page_.find(page_key_[p]);
-      if (it == key_to_page_.end() || it->second != int32_t(p)) fail(page + "'s key maps to another page");
+    if (s.wtable.size() != s.table.size() || s.wreleased > s.wtable.size())
+      fail(seq + " has " + std::to_string(s.wtable.size()) + " window pages (" + std::to_string(s.wreleased) +
+           " released) for " + std::to_string(s.table.size()) + " pages");
+    for (size_t i = 0; i < s.wtable.size(); ++i) {
+      const int32_t p = s.wtable[i];
+      if (i < s.wreleased ? p != -1 : (p < 0 || p >= window_pool_.size()))
+        fail(seq + " holds window page " + std::to_string(p) + " at " + std::to_string(i) + " (" +
+             std::to_string(s.wreleased) + " released)");
+      if (p >= 0) ++wuses[size_t(p)];
     }
   }
-  if (keyed != key_to_page_.size())
-    fail("the key map has " + std::to_string(key_to_page_.size()) + " entries for " + std::to_string(keyed) +
-         " keyed pages");
+  pool_.check(uses, "pool");
+  window_pool_.check(wuses, "window pool");
 }
 
 }  // namespace tessera

@@ -84,7 +84,9 @@ bool EmbeddingBatch::step() {
   KvCache& kv = engine_.kv();
   const int64_t page = kv.config().page_tokens;
   auto pages_for = [&](int64_t n) { return (n + page - 1) / page; };
-  int64_t budget = engine_.batch_tokens(), free_pages = kv.free_pages();
+  // A new position takes a page of each pool (the window pool's as well, if any).
+  int64_t budget = engine_.batch_tokens(),
+          free_pages = kv.config().windowed() ? std::min(kv.free_pages(), kv.window_free_pages()) : kv.free_pages();
   struct Planned {
     size_t input;
     int64_t count;

@@ -263,7 +263,12 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   // backend that runs attention: the primary one (a backend that declines attention
   // over its own pages sends it down the ranking).
   Backend& attention_backend = *scheduler_->backends().front();
-  kv_ = std::make_unique<KvCache>(model_->kv_config(memory_plan_.kv_pages * opt.page_tokens, opt.page_tokens),
+  KvCacheConfig kv_config = model_->kv_config(memory_plan_.kv_pages * opt.page_tokens, opt.page_tokens);
+  if (kv_config.windowed()) {
+    kv_config.n_window_pages = int(std::max<int64_t>(1, memory_plan_.window_pages()));
+    kv_config.window_slack = opt.kv_window_slack;
+  }
+  kv_ = std::make_unique<KvCache>(kv_config,
                                   [&](size_t bytes) { return attention_backend.alloc_buffer(bytes, BufferUsage::Kv); });
   seq_ = kv_->create_sequence();
   if (ranks_ && ranks_->rank() == 0) kv_->record_calls(&kv_calls_);
@@ -382,7 +387,7 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 
 void Engine::execute_step(bool hidden, bool replaying) {
   if (ranks_ && split_ == Split::Layers) return execute_layers(hidden);
-  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, slots_, seq_table_),
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, paged_buffers_),
                      hidden};
   run_graph(batch, !replaying);
 }
@@ -407,10 +412,10 @@ void Engine::execute_layers(bool hidden) {
   std::vector<detail::MicroBatchStep> steps;
   for (const detail::MicroBatch& mb : mbs)
     steps.push_back(detail::micro_batch_step(tokens_, positions_, slices_, out_rows_, mb));
-  PagedInputs paged;  // the last micro-batch's (slots_ and seq_table_ hold it)
+  PagedInputs paged;  // the last micro-batch's (paged_buffers_ hold it)
   for (detail::MicroBatchStep& st : steps) {
     const size_t rows = st.tokens.size();
-    paged = make_paged_inputs(*kv_, st.slices, slots_, seq_table_);
+    paged = make_paged_inputs(*kv_, st.slices, paged_buffers_);
     ForwardBatch batch{st.tokens, st.positions, st.slices, st.out_rows, paged, hidden};
     batch.layer_first = layers_.first;
     batch.layer_end = layers_.end;
@@ -444,7 +449,7 @@ void Engine::execute_layers(bool hidden) {
       stage_in_.resize(rows * size_t(n_embd()));
       ranks_->recv(R - 1, {reinterpret_cast<uint8_t*>(stage_in_.data()), rows * row});
       // One micro-batch: its paged inputs are still those made above.
-      if (steps.size() > 1) paged = make_paged_inputs(*kv_, st.slices, slots_, seq_table_);
+      if (steps.size() > 1) paged = make_paged_inputs(*kv_, st.slices, paged_buffers_);
       ForwardBatch tail{st.tokens, st.positions, st.slices, st.out_rows, paged, hidden};
       tail.layer_first = tail.layer_end = model_->info().n_layer;
       tail.stage_input = stage_in_.data();

@@ -309,6 +309,10 @@ void Generator::admit(Seq& s) {
       pages.push_back(page);
       s.keys.push_back(key);
     }
+    // Sliding-window layers need the window's last pages of the prefix kept too.
+    const size_t usable = kv_.adoptable_pages(*s.kv, pages);
+    pages.resize(usable);
+    s.keys.resize(usable);
     if (!pages.empty()) {
       kv_.adopt_pages(*s.kv, pages);
       s.computed = int64_t(pages.size()) * pt;

@@ -42,12 +42,20 @@ MemoryNeeds memory_needs(Model& model, const EngineOptions& opt, int64_t n_ctx, 
   n.n_ctx = n_ctx;
   n.max_sequences = std::max(1, opt.max_sequences);
   n.expert_cache_request = opt.expert_cache_bytes;
-  const KvCacheConfig c = model.kv_config(n_ctx, n.page_tokens);
+  KvCacheConfig c = model.kv_config(n_ctx, n.page_tokens);
+  c.window_slack = opt.kv_window_slack;
   // As KvCache lays a page out: every layer's K and V plane (K only when V is read out
-  // of K), each 64-byte aligned.
+  // of K), each 64-byte aligned; sliding-window layers' planes in their own pool.
   const uint64_t plane = (uint64_t(n.page_tokens) * uint64_t(c.n_kv_heads) * uint64_t(c.head_dim) * 2 + 63) / 64 * 64;
-  n.kv_page_bytes = plane * (c.v_in_k > 0 ? 1 : 2) * uint64_t(c.n_layers);
+  const uint64_t per_layer = plane * (c.v_in_k > 0 ? 1 : 2);
+  uint64_t window_layers = 0;
+  for (int l = 0; l < c.n_layers && c.windowed(); ++l) window_layers += c.window_layers[size_t(l)] != 0;
+  n.kv_page_bytes = per_layer * (uint64_t(c.n_layers) - window_layers);
   n.pages_per_sequence = c.n_pages;
+  if (window_layers > 0) {
+    n.window_page_bytes = per_layer * window_layers;
+    n.window_pages_per_sequence = std::min<int64_t>(c.n_pages, c.window_pages_per_sequence(opt.batch_tokens));
+  }
   n.kv_sequence_bytes = uint64_t(c.recurrent.n_layers) * uint64_t(c.recurrent.conv_elems + c.recurrent.state_elems) * 4;
   return n;
 }
@@ -56,8 +64,13 @@ uint64_t MemoryPlan::resident_weights() const {
   return stream_experts ? needs.weights - needs.expert_weights + expert_cache : needs.weights;
 }
 
+int64_t MemoryPlan::window_pages() const {
+  return std::min(kv_pages, needs.window_pages_per_sequence * needs.max_sequences);
+}
+
 uint64_t MemoryPlan::kv_bytes() const {
-  return uint64_t(kv_pages) * needs.kv_page_bytes + uint64_t(needs.max_sequences) * needs.kv_sequence_bytes;
+  return uint64_t(kv_pages) * needs.kv_page_bytes + uint64_t(window_pages()) * needs.window_page_bytes +
+         uint64_t(needs.max_sequences) * needs.kv_sequence_bytes;
 }
 
 std::string MemoryPlan::describe() const {
@@ -70,7 +83,10 @@ std::string MemoryPlan::describe() const {
   const int64_t want = needs.pages_per_sequence * needs.max_sequences;
   s += "; KV cache " + format_memory(kv_bytes()) + " (";
   if (kv_pages < want) s += std::to_string(kv_pages * needs.page_tokens) + " of ";
-  s += std::to_string(needs.max_sequences) + " x " + std::to_string(needs.n_ctx) + " positions)";
+  s += std::to_string(needs.max_sequences) + " x " + std::to_string(needs.n_ctx) + " positions";
+  if (needs.window_page_bytes > 0)
+    s += "; sliding-window layers " + std::to_string(window_pages() * needs.page_tokens) + " positions";
+  s += ")";
   return s;
 }
 
@@ -82,9 +98,12 @@ MemoryPlan plan_memory(const MemoryNeeds& n, const MemoryBudget& budget) {
   const uint64_t B = budget.bytes;
   p.headroom = headroom_for(budget);
   const int64_t want_pages = n.pages_per_sequence * n.max_sequences;
-  const uint64_t seq_state = uint64_t(n.max_sequences) * n.kv_sequence_bytes;
+  // Per sequence besides the main pool's pages: recurrent state and the window pool.
+  const uint64_t seq_state =
+      uint64_t(n.max_sequences) * (n.kv_sequence_bytes + uint64_t(n.window_pages_per_sequence) * n.window_page_bytes);
   const uint64_t kv_full = uint64_t(want_pages) * n.kv_page_bytes + seq_state;
-  const uint64_t kv_one = uint64_t(n.pages_per_sequence) * n.kv_page_bytes + n.kv_sequence_bytes;
+  const uint64_t kv_one = uint64_t(n.pages_per_sequence) * n.kv_page_bytes + n.kv_sequence_bytes +
+                          uint64_t(n.window_pages_per_sequence) * n.window_page_bytes;
   const uint64_t other = n.weights - n.expert_weights;
   const bool moe = n.expert_weights > 0;
   const bool auto_cache = n.expert_cache_request < 0;

@@ -9,18 +9,12 @@
 
 namespace tessera {
 
-PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, std::vector<int32_t>& slots,
-                              std::vector<int32_t>& table) {
-  const int64_t pt = kv.config().page_tokens;
-  int64_t tokens = 0, max_pages = 1;
-  for (const SeqSlice& s : slices) {
-    tokens = std::max<int64_t>(tokens, int64_t(s.first) + s.count);
-    max_pages = std::max(max_pages, (s.pos0 + s.count + pt - 1) / pt);
-  }
-  // Powers of two: a handful of shapes serve every mix of sequences and lengths.
-  const int64_t seqs = int64_t(std::bit_ceil(uint64_t(std::max<size_t>(slices.size(), 1))));
-  const int64_t pages = int64_t(std::bit_ceil(uint64_t(max_pages)));
-  const int64_t rows = kSeqTableHeader + pages;
+namespace {
+
+// One pool's slots and sequence table, over the block tables `table_of` gives.
+template <class TableOf>
+void fill(std::span<const SeqSlice> slices, int64_t pt, int64_t tokens, int64_t rows, int64_t seqs,
+          const TableOf& table_of, std::vector<int32_t>& slots, std::vector<int32_t>& table) {
   slots.assign(size_t(tokens), 0);
   table.assign(size_t(rows * seqs), -1);
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -29,14 +23,16 @@ PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slice
     col[kSeqFirst] = s.first;
     col[kSeqCount] = s.count;
     col[kSeqPos0] = int32_t(s.pos0);
-    const std::vector<int32_t>& bt = kv.block_table(s.seq);
+    const std::vector<int32_t>& bt = table_of(s.seq);
     const size_t need = size_t((s.pos0 + s.count + pt - 1) / pt);
-    if (bt.size() < need || kv.reserved(s.seq) < s.pos0 + s.count)
-      throw Error("internal: positions of sequence " + std::to_string(s.seq) + " are not reserved");
     std::copy(bt.begin(), bt.begin() + ptrdiff_t(need), col + kSeqTableHeader);
     for (int32_t t = 0; t < s.count; ++t) {
       const int64_t pos = s.pos0 + t;
-      slots[size_t(s.first + t)] = int32_t(int64_t(bt[size_t(pos / pt)]) * pt + pos % pt);
+      const int32_t page = bt[size_t(pos / pt)];
+      if (page < 0)
+        throw Error("internal: position " + std::to_string(pos) + " of sequence " + std::to_string(s.seq) +
+                    " is written to a released window page");
+      slots[size_t(s.first + t)] = int32_t(int64_t(page) * pt + pos % pt);
     }
   }
   for (size_t i = slices.size(); i < size_t(seqs); ++i) {  // unused columns: no tokens
@@ -45,7 +41,34 @@ PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slice
     col[kSeqCount] = 0;
     col[kSeqPos0] = 0;
   }
-  return {slots, table, pages, seqs};
+}
+
+}  // namespace
+
+PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, PagedBuffers& b) {
+  const int64_t pt = kv.config().page_tokens;
+  int64_t tokens = 0, max_pages = 1;
+  for (const SeqSlice& s : slices) {
+    tokens = std::max<int64_t>(tokens, int64_t(s.first) + s.count);
+    max_pages = std::max(max_pages, (s.pos0 + s.count + pt - 1) / pt);
+    const size_t need = size_t((s.pos0 + s.count + pt - 1) / pt);
+    if (kv.block_table(s.seq).size() < need || kv.reserved(s.seq) < s.pos0 + s.count)
+      throw Error("internal: positions of sequence " + std::to_string(s.seq) + " are not reserved");
+  }
+  // Powers of two: a handful of shapes serve every mix of sequences and lengths.
+  const int64_t seqs = int64_t(std::bit_ceil(uint64_t(std::max<size_t>(slices.size(), 1))));
+  const int64_t pages = int64_t(std::bit_ceil(uint64_t(max_pages)));
+  const int64_t rows = kSeqTableHeader + pages;
+  fill(slices, pt, tokens, rows, seqs, [&](KvCache::SeqId s) -> const auto& { return kv.block_table(s); }, b.slots,
+       b.table);
+  PagedInputs in{b.slots, b.table, pages, seqs, {}, {}};
+  if (kv.config().windowed()) {
+    fill(slices, pt, tokens, rows, seqs, [&](KvCache::SeqId s) -> const auto& { return kv.window_block_table(s); },
+         b.window_slots, b.window_table);
+    in.window_slots = b.window_slots;
+    in.window_seq_table = b.window_table;
+  }
+  return in;
 }
 
 }  // namespace tessera

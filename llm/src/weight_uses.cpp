@@ -45,8 +45,8 @@ std::vector<WeightGroup> weight_uses(Model& model) {
   if (!kv.reserve(seq, 1)) throw Error("internal: scratch KV cache for the weight analysis has no room");
   const int32_t token = 0, position = 0, out_row = 0;
   const SeqSlice slice{seq, 0, 1, 0};
-  std::vector<int32_t> slots, table;
-  const PagedInputs paged = make_paged_inputs(kv, {&slice, 1}, slots, table);
+  PagedBuffers buffers;
+  const PagedInputs paged = make_paged_inputs(kv, {&slice, 1}, buffers);
   Graph graph;
   model.build_forward(graph, kv, ForwardBatch{{&token, 1}, {&position, 1}, {&slice, 1}, {&out_row, 1}, paged});
 

@@ -842,19 +842,19 @@ TEST_F(Avx512, ExecuteValidatedEqualsExecuteAndKeepsRunTimeChecks) {
   {
     Graph g;
     kv_graph(g, false);
-    ps.slots_data[2] = 8 * 4;  // 8 pages of 4
+    ps.data.slots[2] = 8 * 4;  // 8 pages of 4
     expect_error(g, "outside the storage's [0, 32)");
   }
   {
     Graph g;
     kv_graph(g, true);
-    ps.table_data[kSeqTableHeader] = 8;
+    ps.data.table[kSeqTableHeader] = 8;
     expect_error(g, "outside the storage's [0, 8)");
   }
   {
     Graph g;
     kv_graph(g, true);
-    ps.table_data[kSeqPos0] = -1;
+    ps.data.table[kSeqPos0] = -1;
     expect_error(g, "negative");
   }
   {

@@ -460,7 +460,7 @@ TEST(CpuScalarAttention, ErrorsAreClear) {
       }
     }
   };
-  int32_t* col = ps.table_data.data();
+  int32_t* col = ps.data.table.data();
   col[kSeqTableHeader] = f.kv.total_pages();  // a page the storage does not have
   expect_run_error("outside the storage's [0, 16)");
   col[kSeqTableHeader] = f.kv.block_table(s)[0];
@@ -534,13 +534,13 @@ TEST(CpuScalarValidated, SkipsShapeChecksKeepsRunTimeChecks) {
   {  // A slot outside the storage (16 pages of 4).
     Graph g;
     kv_graph(g, false);
-    ps.slots_data[1] = 64;
+    ps.data.slots[1] = 64;
     expect_error(g, "slot 64 (token 1) outside the storage's [0, 64)");
   }
   {  // A negative first position (the signature leaves the table's data out): still checked.
     Graph g;
     kv_graph(g, true);
-    ps.table_data[kSeqPos0] = -1;
+    ps.data.table[kSeqPos0] = -1;
     expect_error(g, "negative");
   }
   {  // Data pointers and ids inside tensors.

@@ -246,15 +246,15 @@ TEST(OpSchema, RunStateIsCheckedBeforeEveryRun) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  ps.slots_data[1] = 16;  // 4 pages of 4
+  ps.data.slots[1] = 16;  // 4 pages of 4
   expect_error("node 0 (kv_write -> 'k_cache.0'): slot 16 (token 1) outside the storage's [0, 16)");
-  ps.slots_data[1] = 3;
-  ps.table_data[kSeqTableHeader] = 4;
+  ps.data.slots[1] = 3;
+  ps.data.table[kSeqTableHeader] = 4;
   expect_error("node 2 (attention): sequence table column 0: page 4 (entry 0) outside the storage's [0, 4)");
-  ps.table_data[kSeqTableHeader] = kv.block_table(seq)[0];
-  ps.table_data[kSeqPos0] = -2;
+  ps.data.table[kSeqTableHeader] = kv.block_table(seq)[0];
+  ps.data.table[kSeqPos0] = -2;
   expect_error("negative first position -2");
-  ps.table_data[kSeqPos0] = 3;  // positions [0, 5) need 2 pages
+  ps.data.table[kSeqPos0] = 3;  // positions [0, 5) need 2 pages
   expect_error("need 2 pages, the table has 1");
   EXPECT_EQ(s.plan_misses(), 1u);
   EXPECT_EQ(s.nodes_validated(), 3u);

@@ -14,14 +14,16 @@ namespace tessera::test {
 // The step's I32 inputs and the layer's storage, as tensors of one graph. Keep it alive
 // while the graph runs (the tensors point into it).
 struct PagedStep {
-  std::vector<int32_t> slots_data, table_data;
+  PagedBuffers data;
   int32_t slots = -1, table = -1, k_storage = -1, v_storage = -1;
 };
 
 inline void add_paged_inputs(Graph& g, const KvCache& kv, int layer, std::span<const SeqSlice> slices, PagedStep& s) {
-  const PagedInputs in = make_paged_inputs(kv, slices, s.slots_data, s.table_data);
-  s.slots = g.add_tensor(Tensor::contiguous(DType::I32, {int64_t(in.slots.size())}, s.slots_data.data()));
-  s.table = g.add_tensor(Tensor::contiguous(DType::I32, {kSeqTableHeader + in.pages, in.seqs}, s.table_data.data()));
+  const PagedInputs in = make_paged_inputs(kv, slices, s.data);
+  const bool w = kv.windowed(layer);
+  s.slots = g.add_tensor(Tensor::contiguous(DType::I32, {int64_t(in.slots.size())}, (w ? s.data.window_slots : s.data.slots).data()));
+  s.table = g.add_tensor(
+      Tensor::contiguous(DType::I32, {kSeqTableHeader + in.pages, in.seqs}, (w ? s.data.window_table : s.data.table).data()));
   s.k_storage = g.add_tensor(kv.k_storage(layer));
   s.v_storage = g.add_tensor(kv.v_storage(layer));
 }

@@ -474,12 +474,17 @@ int cmd_bench(int argc, char** argv) {
   // KV cache (F16 K and V) read per position attended, and the mean number of
   // positions a decoded token attends over (the first decoded token sits at
   // position max(n_prompt, 1) and attends to itself and everything before it).
-  // Recurrent layers read and write their whole state once per token.
+  // Sliding-window layers attend to their window at most. Recurrent layers read and
+  // write their whole state once per token.
   const KvCacheConfig kvc = engine->model().kv_config(engine->n_ctx(), 16);
-  const double kv_bytes_per_pos =
-      double(kvc.n_layers) * (kvc.v_in_k > 0 ? 1.0 : 2.0) * double(kvc.n_kv_heads) * double(kvc.head_dim) * 2.0;
+  const double kv_bytes_per_layer_pos =
+      (kvc.v_in_k > 0 ? 1.0 : 2.0) * double(kvc.n_kv_heads) * double(kvc.head_dim) * 2.0;
+  const double kv_bytes_per_pos = kv_bytes_per_layer_pos * double(kvc.n_layers);  // every layer
   const double mean_attended = double(std::max(n_prompt, 1)) + (double(n_gen) - 1.0) / 2.0 + 1.0;
-  const double kv_bytes = kv_bytes_per_pos * mean_attended;
+  double kv_bytes = 0;
+  for (int l = 0; l < kvc.n_layers; ++l)
+    kv_bytes += kv_bytes_per_layer_pos *
+                (kvc.windowed() && kvc.window_layers[size_t(l)] ? std::min(mean_attended, double(kvc.window)) : mean_attended);
   const double state_bytes =
       double(kvc.recurrent.n_layers) * double(kvc.recurrent.conv_elems + kvc.recurrent.state_elems) * 4.0 * 2.0;
   const double decode_bytes = wc.bytes_per_token + kv_bytes + state_bytes;

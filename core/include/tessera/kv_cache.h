@@ -17,6 +17,13 @@
 // the free list is empty, the least recently released cached page is evicted (its key
 // forgotten) and reused. A registered page is never written: a page about to be
 // written loses its key, or is copied if shared.
+//
+// Sliding-window layers: a layer whose attention sees only the last `window` positions
+// keeps its K/V in a second pool (PagePool), with a second block table per sequence.
+// reserve() releases that table's pages lying wholly before what any later step can
+// read, so those layers hold about window positions per sequence, not the context.
+// Full-attention layers keep the first pool and table. Both tables have one entry per
+// page of positions; a released window entry is -1.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +37,7 @@
 #include "tessera/backend.h"
 #include "tessera/dtype.h"
 #include "tessera/kv_access.h"
+#include "tessera/page_pool.h"
 #include "tessera/tensor.h"
 #include "tessera/recurrent_state.h"
 
@@ -46,6 +54,19 @@ struct KvCacheConfig {
   // row (multi-head latent attention caches one latent per token, read as K and as V).
   // Needs n_kv_heads == 1 and v_in_k <= head_dim.
   int v_in_k = 0;
+  // > 0: the layers flagged in window_layers (one flag per layer) attend to the last
+  // `window` positions only (a query at p sees p - window + 1 .. p) and keep K/V in a
+  // pool of n_window_pages. window_slack more positions are kept for rollbacks below
+  // the length at the last reserve() (a drafter's rejected tokens).
+  int window = 0;
+  std::vector<uint8_t> window_layers;
+  int n_window_pages = 0;
+  int window_slack = 0;
+  bool windowed() const { return window > 0; }
+  // Window pool pages one sequence needs to run steps of up to step_tokens positions.
+  int window_pages_per_sequence(int64_t step_tokens) const {
+    return int((int64_t(window) - 1 + window_slack + step_tokens + page_tokens - 1) / page_tokens) + 1;
+  }
 };
 
 // A KvCache is the KvAccess a node names (Node::kv): plugins reach it through the C
@@ -71,6 +92,8 @@ class KvCache : public KvAccess {
   size_t v_row_elems() const { return cfg_.v_in_k > 0 ? size_t(cfg_.v_in_k) : row_elems(); }
   // Bytes of KV storage per cached position, all layers.
   size_t bytes_per_token() const;
+  // Layer's K/V is in the window pool (a sliding-window layer of a windowed cache).
+  bool windowed(int layer) const { return cfg_.windowed() && cfg_.window_layers[size_t(layer)] != 0; }
 
   SeqId create_sequence();
   // A new sequence sharing the first `n_tokens` positions of `parent` (all if < 0).
@@ -93,8 +116,12 @@ class KvCache : public KvAccess {
   int64_t reserved(SeqId seq) const;
   // Drop positions >= n_tokens (frees whole pages no longer used). With recurrent
   // layers only truncating to 0 (which resets their state) or to the current length
-  // is possible.
+  // is possible; with window layers only to 0 or to where the window's pages are kept
+  // (can_truncate).
   void truncate(SeqId seq, int64_t n_tokens);
+  // Whether truncate(seq, n_tokens) keeps every position the window layers would read
+  // next (always true without window layers; recurrent layers are not considered).
+  bool can_truncate(SeqId seq, int64_t n_tokens) const;
 
   // The recurrent layers' state of a sequence (see recurrent_state.h).
   bool has_recurrent() const { return !recurrent_.empty(); }
@@ -127,10 +154,15 @@ class KvCache : public KvAccess {
   // block-table lookup per page instead of a checked call per position.
   void rows(int layer, SeqId seq, int kv, int64_t first, int64_t count, const uint16_t** out) const;
 
+  // The full-attention layers' block table, and the window layers' (same length; -1
+  // where a page was released; empty without window layers).
   const std::vector<int32_t>& block_table(SeqId seq) const;
+  const std::vector<int32_t>& window_block_table(SeqId seq) const;
   int page_refcount(int32_t page) const;
+  int window_page_refcount(int32_t page) const;
   // Pages reserve() can take: the free list plus the cached (evictable) pages.
-  int free_pages() const;
+  int free_pages() const { return pool_.available(); }
+  int window_free_pages() const { return window_pool_.available(); }
   int total_pages() const { return cfg_.n_pages; }
 
   // Prefix cache. A key is the engine's hash of a page's tokens chained with the key of
@@ -148,10 +180,16 @@ class KvCache : public KvAccess {
   // Appends registered `pages` to seq's block table, taking a reference on each (a
   // cached page leaves the evictable list). seq must end on a page boundary
   // (length == block table size * page_tokens, e.g. a fresh sequence); its length and
-  // reservation grow by pages.size() * page_tokens.
+  // reservation grow by pages.size() * page_tokens. With window layers the window
+  // pool's pages registered under the same keys are adopted too, those the window of
+  // the new length reads; throws if one of those is not cached (adoptable_pages).
   void adopt_pages(SeqId seq, std::span<const int32_t> pages);
+  // How many of `pages` (registered, in order) seq can adopt: all of them without
+  // window layers; with them the longest run whose window pages are all cached.
+  size_t adoptable_pages(SeqId seq, std::span<const int32_t> pages) const;
   PageKey page_key(int32_t page) const;  // 0 if the page has none
-  int cached_pages() const { return cached_count_; }  // registered pages with refcount 0
+  int cached_pages() const { return pool_.cached(); }  // registered pages with refcount 0
+  int window_cached_pages() const { return window_pool_.cached(); }
   // Forgets every key; cached pages go back to the free list.
   void clear_prefix_cache();
   // Throws an Error naming the first broken invariant: refcounts match the block
@@ -182,15 +220,21 @@ class KvCache : public KvAccess {
  private:
   struct Sequence;
   uint16_t* plane(int32_t page, int layer, int kv) const;  // kv: 0 = K, 1 = V (host storage)
+  // The page holding layer's rows of a reserved position (throws if released).
+  int32_t page_at(const Sequence& s, int layer, int64_t pos, const char* what) const;
+  // Copies a page's planes of the layers of one pool (window: the window layers').
+  void copy_page(int32_t to, int32_t from, bool window);
+  // Releases the window pages no step after the current length reads.
+  void release_behind_window(Sequence& s);
+  // The window pages (absolute page indices >= the result) a sequence of length
+  // n_tokens must keep.
+  size_t first_window_page(int64_t n_tokens) const;
+  // Un-shares (copies) or drops the key of one pool's pages [first, end) of a table.
+  void prepare_writes(std::vector<int32_t>& table, size_t first, size_t end, bool window);
   // The buffer holding layer's K (kv = 0) or V (kv = 1) planes (V's is K's with v_in_k).
   size_t buffer_index(int layer, int kv) const {
     return cfg_.v_in_k > 0 ? size_t(layer) : size_t(layer) * 2 + size_t(kv);
   }
-  int32_t take_page();
-  void release_page(int32_t page);
-  void unregister(int32_t page);
-  void lru_push_back(int32_t page);
-  void lru_remove(int32_t page);
   void check_page(int32_t page, const char* what) const;
   Sequence& seq_ref(SeqId seq);
   const Sequence& seq_ref(SeqId seq) const;
@@ -201,17 +245,8 @@ class KvCache : public KvAccess {
   std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K, V (K only with v_in_k)
   std::vector<uint8_t*> host_;                    // their data(), null for device memory
   std::vector<Tensor> storage_tensors_;           // per layer: K, V
-  std::vector<int32_t> refcount_;
-  std::vector<int32_t> free_list_;
-  // Prefix cache: per page its key (0: none) and the page_tokens token ids it was
-  // registered with; the key -> page map; cached pages in a doubly linked list over
-  // page ids, least recently released at the head (-1 ends the list).
-  std::vector<PageKey> page_key_;
-  std::vector<int32_t> page_token_ids_;
-  std::unordered_map<PageKey, int32_t> key_to_page_;
-  std::vector<int32_t> lru_prev_, lru_next_;
-  int32_t lru_head_ = -1, lru_tail_ = -1;
-  int cached_count_ = 0;
+  PagePool pool_;         // the full-attention layers' pages
+  PagePool window_pool_;  // the window layers' pages (empty without them)
   std::vector<std::unique_ptr<Sequence>> seqs_;  // indexed by SeqId, null when freed
   RecurrentState recurrent_;
   std::vector<Call>* journal_ = nullptr;

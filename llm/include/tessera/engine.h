@@ -70,6 +70,9 @@ struct EngineOptions {
   // The KV pool's pages, instead of the memory plan's (0): the other ranks of a
   // distributed run take rank 0's, so their caches replay its bookkeeping exactly.
   int64_t kv_pages = 0;
+  // Sliding-window layers keep this many positions beyond their window, so that a
+  // sequence can be truncated that far below its length (a drafter's rejected tokens).
+  int kv_window_slack = 0;
   // Split::Layers: every rank's memory budget in bytes, rank by rank (the same on every
   // rank), which sizes the layer ranges (layer_range_by_memory); empty: equal ranges.
   std::vector<uint64_t> rank_memory;
@@ -204,7 +207,8 @@ class Engine {
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   Graph graph_;
   int32_t graph_out_ = -1;  // the last step's logits or hidden-state tensor
-  std::vector<int32_t> tokens_, positions_, out_rows_, slots_, seq_table_;
+  std::vector<int32_t> tokens_, positions_, out_rows_;
+  PagedBuffers paged_buffers_;
   std::vector<SeqSlice> slices_;
   std::vector<float> logits_, eval_logits_;
   std::shared_ptr<RankGroup> ranks_;     // a distributed run's group (more than one rank), or null

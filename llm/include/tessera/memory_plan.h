@@ -22,6 +22,10 @@ struct MemoryNeeds {
   uint64_t kv_page_bytes = 0;      // one KV page (every attention layer, K and V)
   uint64_t kv_sequence_bytes = 0;  // per sequence besides its pages (recurrent state)
   int64_t pages_per_sequence = 0;  // pages of one full context
+  // Sliding-window layers: one page of theirs (0: none), and the pages a sequence keeps
+  // of them (its window, window_slack and one step's positions).
+  uint64_t window_page_bytes = 0;
+  int64_t window_pages_per_sequence = 0;
   int64_t max_sequences = 1;
   int64_t n_ctx = 0;
   int page_tokens = 16;
@@ -42,6 +46,8 @@ struct MemoryPlan {
   uint64_t headroom = 0;         // left for scratch, buffers and the page cache
   std::vector<std::string> warnings;  // said once at start (spdlog::warn)
 
+  // The sliding-window layers' pool: max_sequences windows, never more than kv_pages.
+  int64_t window_pages() const;
   uint64_t resident_weights() const;  // weights kept in memory plus the expert cache
   uint64_t kv_bytes() const;          // the pool and per-sequence state
   // The split, after budget.describe(): "weights 1.0 GiB resident, routed experts

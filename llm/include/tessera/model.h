@@ -41,11 +41,18 @@ struct SeqSlice {
 // made by make_paged_inputs from the KV cache's block tables): per token the slot its
 // position is written to, and the sequence table (graph.h, Op::Attention), padded to
 // a power of two of sequences and of pages so that a graph's shape does not change
-// with every mix of sequences.
+// with every mix of sequences. A cache with sliding-window layers has a second pair
+// for those layers, over their pool (the same shape; released pages are -1).
 struct PagedInputs {
   std::span<const int32_t> slots;      // one per token
   std::span<const int32_t> seq_table;  // [kSeqTableHeader + pages, seqs]
   int64_t pages = 0, seqs = 0;
+  std::span<const int32_t> window_slots, window_seq_table;  // empty without window layers
+};
+
+// The memory PagedInputs' spans point into.
+struct PagedBuffers {
+  std::vector<int32_t> slots, table, window_slots, window_table;
 };
 
 // One forward step's inputs: tokens of any number of sequences, slice after slice.
@@ -80,10 +87,9 @@ inline LayerSpan step_layers(const ForwardBatch& b, int64_t n_layer) {
   return {b.layer_first, b.layer_end > 0 ? b.layer_end : n_layer};
 }
 
-// Fills `slots` and `table` for the slices of a step whose positions kv has reserved,
-// and returns the spans over them.
-PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, std::vector<int32_t>& slots,
-                              std::vector<int32_t>& table);
+// Fills `buffers` for the slices of a step whose positions kv has reserved, and returns
+// the spans over them.
+PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, PagedBuffers& buffers);
 
 class Model {
  public:

@@ -93,10 +93,16 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
       int64_t(p.seq_table.size()) != (kSeqTableHeader + p.pages) * p.seqs)
     throw Error("internal: the forward batch has no paged-attention inputs (make_paged_inputs)");
   // Every sequence of the step in one KvWrite per K and V and one Attention: the
-  // tokens' slots and the sequences' block tables are inputs, not node parameters.
-  const int32_t slots = g.input(Tensor::contiguous(DType::I32, {int64_t(p.slots.size())}, const_cast<int32_t*>(p.slots.data())));
+  // tokens' slots and the sequences' block tables are inputs, not node parameters. A
+  // sliding-window layer's pages are in the window pool, through its own table.
+  const bool windowed = kv.windowed(layer);
+  if (windowed && (window <= 0 || p.window_slots.size() != p.slots.size()))
+    throw Error("internal: layer " + std::to_string(layer) + " keeps a window's KV but the step has no window inputs");
+  const std::span<const int32_t> slot_ids = windowed ? p.window_slots : p.slots;
+  const std::span<const int32_t> table_ids = windowed ? p.window_seq_table : p.seq_table;
+  const int32_t slots = g.input(Tensor::contiguous(DType::I32, {int64_t(slot_ids.size())}, const_cast<int32_t*>(slot_ids.data())));
   const int32_t table =
-      g.input(Tensor::contiguous(DType::I32, {kSeqTableHeader + p.pages, p.seqs}, const_cast<int32_t*>(p.seq_table.data())));
+      g.input(Tensor::contiguous(DType::I32, {kSeqTableHeader + p.pages, p.seqs}, const_cast<int32_t*>(table_ids.data())));
   const int32_t ks = g.input(kv.k_storage(layer)), vs = g.input(kv.v_storage(layer));
   g.kv_write(ks, k, slots);
   if (v >= 0) g.kv_write(vs, v, slots);

@@ -3,6 +3,7 @@
 #include "models/graph_builder.h"
 #include "tessera/rope_table.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -18,6 +19,16 @@ KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tok
   c.head_dim = int(info.head_dim);
   c.page_tokens = page_tokens;
   c.n_pages = int((n_ctx + page_tokens - 1) / page_tokens);
+  return c;
+}
+
+KvCacheConfig windowed_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens, int32_t window,
+                                 std::vector<uint8_t> local) {
+  KvCacheConfig c = paged_kv_config(info, n_ctx, page_tokens);
+  if (window <= 0 || std::find(local.begin(), local.end(), uint8_t(1)) == local.end()) return c;
+  c.window = window;
+  c.window_layers = std::move(local);
+  c.n_window_pages = c.n_pages;
   return c;
 }
 

@@ -18,6 +18,11 @@ namespace tessera::models {
 // KV geometry of an attention model: one K/V row of n_head_kv * head_dim per layer
 // and position, pages enough for n_ctx positions.
 KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens);
+// The same with the layers flagged in `local` attending to a sliding window of `window`
+// positions, their KV in a window pool (as large as the main one here; the engine sizes
+// it by the window).
+KvCacheConfig windowed_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens, int32_t window,
+                                 std::vector<uint8_t> local);
 
 class WeightSource;
 struct RopeYarn;

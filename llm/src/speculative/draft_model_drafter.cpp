@@ -24,12 +24,18 @@ int32_t argmax(std::span<const float> row) {
 
 class DraftModelDrafter final : public Drafter {
  public:
+  // Positions a draft sequence's sliding-window layers keep beyond their window: a
+  // rollback of up to this many drafted tokens keeps the sequence.
+  static constexpr int kRollbackPositions = 32;
+
   DraftModelDrafter(const PluginRegistry& registry, EngineOptions o, const Engine& target) {
     o.n_ctx = target.n_ctx();
     o.page_tokens = target.kv().config().page_tokens;
     o.max_sequences = std::max<int>(
         1, int(int64_t(target.kv().total_pages()) * target.kv().config().page_tokens / std::max<int64_t>(1, target.n_ctx())));
     o.batch_tokens = target.batch_tokens();
+    // Its sequences are rolled back by the rejected part of each draft.
+    o.kv_window_slack = kRollbackPositions;
     if (!o.pool) o.pool = target.pool();
     engine_ = std::make_unique<Engine>(registry, o);
     if (engine_->n_vocab() != target.n_vocab())
@@ -77,8 +83,14 @@ class DraftModelDrafter final : public Drafter {
       while (common < s.fed.size() && common < r.tokens.size() && s.fed[common] == r.tokens[common]) ++common;
       common = std::min(common, r.tokens.size() - 1);
       if (common < s.fed.size()) {
-        kv.truncate(s.kv, int64_t(common));
-        s.fed.resize(common);
+        if (kv.can_truncate(s.kv, int64_t(common))) {
+          kv.truncate(s.kv, int64_t(common));
+          s.fed.resize(common);
+        } else {  // its sliding-window layers no longer hold what lies before `common`: start over
+          kv.free_sequence(s.kv);
+          s.kv = kv.create_sequence();
+          s.fed.clear();
+        }
       }
       pending.push_back(&r);
     }
