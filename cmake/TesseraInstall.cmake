@@ -1,9 +1,10 @@
 # `cmake --install BUILD [--prefix PREFIX]`: the tessera tools, the bundled plugins and
 # model, and the SDK a plugin author builds against — the public headers,
 # libtessera_core (and its siblings libtessera_probes, libtessera_conformance,
-# libtessera_llm) with a versioned soname, a CMake package (find_package(tessera),
-# tessera::plugin_abi, tessera::core, tessera::probes, tessera::conformance,
-# tessera::llm, tessera_add_backend_plugin()) and pkg-config files (tessera,
+# libtessera_text, libtessera_llm, libtessera_chat) with a versioned soname, a CMake
+# package (find_package(tessera), tessera::plugin_abi, tessera::core, tessera::probes,
+# tessera::conformance, tessera::text, tessera::llm, tessera::chat,
+# tessera_add_backend_plugin()) and pkg-config files (tessera,
 # tessera-probes, tessera-conformance).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -17,15 +18,19 @@ set(CMAKE_INSTALL_LIBDIR lib)
 # probes (tessera::probes: CPUID and OS support for a CPU plugin's probe, bandwidth and
 # peak) and the conformance suite (tessera::conformance) sit beside the core: the
 # bundled CPU plugins and the tools need them at run time, and an outside plugin may
-# link them. The LLM layer (tessera::llm: engine, models, tokenizer) is what the tools
-# run on. Each finds the core next to itself ($ORIGIN).
-set(_tessera_sdk_libs tessera_core tessera_probes tessera_conformance tessera_llm)
+# link them. The LLM runtime (tessera::llm: engine, models, generator) with the
+# tokenizers (tessera::text) is what the tools run on, and the chat templates
+# (tessera::chat) what the server renders prompts with. Each finds the core next to
+# itself ($ORIGIN).
+set(_tessera_sdk_libs tessera_core tessera_probes tessera_conformance tessera_text tessera_llm tessera_chat)
 set_target_properties(${_tessera_sdk_libs} PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
 set_target_properties(tessera_core PROPERTIES EXPORT_NAME core)
 set_target_properties(tessera_probes PROPERTIES EXPORT_NAME probes INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_conformance PROPERTIES EXPORT_NAME conformance INSTALL_RPATH "$ORIGIN")
+set_target_properties(tessera_text PROPERTIES EXPORT_NAME text INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_llm PROPERTIES EXPORT_NAME llm INSTALL_RPATH "$ORIGIN")
+set_target_properties(tessera_chat PROPERTIES EXPORT_NAME chat INSTALL_RPATH "$ORIGIN")
 
 # tessera::plugin_abi: the headers alone (an INTERFACE include folder), which is all a
 # plugin speaking the C ABI (tessera/plugin_abi.h) needs; tessera_add_backend_plugin()
@@ -45,8 +50,8 @@ install(EXPORT tesseraPluginAbiTargets NAMESPACE tessera:: FILE tesseraPluginAbi
 install(TARGETS ${_tessera_sdk_libs} EXPORT tesseraTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# One include/tessera/ for all four (their headers never share a name).
-foreach(_dir core probes conformance llm)
+# One include/tessera/ for all of them (their headers never share a name).
+foreach(_dir core probes conformance text llm chat)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${_dir}/include/tessera DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT tesseraTargets NAMESPACE tessera:: FILE tesseraTargets.cmake

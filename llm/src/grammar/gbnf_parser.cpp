@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "chat_template/utf8.h"
+#include "tessera/utf8.h"
 #include "tessera/grammar.h"
 
 namespace tessera {
@@ -328,7 +328,7 @@ class GbnfParser {
       }
     }
     const size_t at = p_;
-    const uint32_t cp = chat_template::next_code_point(s_, p_);
+    const uint32_t cp = next_code_point(s_, p_);
     if (cp == 0xFFFD && s_.substr(at, 3) != "\xEF\xBF\xBD") fail_at(at, "invalid UTF-8 in grammar");
     return cp;
   }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "chat_template/utf8.h"
+#include "tessera/utf8.h"
 #include "grammar/gbnf_pieces.h"
 #include "tessera/grammar.h"
 
@@ -113,7 +113,7 @@ class RegexConverter {
     if (c == '\r') return gbnf_literal("\\r");
     if (c < 0x20) fail_static("a control character");
     std::string utf8;
-    chat_template::append_utf8(utf8, c);
+    append_utf8(utf8, c);
     return gbnf_literal(utf8);
   }
   [[noreturn]] static void fail_static(const std::string& what) {
@@ -184,7 +184,7 @@ class RegexConverter {
     }
   }
 
-  uint32_t utf8_char() { return chat_template::next_code_point(p_, i_); }  // patterns come from JSON: valid UTF-8
+  uint32_t utf8_char() { return next_code_point(p_, i_); }  // patterns come from JSON: valid UTF-8
 
   std::string atom() {
     const char c = peek();

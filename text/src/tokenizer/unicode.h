@@ -7,7 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/utf8.h"  // append_utf8
+
 namespace tessera::tok {
+
+using tessera::append_utf8;
 
 // Class bits of one code point (Unicode general categories, grouped as the
 // pre-tokenizer regexes use them).
@@ -34,7 +38,6 @@ inline size_t utf8_len(unsigned char c) {
 // Decodes UTF-8; each invalid or truncated sequence consumes one byte and yields
 // U+FFFD (llama.cpp's convention), so the result never fails.
 std::vector<uint32_t> utf8_to_cpts(std::string_view s);
-void append_utf8(std::string& out, uint32_t cp);
 
 // GPT-2 byte-level BPE alphabet: byte -> code point, and its inverse (-1 if none).
 uint32_t byte_to_unicode(uint8_t b);

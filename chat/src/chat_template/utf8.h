@@ -8,11 +8,10 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/utf8.h"  // append_utf8, next_code_point
+
 namespace tessera::chat_template {
 
-void append_utf8(std::string& out, uint32_t cp);
-// Decodes the code point at s[i] and advances i past it.
-uint32_t next_code_point(std::string_view s, size_t& i);
 bool is_ascii(std::string_view s);
 // Byte offset of every code point, plus s.size() at the end.
 std::vector<size_t> code_point_offsets(std::string_view s);
