@@ -34,6 +34,7 @@ const TesseraPluginDescriptor kDescriptor = {
     &destroy,
     &tessera::glue::kBackendApi,
     nullptr,
+    TESSERA_PLUGIN_REFERENCE,
 };
 
 }  // namespace

@@ -62,6 +62,16 @@ const SeqSlice& append_slice(KvCache::SeqId seq, std::span<const int32_t> tokens
 
 }  // namespace
 
+// What the construction steps hand on to each other.
+struct Engine::Construction {
+  MemoryBudget budget;
+  std::vector<detail::WeightGroup> uses;  // how the graph reads each weight
+  bool experts_quantized = false;         // --quantize made the routed experts copies in memory
+  bool split_experts = false;             // a distributed rank holding a share of the experts
+  ExpertRange experts;                    // that share
+  std::unordered_set<const Tensor*> streamed;  // routed experts read from the file as needed
+};
+
 Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0");
   if (opt.quantize) detail::check_quantize_target(*opt.quantize);  // before reading the file
@@ -70,19 +80,40 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     throw Error("--quantize is not available in a distributed run yet (each rank would quantize every expert)");
   pool_ = opt.pool ? opt.pool : std::make_shared<FastPool>(opt.threads);
 
+  Construction c;
+  open_model(registry, opt, c);
+  plan_memory(opt, c);
+  std::vector<std::shared_ptr<Backend>> backends = create_backends(registry, opt);
+  choose_expert_streaming(opt, backends, c);
+  prepare_weights(*backends.front(), c);
+  scheduler_ = std::make_unique<Scheduler>(std::move(backends));
+  create_kv_cache(opt);
+  // Host backends read scratch through plain pointers, so intermediates may share
+  // memory by liveness; a device backend tracks host ranges per submission and gets
+  // distinct ranges (decision 37).
+  bool host_only = true;
+  for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
+  graph_.set_memory_reuse(host_only);
+  spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path,
+                model_->info().architecture, model_->info().n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
+}
+
+// The file through its loader plugin, the model's architecture over it, the memory
+// budget (read before anything large is allocated), --quantize's copies and the
+// tokenizer.
+void Engine::open_model(const PluginRegistry& registry, const EngineOptions& opt, Construction& c) {
   OpenedModel opened = open_model_file(registry, opt.model_path);
   loader_ = opened.loader;
   file_ = std::move(opened.file);
   model_ = Model::load(*file_);
-  // Read before anything large is allocated (--quantize's copies are planned as weights).
-  const MemoryBudget budget = read_memory_budget();
+  c.budget = read_memory_budget();
   check_vectors_finite(*file_);
   // --quantize: the copies replace the weights before experts are streamed and the
   // backends repack (decision 66).
-  const std::vector<detail::WeightGroup> uses = detail::weight_uses(*model_);
-  if (opt.quantize) quantized_ = detail::quantize_weights(uses, *opt.quantize, *pool_);
-  const bool experts_quantized = quantized_ && quantized_->experts;
-  if (experts_quantized && opt.expert_cache_bytes > 0)
+  c.uses = detail::weight_uses(*model_);
+  if (opt.quantize) quantized_ = detail::quantize_weights(c.uses, *opt.quantize, *pool_);
+  c.experts_quantized = quantized_ && quantized_->experts;
+  if (c.experts_quantized && opt.expert_cache_bytes > 0)
     throw Error("--expert-cache SIZE streams the experts from the file, but --quantize made them copies in memory: "
                 "use --expert-cache auto or off with --quantize");
   try {
@@ -90,7 +121,11 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   } catch (const Error& e) {
     tokenizer_error_ = e.what();
   }
+}
 
+// The context and step sizes, a distributed rank's share of the model, and how the
+// memory budget splits between weights, the expert cache and the KV pool.
+void Engine::plan_memory(const EngineOptions& opt, Construction& c) {
   // Every automatic size (expert cache, KV pool) comes from the memory budget: the
   // lowest of the cgroup's limit, RLIMIT_AS and MemAvailable (memory_plan.h).
   const ModelInfo& info = model_->info();
@@ -101,16 +136,17 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   batch_tokens_ = opt.batch_tokens;
   const int64_t pages_per_seq = (n_ctx_ + opt.page_tokens - 1) / opt.page_tokens;
   if (pages_per_seq > INT32_MAX / opt.max_sequences) throw Error("KV cache too large: lower --ctx or --parallel");
-  MemoryNeeds needs = memory_needs(*model_, opt, n_ctx_, experts_quantized);
+  MemoryNeeds needs = memory_needs(*model_, opt, n_ctx_, c.experts_quantized);
   if (ranks_) {
     split_ = opt.split.value_or(info.n_expert > 0 ? Split::Experts : Split::Layers);
     if (split_ == Split::Experts && info.n_expert <= 0)
       throw Error(info.architecture + " has no routed experts to split over ranks: use --split layers");
   }
   // Split::Experts: the experts of every MoE layer this rank holds.
-  const bool split_experts = ranks_ && split_ == Split::Experts;
-  const ExpertRange r = split_experts ? expert_range(info.n_expert, ranks_->rank(), ranks_->size()) : ExpertRange{};
-  if (split_experts) {
+  c.split_experts = ranks_ && split_ == Split::Experts;
+  const ExpertRange r = c.split_experts ? expert_range(info.n_expert, ranks_->rank(), ranks_->size()) : ExpertRange{};
+  c.experts = r;
+  if (c.split_experts) {
     const uint64_t share = needs.expert_weights / uint64_t(info.n_expert) * uint64_t(r.end - r.first);
     needs.weights -= needs.expert_weights - share;
     needs.expert_weights = share;
@@ -145,21 +181,21 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     spdlog::info("distributed run: rank {} of {} runs layers [{}, {}) ({})", ranks_->rank(), ranks_->size(),
                  layers_.first, layers_.end, sized);
   }
-  memory_plan_ = plan_memory(needs, budget);
+  memory_plan_ = tessera::plan_memory(needs, c.budget);
   if (opt.kv_pages > 0) memory_plan_.kv_pages = opt.kv_pages;
   spdlog::info("{}; {}", memory_plan_.budget.describe(), memory_plan_.describe());
   for (const std::string& w : memory_plan_.warnings) spdlog::warn("{}", w);
+}
 
+// The backends: the ranked list or the ones asked for, with the reference backend (the
+// plugin that says it is one) as the last resort for what they decline, unless the
+// caller asked for those alone.
+std::vector<std::shared_ptr<Backend>> Engine::create_backends(const PluginRegistry& registry, const EngineOptions& opt) {
   std::vector<std::string> names = opt.backends.empty() ? registry.ranked_backends() : opt.backends;
   if (names.empty()) throw Error("no usable backend plugin found (see `tessera backends`)");
-  // Naming backends chooses who runs what they can; the reference backend stays the
-  // last resort for the rest, unless the caller asked for those alone.
-  constexpr const char* kReference = "cpu_scalar";
-  if (!opt.backends.empty() && !opt.strict_backends &&
-      std::find(names.begin(), names.end(), kReference) == names.end()) {
-    const PluginRecord* ref = registry.find(kReference);
-    if (ref && ref->usable && ref->kind == "backend") names.push_back(kReference);
-  }
+  if (const PluginRecord* ref = registry.reference_backend();
+      ref && !opt.backends.empty() && !opt.strict_backends && std::find(names.begin(), names.end(), ref->name) == names.end())
+    names.push_back(ref->name);
   // A backend whose plugin fails to create (its create() returns NULL) is skipped with
   // a warning and the next one by rank takes its nodes; a name that is
   // unknown or unusable, or the only backend asked for, is still an error.
@@ -178,41 +214,47 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     }
   }
   if (backends.empty()) throw Error("no backend could be created: " + failed);
-  // Routed experts streamed from the file when asked, or by default when
-  // the model does not fit in the memory budget; their bytes are never all resident,
-  // so no backend repacks them, and a device backend (which keeps a copy of every
-  // weight it reads) cannot run with them.
-  std::unordered_set<const Tensor*> streamed;
-  if (memory_plan_.stream_experts) {
-    // A device backend keeps a copy of every weight it reads: the default list goes
-    // on without it (said on stderr); one the user named is an error.
-    for (size_t i = backends.size(); i-- > 0;) {
-      if (backends[i]->uses_host_memory()) continue;
-      if (!opt.backends.empty())
-        throw Error("streaming experts needs CPU backends (" + backends[i]->name() +
-                    " keeps weights on its device): choose --backend cpu_avx512,cpu_scalar, or --expert-cache off");
-      spdlog::info("streaming experts: backend {} (weights on its device) is not used", backends[i]->name());
-      backends.erase(backends.begin() + std::ptrdiff_t(i));
-    }
-    if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
-    experts_ = detail::stream_model_experts(*file_, *model_, memory_plan_.expert_cache, streamed);
-    if (experts_ && split_experts) experts_->hold_only(r.first, r.end);  // a rank streams its own share
-    if (experts_ && opt.expert_cache_bytes <= 0)  // automatic: at least the smallest that works
-      experts_->set_cache_bytes(std::max(memory_plan_.expert_cache, experts_->min_cache_bytes()));
-    if (experts_) experts_->finish_setup();
+  return backends;
+}
+
+// Routed experts streamed from the file when asked, or by default when the model does
+// not fit in the memory budget; their bytes are never all resident, so no backend
+// repacks them, and a device backend (which keeps a copy of every weight it reads)
+// cannot run with them.
+void Engine::choose_expert_streaming(const EngineOptions& opt, std::vector<std::shared_ptr<Backend>>& backends,
+                                     Construction& c) {
+  if (!memory_plan_.stream_experts) return;
+  // A device backend keeps a copy of every weight it reads: the default list goes
+  // on without it (said on stderr); one the user named is an error.
+  for (size_t i = backends.size(); i-- > 0;) {
+    if (backends[i]->uses_host_memory()) continue;
+    if (!opt.backends.empty())
+      throw Error("streaming experts needs CPU backends (" + backends[i]->name() +
+                  " keeps weights on its device): choose --backend cpu_avx512,cpu_scalar, or --expert-cache off");
+    spdlog::info("streaming experts: backend {} (weights on its device) is not used", backends[i]->name());
+    backends.erase(backends.begin() + std::ptrdiff_t(i));
   }
-  // The primary backend may repack or copy weights into its own memory once, at load:
-  // those a matrix product reads (a GetRows table or a norm would only get a copy
-  // nothing reads), once per storage (a tied output matrix shares the embedding's
-  // result). The original's pages are handed back when nothing reads them any more:
-  // every view now points at the backend's copy, or only products read the weight and
-  // the backend streams a copy of its own (the file's pages would otherwise stay
-  // resident beside it).
-  // A distributed rank holds only its share of the routed experts: read in now, and not
-  // prepared by the primary backend (which would copy every expert; the ranged products
-  // read them where they lie, in the file's layout).
-  if (split_experts && !experts_) {
-    const uint64_t read = detail::load_expert_share(*model_, r.first, r.end);
+  if (backends.empty()) throw Error("streaming experts needs a CPU backend, and none is usable");
+  experts_ = detail::stream_model_experts(*file_, *model_, memory_plan_.expert_cache, c.streamed);
+  if (experts_ && c.split_experts) experts_->hold_only(c.experts.first, c.experts.end);  // a rank streams its own share
+  if (experts_ && opt.expert_cache_bytes <= 0)  // automatic: at least the smallest that works
+    experts_->set_cache_bytes(std::max(memory_plan_.expert_cache, experts_->min_cache_bytes()));
+  if (experts_) experts_->finish_setup();
+}
+
+// The primary backend may repack or copy weights into its own memory once, at load:
+// those a matrix product reads (a GetRows table or a norm would only get a copy
+// nothing reads), once per storage (a tied output matrix shares the embedding's
+// result). The original's pages are handed back when nothing reads them any more:
+// every view now points at the backend's copy, or only products read the weight and
+// the backend streams a copy of its own (the file's pages would otherwise stay
+// resident beside it).
+// A distributed rank holds only its share of the routed experts: read in now, and not
+// prepared by the primary backend (which would copy every expert; the ranged products
+// read them where they lie, in the file's layout).
+void Engine::prepare_weights(Backend& primary, const Construction& c) {
+  if (c.split_experts && !experts_) {
+    const uint64_t read = detail::load_expert_share(*model_, c.experts.first, c.experts.end);
     spdlog::info("distributed run: rank {} read its share of the routed experts, {}", ranks_->rank(),
                  format_memory(read));
   }
@@ -223,13 +265,12 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1) return ranks_->rank() == 0;
     return layer >= layers_.first && layer < layers_.end;
   };
-  Backend& primary = *backends.front();
-  for (const detail::WeightGroup& g : uses) {
+  for (const detail::WeightGroup& g : c.uses) {
     if (!g.product) continue;
     Tensor& first = *g.views.front();
     product_weights_.push_back(&first);
-    if (streamed.count(&first)) continue;
-    if (split_experts && detail::is_routed_expert(first)) continue;
+    if (c.streamed.count(&first)) continue;
+    if (c.split_experts && detail::is_routed_expert(first)) continue;
     if (ranks_ && split_ == Split::Layers && !holds_weight(first.name)) continue;
     const Tensor original = first;
     primary.prepare_weight(first);
@@ -256,12 +297,13 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   if (quantized_)
     if (const size_t freed = quantized_->drop_unreferenced(model_->weights()))
       spdlog::debug("--quantize: {:.1f} MiB of copies now held by the backend freed", double(freed) / (1 << 20));
-  scheduler_ = std::make_unique<Scheduler>(std::move(backends));
+}
 
-  // The pool holds max_sequences full contexts, or what the memory budget leaves
-  // (never less than one context; memory_plan.h). Its pages live in the memory of the
-  // backend that runs attention: the primary one (a backend that declines attention
-  // over its own pages sends it down the ranking).
+// The pool holds max_sequences full contexts, or what the memory budget leaves
+// (never less than one context; memory_plan.h). Its pages live in the memory of the
+// backend that runs attention: the primary one (a backend that declines attention
+// over its own pages sends it down the ranking).
+void Engine::create_kv_cache(const EngineOptions& opt) {
   Backend& attention_backend = *scheduler_->backends().front();
   KvCacheConfig kv_config = model_->kv_config(memory_plan_.kv_pages * opt.page_tokens, opt.page_tokens);
   if (kv_config.windowed()) {
@@ -272,14 +314,6 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
                                   [&](size_t bytes) { return attention_backend.alloc_buffer(bytes, BufferUsage::Kv); });
   seq_ = kv_->create_sequence();
   if (ranks_ && ranks_->rank() == 0) kv_->record_calls(&kv_calls_);
-  // Host backends read scratch through plain pointers, so intermediates may share
-  // memory by liveness; a device backend tracks host ranges per submission and gets
-  // distinct ranges (decision 37).
-  bool host_only = true;
-  for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
-  graph_.set_memory_reuse(host_only);
-  spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path, info.architecture,
-                info.n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
 }
 
 Engine::~Engine() {

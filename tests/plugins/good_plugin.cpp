@@ -11,6 +11,9 @@
 #ifndef TEST_PLUGIN_NAME
 #define TEST_PLUGIN_NAME "test_good"
 #endif
+#ifndef TEST_PLUGIN_FLAGS
+#define TEST_PLUGIN_FLAGS 0u
+#endif
 #ifndef TEST_PLUGIN_SCORE
 #define TEST_PLUGIN_SCORE 5
 #endif
@@ -95,7 +98,7 @@ const TesseraBackendApi kApi = {
 
 const TesseraPluginDescriptor kDescriptor = {
     TESSERA_PLUGIN_ABI_VERSION, sizeof(TesseraPluginDescriptor), TEST_PLUGIN_NAME, TESSERA_PLUGIN_BACKEND,
-    "test-only: f32 add", probe, create, destroy, &kApi, nullptr,
+    "test-only: f32 add", probe, create, destroy, &kApi, nullptr, TEST_PLUGIN_FLAGS,
 };
 
 }  // namespace

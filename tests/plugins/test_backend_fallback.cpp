@@ -36,6 +36,16 @@ std::vector<float> last_logits(const std::vector<std::string>& backends, bool st
 
 TEST(BackendFallback, NamedBackendDecliningNodesFallsBackToTheReference) {
   if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "fixtures not found: " << kModel;
+  {  // the bundled reference, as its descriptor names it
+    PluginConfig bundled;
+    bundled.paths = {TESSERA_PLUGIN_DIR};
+    PluginRegistry reg(bundled);
+    ASSERT_NE(reg.reference_backend(), nullptr);
+    EXPECT_EQ(reg.reference_backend()->name, "cpu_scalar");
+    for (const PluginRecord& r : reg.records()) {
+      if (r.name != "cpu_scalar") EXPECT_FALSE(r.reference) << r.name;
+    }
+  }
   const std::vector<float> reference = last_logits({"cpu_scalar"}, false);
   // test_good runs the residual Adds; cpu_scalar, appended, runs the rest: the same
   // float sums in the same order, so the same logits.

@@ -84,6 +84,14 @@ TEST(PluginRegistry, FindsAndClassifiesTestPlugins) {
 
   EXPECT_EQ(reg.ranked_backends(), (std::vector<std::string>{"test_good", "test_other"}));
   EXPECT_TRUE(reg.create_loaders().empty());
+
+  // The reference backend is the one whose descriptor says so, whatever its rank.
+  EXPECT_FALSE(recs[0].reference);
+  EXPECT_TRUE(record(reg, "test_other").reference);
+  ASSERT_NE(reg.reference_backend(), nullptr);
+  EXPECT_EQ(reg.reference_backend()->name, "test_other");
+  PluginRegistry without(config("[backend.test_other]\nenabled = false\n"));
+  EXPECT_EQ(without.reference_backend(), nullptr);  // disabled: not usable
 }
 
 TEST(PluginRegistry, RankOverrideChangesOrder) {

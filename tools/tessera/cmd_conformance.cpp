@@ -58,34 +58,35 @@ int cmd_conformance(int argc, char** argv) {
   if (threads < 0) throw Error("--threads must be >= 0");
 
   auto reg = make_registry(o);
+  const PluginRecord* ref = reg->reference_backend();
+  if (!ref) throw Error("no reference backend is available (cpu_scalar; see `tessera backends`)");
+  const std::string reference_name = ref->name;
   std::vector<std::string> names;
   bool self_check = false;
   if (!backends.empty()) {
     names = split(backends, ',');
   } else {
     for (const auto& n : reg->ranked_backends())
-      if (n != "cpu_scalar") names.push_back(n);
+      if (n != reference_name) names.push_back(n);
     if (names.empty()) {
-      names.push_back("cpu_scalar");
+      names.push_back(reference_name);
       self_check = true;
     }
   }
-  if (!reg->find("cpu_scalar") || !reg->find("cpu_scalar")->usable)
-    throw Error("the reference backend cpu_scalar is not available (see `tessera backends`)");
 
   ConformanceFilter f{filter, dtypes};
   if (conformance_cases(f).empty()) throw Error("no conformance case matches --filter '" + filter + "' --dtype '" + dtypes + "'");
 
   FastPool pool(threads);
-  auto reference = reg->create_backend("cpu_scalar", &pool);
+  auto reference = reg->create_backend(reference_name, &pool);
   if (self_check)
-    std::cout << "note: no backend other than cpu_scalar is usable; checking cpu_scalar against a second instance "
-                 "of itself (a sanity check of the suite: every NMSE must be 0)\n";
+    std::cout << "note: no backend other than " << reference_name << " is usable; checking it against a second "
+                 "instance of itself (a sanity check of the suite: every NMSE must be 0)\n";
 
   int total_pass = 0, total_fail = 0, total_skip = 0;
   for (const std::string& name : names) {
     auto be = reg->create_backend(name, &pool);
-    std::cout << "\n== " << name << " against cpu_scalar ==\n";
+    std::cout << "\n== " << name << " against " << reference_name << " ==\n";
     if (const PluginRecord* rec = reg->find(name); rec && !rec->reason.empty())
       std::cout << "probe: " << printable(rec->reason, 300) << "\n";  // e.g. which device, or "emulated"
     std::cout << pad("op", 14) << pad("dtype", 7) << pad("shape", 44) << pad("result", 7) << pad("NMSE", 10)

@@ -342,7 +342,16 @@ typedef struct TesseraPluginDescriptor {
   void (*destroy)(void* instance);
   const TesseraBackendApi* backend; /* required for TESSERA_PLUGIN_BACKEND */
   const TesseraLoaderApi* loader;   /* required for TESSERA_PLUGIN_LOADER */
+  /* Since ABI 7, appended (read only when struct_size covers it): TesseraPluginFlags. */
+  uint32_t flags;
 } TesseraPluginDescriptor;
+
+typedef enum TesseraPluginFlags {
+  /* The reference backend: every op in plain, portable code. The engine places on it
+   * what the chosen backends decline, and the conformance suite measures the others
+   * against it. */
+  TESSERA_PLUGIN_REFERENCE = 1u << 0
+} TesseraPluginFlags;
 
 typedef const TesseraPluginDescriptor* (*TesseraPluginEntryFn)(void);
 

@@ -24,6 +24,7 @@ struct PluginRecord {
   int score = 0;      // probe score
   int rank = 0;       // effective rank: the config override or the score
   bool usable = false;
+  bool reference = false;  // the descriptor's TESSERA_PLUGIN_REFERENCE
   std::string reason; // why not usable (ABI mismatch, probe reason, disabled, ...);
                       // for a usable plugin the probe's note, if it wrote one
 };
@@ -43,6 +44,8 @@ class PluginRegistry {
   std::vector<std::string> ranked_backends() const;
   // The record of a plugin by name (usable or not); nullptr if none has that name.
   const PluginRecord* find(const std::string& name) const;
+  // The usable reference backend (TESSERA_PLUGIN_REFERENCE) of highest rank, or nullptr.
+  const PluginRecord* reference_backend() const;
 
   // Create a backend by name; throws tessera::Error if unknown or unusable.
   // `options` (e.g. from the command line) are added to, and override, the

@@ -217,6 +217,8 @@ void PluginRegistry::scan() {
       continue;
     }
     rec.name = c_str_or_empty(d->name);
+    rec.reference = d->kind == TESSERA_PLUGIN_BACKEND && TESSERA_HAS_FIELD(d, TesseraPluginDescriptor, flags) &&
+                    (d->flags & TESSERA_PLUGIN_REFERENCE) != 0;
     rec.description = c_str_or_empty(d->description);
     rec.kind = kind_name(d->kind);
     if (rec.name.empty()) { refuse("descriptor has an empty name"); continue; }
@@ -314,6 +316,12 @@ std::vector<std::string> PluginRegistry::ranked_backends() const {
 const PluginRecord* PluginRegistry::find(const std::string& name) const {
   for (const auto& r : records_)
     if (r.name == name) return &r;
+  return nullptr;
+}
+
+const PluginRecord* PluginRegistry::reference_backend() const {
+  for (const auto& r : records_)  // usable first, by descending rank
+    if (r.usable && r.reference) return &r;
   return nullptr;
 }
 

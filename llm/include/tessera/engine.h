@@ -175,6 +175,16 @@ class Engine {
   void follow_rank0();
 
  private:
+  // Construction, step by step (engine.cpp says what each does).
+  struct Construction;
+  void open_model(const PluginRegistry& registry, const EngineOptions& opt, Construction& c);
+  void plan_memory(const EngineOptions& opt, Construction& c);
+  std::vector<std::shared_ptr<Backend>> create_backends(const PluginRegistry& registry, const EngineOptions& opt);
+  void choose_expert_streaming(const EngineOptions& opt, std::vector<std::shared_ptr<Backend>>& backends,
+                               Construction& c);
+  void prepare_weights(Backend& primary, const Construction& c);
+  void create_kv_cache(const EngineOptions& opt);
+
   // Throws tessera::Error naming the step, sequence and position if a logits row handed
   // out holds NaN or infinity, or is degenerate (every value equal).
   void check_logits(int64_t rows) const;
