@@ -1,4 +1,4 @@
-// Cost of one fan-out barrier: ns per dispatchAndRun with empty tasks, FastPool
+// Cost of one fan-out barrier: ns per dispatch_and_run with empty tasks, FastPool
 // beside a plain mutex + condvar pool, and 1 executor (no workers) as the floor.
 //   BM_Dispatch/fastpool/threads:2   BM_Dispatch/mutex/threads:2   .../threads:1
 // BM_Dispatch reports the mean per dispatch (Google Benchmark's time); on a loaded
@@ -38,10 +38,10 @@ void bm_dispatch(benchmark::State& state, int executors) {
   Pool pool(executors);
   std::array<FastPool::Task, FastPool::kMaxWorkers + 1> tasks{};
   for (auto& t : tasks) t.fn = empty_task;
-  std::span<const FastPool::Task> span(tasks.data(), size_t(pool.executorCount()));
-  for (int i = 0; i < 1000; ++i) pool.dispatchAndRun(span);  // workers started and hot
-  for (auto _ : state) pool.dispatchAndRun(span);
-  state.counters["executors"] = pool.executorCount();
+  std::span<const FastPool::Task> span(tasks.data(), size_t(pool.executor_count()));
+  for (int i = 0; i < 1000; ++i) pool.dispatch_and_run(span);  // workers started and hot
+  for (auto _ : state) pool.dispatch_and_run(span);
+  state.counters["executors"] = pool.executor_count();
 }
 
 double percentile(std::vector<double>& v, double p) {
@@ -56,13 +56,13 @@ void bm_dispatch_latency(benchmark::State& state, int executors) {
   Pool pool(executors);
   std::array<FastPool::Task, FastPool::kMaxWorkers + 1> tasks{};
   for (auto& t : tasks) t.fn = empty_task;
-  std::span<const FastPool::Task> span(tasks.data(), size_t(pool.executorCount()));
-  for (int i = 0; i < 1000; ++i) pool.dispatchAndRun(span);
+  std::span<const FastPool::Task> span(tasks.data(), size_t(pool.executor_count()));
+  for (int i = 0; i < 1000; ++i) pool.dispatch_and_run(span);
   std::vector<double> ns, clock_ns;
   ns.reserve(1 << 20);
   for (auto _ : state) {
     auto t0 = clk::now();
-    pool.dispatchAndRun(span);
+    pool.dispatch_and_run(span);
     auto t1 = clk::now();
     if (ns.size() < (1u << 20)) ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
   }

@@ -1,7 +1,7 @@
 // A straightforward mutex + condition-variable worker pool, the baseline FastPool is
 // measured against: a generation counter under a mutex, notify_all to start the
 // workers, a completion counter and a second condvar to wait for them. Same
-// dispatch contract as FastPool::dispatchAndRun (task 0 on the caller).
+// dispatch contract as FastPool::dispatch_and_run (task 0 on the caller).
 #pragma once
 #include <condition_variable>
 #include <mutex>
@@ -31,9 +31,9 @@ class MutexPool {
   MutexPool(const MutexPool&) = delete;
   MutexPool& operator=(const MutexPool&) = delete;
 
-  int executorCount() const { return int(threads_.size()) + 1; }
+  int executor_count() const { return int(threads_.size()) + 1; }
 
-  void dispatchAndRun(std::span<const Task> tasks) {
+  void dispatch_and_run(std::span<const Task> tasks) {
     {
       std::lock_guard lk(m_);
       tasks_ = tasks;

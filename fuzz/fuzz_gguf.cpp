@@ -14,6 +14,7 @@
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
+#include "tessera/tensor_scan.h"
 #include "tessera/tokenizer.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

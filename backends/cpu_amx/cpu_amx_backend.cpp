@@ -19,6 +19,7 @@
 #include "tessera/graph.h"
 #include "tessera/hwprobe.h"
 #include "tessera/op_schema.h"
+#include "tessera/range_backend.h"
 #include "tessera/work_split.h"
 
 namespace tessera::cpu_amx {
@@ -78,7 +79,7 @@ size_t span_bytes(const Tensor& t) {  // from data to the end of its last row
   return t.nrows() == 0 ? 0 : size_t(t.flat_row<char>(t.nrows() - 1) - static_cast<char*>(t.data)) + row_bytes(t.type, t.ne[0]);
 }
 
-class CpuAmxBackend final : public Backend {
+class CpuAmxBackend final : public RangeBackend {
  public:
   CpuAmxBackend(PoolRef pool, const Options& o) : pool_(pool), opt_(o) {
     // Without AVX-512 (emulation on another CPU) there is nothing to wrap: only the
@@ -127,17 +128,6 @@ class CpuAmxBackend final : public Backend {
       }
     }
     own_copy(w, std::move(c));
-  }
-
-  void execute(Graph& graph, size_t first, size_t count) override {
-    op_schema::validate_for_execute(*this, graph, first, count);
-    run(graph, first, count);
-  }
-  // Validated by the scheduler (schema, supports(), run-time state): nothing is checked
-  // again but the expert ids the products read.
-  void execute_validated(Graph& graph, size_t first, size_t count) override {
-    op_schema::check_range("cpu_amx", graph, first, count);
-    run(graph, first, count);
   }
 
  private:
@@ -225,7 +215,7 @@ class CpuAmxBackend final : public Backend {
     return tiles_of(w) != nullptr;
   }
 
-  void run(Graph& graph, size_t first, size_t count) {
+  void run_range(Graph& graph, size_t first, size_t count) override {
     const auto& nodes = graph.nodes();
     act_valid_ = false;
     const size_t end = first + count;
@@ -258,7 +248,7 @@ class CpuAmxBackend final : public Backend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_.executorCount() > 1 && n > 1) {
+    if (pool_ && pool_.executor_count() > 1 && n > 1) {
       auto fn = f;
       pool_.parallel_for(n, std::move(fn));
     } else if (n > 0) {
@@ -306,7 +296,7 @@ class CpuAmxBackend final : public Backend {
   }
   void run_jobs() {
     const int64_t items = starts_.back();
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     if (execs <= 1 || items < 2) {
       run_items(0, items);
       return;

@@ -3,9 +3,11 @@
 // that create() made after the hardware check (or for the emulator).
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "cpu_amx_backend.h"
+#include "cpu_avx512_backend.h"
 #include "tessera/error.h"
 #include "tessera/plugin_abi.h"
 #include "tessera/plugin_glue.h"
@@ -13,8 +15,6 @@
 
 namespace {
 
-bool truthy(const std::string& v) { return v == "true" || v == "1" || v == "yes" || v == "on"; }
-bool falsy(const std::string& v) { return v == "false" || v == "0" || v == "no" || v == "off"; }
 
 // probe() receives no options, so it reads `emulate` from the plugins.toml the host
 // discovers ([backend.cpu_amx] options = { emulate = true }); an unreadable file
@@ -24,7 +24,7 @@ bool emulation_requested_by_config() {
     const tessera::PluginConfig cfg = tessera::PluginConfig::discover();
     if (const tessera::PluginSettings* s = cfg.settings("cpu_amx")) {
       auto it = s->options.find("emulate");
-      return it != s->options.end() && truthy(it->second);
+      return it != s->options.end() && tessera::glue::option_flag(it->second).value_or(false);
     }
   } catch (...) {
   }
@@ -67,54 +67,37 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
       // `decode_prefetch` for the wrapped backend.
       tessera::cpu_amx::Options o;
       o.emulate = tessera::cpu_amx::emulation_requested_by_env();
-      if (args && args->struct_size >= offsetof(TesseraCreateArgs, option_count) + sizeof(args->option_count))
-        for (size_t i = 0; i < args->option_count; ++i) {
-          const TesseraOption& opt = args->options[i];
-          if (!opt.key || !opt.value) continue;
-          const std::string k = opt.key, v = opt.value;
-          if (k == "emulate") {
-            if (truthy(v)) o.emulate = true;
-            else if (!falsy(v)) throw tessera::Error("option emulate must be true or false, not '" + v + "'");
-          } else if (k == "min_columns") {
-            size_t used = 0;
-            long long n = 0;
-            try {
-              n = std::stoll(v, &used);
-            } catch (...) {
-              used = 0;
-            }
-            if (used != v.size() || n < 1) throw tessera::Error("option min_columns must be an integer >= 1, not '" + v + "'");
-            o.min_columns = n;
-          } else if (k == "repack") {
-            o.repack = !falsy(v);
-          } else if (k == "decode_tiles") {
-            if (v != "1" && v != "2" && v != "4")
-              throw tessera::Error("option decode_tiles must be 1, 2 or 4, not '" + v + "'");
-            o.decode_tiles = std::stoi(v);
-          } else if (k == "decode_prefetch") {
-            if (truthy(v)) o.decode_prefetch = 1;
-            else if (falsy(v)) o.decode_prefetch = 0;
-            else throw tessera::Error("option decode_prefetch must be true or false, not '" + v + "'");
+      tessera::cpu_avx512::Options inner;
+      tessera::glue::for_each_option(args, [&](std::string_view k, std::string_view value) {
+        const std::string v(value);
+        if (k == "emulate") {
+          const std::optional<bool> on = tessera::glue::option_flag(v);
+          if (!on) throw tessera::Error("option emulate must be true or false, not '" + v + "'");
+          o.emulate = o.emulate || *on;  // the environment's request stands
+        } else if (k == "min_columns") {
+          size_t used = 0;
+          long long n = 0;
+          try {
+            n = std::stoll(v, &used);
+          } catch (...) {
+            used = 0;
           }
+          if (used != v.size() || n < 1) throw tessera::Error("option min_columns must be an integer >= 1, not '" + v + "'");
+          o.min_columns = n;
+        } else {
+          tessera::cpu_avx512::take_option(inner, k, value);
         }
+      });
+      o.repack = inner.repack;
+      o.decode_tiles = inner.decode_tiles;
+      o.decode_prefetch = inner.decode_prefetch;
       return tessera::cpu_amx::make_backend(pool, o);
   });
 }
 
-void destroy(void* instance) { tessera::glue::destroy_backend(instance); }
-
-const TesseraPluginDescriptor kDescriptor = {
-    TESSERA_PLUGIN_ABI_VERSION,
-    sizeof(TesseraPluginDescriptor),
-    "cpu_amx",
-    TESSERA_PLUGIN_BACKEND,
-    "AMX tile products (Q8_0/Q4_0) for prefill and expert batches; everything else as cpu_avx512",
-    &probe,
-    &create,
-    &destroy,
-    &tessera::glue::kBackendApi,
-    nullptr,
-};
+const TesseraPluginDescriptor kDescriptor = tessera::glue::backend_descriptor(
+    "cpu_amx", "AMX tile products (Q8_0/Q4_0) for prefill and expert batches; everything else as cpu_avx512", &probe,
+    &create);
 
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "tessera/kv_access.h"
 #include "tessera/membw.h"
 #include "tessera/op_schema.h"
+#include "tessera/range_backend.h"
 #include "tessera/quant.h"
 #include "tessera/work_split.h"
 
@@ -124,7 +125,7 @@ uint64_t fingerprint(const Tensor& w) {
   return h;
 }
 
-class CpuAvx512Backend final : public Backend {
+class CpuAvx512Backend final : public RangeBackend {
  public:
   CpuAvx512Backend(PoolRef pool, bool repack, int decode_tiles, bool decode_prefetch)
       : pool_(pool),
@@ -133,7 +134,7 @@ class CpuAvx512Backend final : public Backend {
         decode_prefetch_(decode_prefetch) {}
   // The pool outlives its backends; its workers may still read a repacked copy.
   ~CpuAvx512Backend() override {
-    if (pool_) pool_.cancelIdlePrefetch();
+    if (pool_) pool_.cancel_idle_prefetch();
   }
 
   // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
@@ -239,27 +240,14 @@ class CpuAvx512Backend final : public Backend {
     }
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override {
-    op_schema::validate_for_execute(*this, graph, first, count);
-    execute_range(graph, first, count);
-  }
-
-  // The scheduler validated the range (op_schema once per plan, supports() above, the
-  // run-time state before this call): nothing is checked again here but the ids the
-  // kernels read.
-  void execute_validated(Graph& graph, size_t first, size_t count) override {
-    op_schema::check_range("cpu_avx512", graph, first, count);
-    execute_range(graph, first, count);
-  }
-
  private:
-  // Every node of [first, first + count) is valid and supported (see execute_validated).
-  void execute_range(Graph& graph, size_t first, size_t count) {
+  // Every node of [first, first + count) is valid and supported (range_backend.h).
+  void run_range(Graph& graph, size_t first, size_t count) override {
     const auto& nodes = graph.nodes();
     struct RowHints {  // hints into the caller's tensors end with the call, whatever it throws
       CpuAvx512Backend& be;
       ~RowHints() {
-        if (be.row_hints_ && be.pool_) be.pool_.cancelIdlePrefetch();
+        if (be.row_hints_ && be.pool_) be.pool_.cancel_idle_prefetch();
         be.row_hints_ = false;
       }
     } row_hints{*this};
@@ -316,7 +304,7 @@ class CpuAvx512Backend final : public Backend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_.executorCount() > 1 && n > 1) {
+    if (pool_ && pool_.executor_count() > 1 && n > 1) {
       auto fn = f;
       pool_.parallel_for(n, std::move(fn));
     } else if (n > 0) {
@@ -335,7 +323,7 @@ class CpuAvx512Backend final : public Backend {
   // Silu, SwiGlu, Softmax (exp16): splitting pays from a few thousand elements.
   static constexpr int64_t kParExp = 4096;
 
-  bool pool_split() const { return pool_ && pool_.executorCount() > 1; }
+  bool pool_split() const { return pool_ && pool_.executor_count() > 1; }
 
   // f(r0, r1) over [0, rows), split by rows when the op has at least `threshold` elements.
   template <typename F>
@@ -743,7 +731,7 @@ class CpuAvx512Backend final : public Backend {
   }
   // Frees a repacked copy, after the workers stopped reading it (idle prefetch).
   void drop_repacked(const void* key) {
-    if (pool_) pool_.cancelIdlePrefetch();
+    if (pool_) pool_.cancel_idle_prefetch();
     repacked_.erase(key);
   }
   // The repacked copy of w if its fingerprint still matches; a stale one is dropped.
@@ -872,7 +860,7 @@ class CpuAvx512Backend final : public Backend {
       ctx.y_stride = swiglu->ne[0];
       ctx.tiles = ctx.end[0];  // items: row tiles of gate and up together
     }
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     if (execs <= 1 || ctx.tiles < 2) {
       ctx.check_fingerprints();
       if (!ctx.stale)
@@ -988,7 +976,7 @@ class CpuAvx512Backend final : public Backend {
       ctx.tiles[i] = (w.ne[1] + kern::kTileRows - 1) / kern::kTileRows;
       total += ctx.tiles[i];
     }
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     if (execs <= 1 || total < 2) {
       ctx.run(0, total);
       return;
@@ -1039,7 +1027,7 @@ class CpuAvx512Backend final : public Backend {
     return &y;
   }
 
-  // Sets each worker's idle prefetch (FastPool::setIdlePrefetch): the first bytes of its
+  // Sets each worker's idle prefetch (FastPool::set_idle_prefetch): the first bytes of its
   // share (WorkSplit's initial split) of the next repacked product from node `from`
   // on, read into its cache while the caller runs the ops before that product. After
   // the last product of [first, end) it is the first one (the next token's graph is
@@ -1050,7 +1038,7 @@ class CpuAvx512Backend final : public Backend {
   // cache (they are cold each token, which made rms_norm markedly slower).
   // Called before each product's dispatch, so both complete while it streams.
   void prepare_next_product(const Graph& g, size_t from, size_t first, size_t end) {
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     const auto& nodes = g.nodes();
     size_t j = from;
     while (j < end && nodes[j].op != Op::MatMul) ++j;
@@ -1082,7 +1070,7 @@ class CpuAvx512Backend final : public Backend {
             h.p = static_cast<const char*>(w.data) + size_t(r) * w.nb[1];
             h.bytes = std::min(kIdlePrefetchBytes, size_t(N - r) * w.nb[1]);
           }
-          pool_.setIdlePrefetch(e, h);
+          pool_.set_idle_prefetch(e, h);
         }
         row_hints_ = true;
         return;
@@ -1105,7 +1093,7 @@ class CpuAvx512Backend final : public Backend {
         }
         t -= ti;
       }
-      pool_.setIdlePrefetch(w, h);
+      pool_.set_idle_prefetch(w, h);
     }
   }
 
@@ -1171,7 +1159,7 @@ class CpuAvx512Backend final : public Backend {
     // executor that is slowed down (a shared core) does not hold the others back. Each
     // row is computed by the same code whichever executor takes it: results do not
     // depend on the split.
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     if (execs <= 1 || N < 2) {
       kern::matmul_rows(job, 0, N);
       return true;
@@ -1238,7 +1226,7 @@ class CpuAvx512Backend final : public Backend {
     bool any_rows = false, any_tiled = false;
     for (int64_t e = 0; e < E; ++e)
       if (used(e) > 0) (moe_tiled_[size_t(e)] ? any_tiled : any_rows) = true;
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     const size_t tile_bytes =
         on_the_fly && any_tiled ? (kern::repacked_bytes(w.type, K, kern::kTileRows) + 63) & ~size_t(63) : 0;
     uint8_t* tile_scratch = tile_bytes ? tile_scratch_.get(tile_bytes * size_t(execs), "repacked tiles") : nullptr;
@@ -1427,7 +1415,7 @@ class CpuAvx512Backend final : public Backend {
         }
       }
     } ctx{&q, &dst, &attn_seqs_, hd, dv, group, gs, slices, tq, window, scale, sinks, &split_};
-    const int execs = pool_ ? pool_.executorCount() : 1;
+    const int execs = pool_ ? pool_.executor_count() : 1;
     if (execs <= 1 || count < 2) {
       ctx.run(0, count);
       return true;

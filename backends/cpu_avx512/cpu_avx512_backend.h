@@ -17,6 +17,7 @@
 // the next backend by rank. Node validation is the core's op schema.
 #pragma once
 #include <memory>
+#include <string_view>
 #include <string>
 
 #include "tessera/backend.h"
@@ -38,6 +39,18 @@ bool usable(std::string* why = nullptr);
 // hardware prefetchers; -1 = default_decode_prefetch().
 std::unique_ptr<Backend> make_backend(PoolRef pool, bool repack = true, int decode_tiles = 0,
                                       int decode_prefetch = -1);
+
+// The create() options (plugins.toml [backend.cpu_avx512] options), which cpu_amx passes
+// on to the cpu_avx512 it wraps: `repack` (a switch), `decode_tiles` (1, 2 or 4),
+// `decode_prefetch` (a switch); unset, make_backend's defaults for this CPU.
+struct Options {
+  bool repack = true;
+  int decode_tiles = 0;
+  int decode_prefetch = -1;
+};
+// Takes one option into `o`; false when `key` is not one of them. Throws tessera::Error
+// naming the option for a value it does not take.
+bool take_option(Options& o, std::string_view key, std::string_view value);
 
 // 4 on AMD family 0x1A, where 4 tiles side by side decoded faster, else 1 (one tile at
 // a time was faster on the others measured): decision 32.

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "tessera/dtype.h"
-#include "tessera/quant.h"
+#include "tessera/quant_blocks.h"
 
 namespace tessera::cpu_avx512::kern {
 

@@ -45,7 +45,7 @@
 #include "kernels.h"
 #include "kernels_matmul_common.h"
 #include "kernels_simd.h"
-#include "tessera/quant.h"
+#include "tessera/quant_blocks.h"
 
 namespace tessera::cpu_avx512::kern {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tessera/quant.h"
+#include "tessera/quant_blocks.h"
 
 namespace tessera::cpu_avx512::kern {
 

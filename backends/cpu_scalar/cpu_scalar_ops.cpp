@@ -44,6 +44,7 @@
 #include "tessera/graph.h"
 #include "tessera/kv_access.h"
 #include "tessera/op_schema.h"
+#include "tessera/range_backend.h"
 #include "tessera/quant.h"
 
 namespace tessera::cpu_scalar {
@@ -70,7 +71,7 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 // ---------------------------------------------------------------------------
 // The backend
 
-class CpuScalarBackend final : public Backend {
+class CpuScalarBackend final : public RangeBackend {
  public:
   explicit CpuScalarBackend(PoolRef pool) : pool_(pool) {}
 
@@ -84,20 +85,8 @@ class CpuScalarBackend final : public Backend {
     return OpSupport::no(std::move(why));
   }
 
-  void execute(Graph& graph, size_t first, size_t count) override {
-    op_schema::validate_for_execute(*this, graph, first, count);
-    run_range(graph, first, count);
-  }
-
-  // The scheduler validated the nodes (schema once per plan, run-time state before
-  // this call): nothing is checked again here but the ids the kernels read.
-  void execute_validated(Graph& graph, size_t first, size_t count) override {
-    op_schema::check_range("cpu_scalar", graph, first, count);
-    run_range(graph, first, count);
-  }
-
  private:
-  void run_range(Graph& graph, size_t first, size_t count) {
+  void run_range(Graph& graph, size_t first, size_t count) override {
     const auto& nodes = graph.nodes();
     for (size_t k = first; k < first + count; ++k) {
       try {
@@ -114,7 +103,7 @@ class CpuScalarBackend final : public Backend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_.executorCount() > 1 && n > 1) {
+    if (pool_ && pool_.executor_count() > 1 && n > 1) {
       auto fn = f;  // PoolRef::parallel_for takes its functor by value type (an rvalue)
       pool_.parallel_for(n, std::move(fn));
     }

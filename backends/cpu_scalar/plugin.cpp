@@ -21,21 +21,9 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
   });
 }
 
-void destroy(void* instance) { tessera::glue::destroy_backend(instance); }
-
-const TesseraPluginDescriptor kDescriptor = {
-    TESSERA_PLUGIN_ABI_VERSION,
-    sizeof(TesseraPluginDescriptor),
-    "cpu_scalar",
-    TESSERA_PLUGIN_BACKEND,
-    "reference backend: every op in plain C++ (the oracle)",
-    &probe,
-    &create,
-    &destroy,
-    &tessera::glue::kBackendApi,
-    nullptr,
-    TESSERA_PLUGIN_REFERENCE,
-};
+const TesseraPluginDescriptor kDescriptor =
+    tessera::glue::backend_descriptor("cpu_scalar", "reference backend: every op in plain C++ (the oracle)", &probe,
+                                      &create, TESSERA_PLUGIN_REFERENCE);
 
 }  // namespace
 

@@ -51,20 +51,9 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
   });
 }
 
-void destroy(void* instance) { tessera::glue::destroy_backend(instance); }
-
-const TesseraPluginDescriptor kDescriptor = {
-    TESSERA_PLUGIN_ABI_VERSION,
-    sizeof(TesseraPluginDescriptor),
-    "vulkan",
-    TESSERA_PLUGIN_BACKEND,
-    "Vulkan compute: embedded SPIR-V shaders, weights uploaded once, one submission per run of nodes",
-    &probe,
-    &create,
-    &destroy,
-    &tessera::glue::kBackendApi,
-    nullptr,
-};
+const TesseraPluginDescriptor kDescriptor = tessera::glue::backend_descriptor(
+    "vulkan", "Vulkan compute: embedded SPIR-V shaders, weights uploaded once, one submission per run of nodes", &probe,
+    &create);
 
 }  // namespace
 

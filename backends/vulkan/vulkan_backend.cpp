@@ -19,7 +19,8 @@
 #include "tessera/kv_access.h"
 #include "tessera/rope_table.h"
 #include "tessera/op_schema.h"
-#include "tessera/quant.h"
+#include "tessera/range_backend.h"
+#include "tessera/quant_blocks.h"
 #include "vk_context.h"
 
 namespace tessera::vk {
@@ -120,7 +121,7 @@ class DeviceKvBuffer;
 // A tensor in device memory: a buffer of its backend, no host address.
 bool on_device(const Tensor& t) { return !t.data && t.buffer; }
 
-class VulkanBackend final : public Backend {
+class VulkanBackend final : public RangeBackend {
  public:
   explicit VulkanBackend(bool allow_cpu) : ctx_(allow_cpu) {
     spdlog::debug("vulkan: using {}", ctx_.device_summary());
@@ -168,24 +169,16 @@ class VulkanBackend final : public Backend {
     }
   }
 
-  void execute(Graph& g, size_t first, size_t count) override {
-    op_schema::validate_for_execute(*this, g, first, count);  // supports() includes the Rope rule
-    execute_range(g, first, count);
-  }
-  // The scheduler validated the range (op schema, supports() per signature, run-time
-  // state before this call). The one check() rule that reads data addresses (a Rope's
-  // positions must not be computed in the graph), which the signature does not cover,
-  // runs again for every Rope, over sorted ranges (rope_positions_computed); ids read
-  // from tensors are checked where they are read.
-  void execute_validated(Graph& g, size_t first, size_t count) override {
-    op_schema::check_range("vulkan", g, first, count);
+  // The one check() rule that reads data addresses (a Rope's positions must not be
+  // computed in the graph), which the plan signature does not cover, runs again for
+  // every Rope of a validated range, over sorted ranges (rope_positions_computed).
+  void check_unsigned(const Graph& g, size_t first, size_t count) const override {
     const size_t k = rope_positions_computed(g, first, count);
     if (k != SIZE_MAX) throw Error("vulkan: " + describe_node(g, k) + ": Rope: positions computed inside the graph");
-    execute_range(g, first, count);
   }
 
  private:
-  void execute_range(Graph& g, size_t first, size_t count);
+  void run_range(Graph& g, size_t first, size_t count) override;
 
   // --- validation ------------------------------------------------------------
   // The first Rope node of [first, first + count) whose positions tensor overlaps a
@@ -1102,7 +1095,7 @@ void Run::go() {
 
 // Nodes [first, first + count) are valid, supported and ready to run (execute() and
 // execute_validated() made sure).
-void VulkanBackend::execute_range(Graph& g, size_t first, size_t count) {
+void VulkanBackend::run_range(Graph& g, size_t first, size_t count) {
   const auto& nodes = g.nodes();
   if (count == 0) return;
   static const bool debug_trace = std::getenv("TESSERA_VULKAN_DEBUG_TRACE") != nullptr;

@@ -59,7 +59,7 @@ int32_t c_dispatch(TesseraPool* p, const TesseraTask* tasks, size_t count, char*
     std::array<FastPool::Task, FastPool::kMaxWorkers + 1> t;
     if (count > t.size()) throw Error("dispatch of " + std::to_string(count) + " tasks, at most " + std::to_string(t.size()));
     for (size_t i = 0; i < count; ++i) t[i] = {tasks[i].fn, tasks[i].ctx};
-    host(p).dispatchAndRun(std::span<const FastPool::Task>(t.data(), count));
+    host(p).dispatch_and_run(std::span<const FastPool::Task>(t.data(), count));
     return 0;
   } catch (const std::exception& e) {
     if (error && error_size) std::snprintf(error, error_size, "%s", e.what());
@@ -70,11 +70,11 @@ int32_t c_dispatch(TesseraPool* p, const TesseraTask* tasks, size_t count, char*
 }
 void c_set_idle_prefetch(TesseraPool* p, int32_t executor, const void* ptr, size_t bytes) {
   try {
-    host(p).setIdlePrefetch(executor, {ptr, bytes});
+    host(p).set_idle_prefetch(executor, {ptr, bytes});
   } catch (...) {
   }
 }
-void c_cancel_idle_prefetch(TesseraPool* p) { host(p).cancelIdlePrefetch(); }
+void c_cancel_idle_prefetch(TesseraPool* p) { host(p).cancel_idle_prefetch(); }
 const TesseraPoolApi kHostPoolApi = {sizeof(TesseraPoolApi), &c_dispatch, &c_set_idle_prefetch, &c_cancel_idle_prefetch};
 
 }  // namespace
@@ -179,7 +179,7 @@ void FastPool::worker_main(int index) {
 // and the cancel epoch. Loads, not prefetch instructions: with prefetcht1 the loop ran
 // through 256 KiB in most gaps, the prefetches presumably dropped once the miss
 // buffers were full, and decode did not get faster. Loads can fault, so a range may
-// only be freed after cancelIdlePrefetch() (the touching flag and the epoch).
+// only be freed after cancel_idle_prefetch() (the touching flag and the epoch).
 void FastPool::touch_until_dispatch(Slot& s, PrefetchHint hint, uint64_t hint_epoch, uint64_t seen) {
   if (hint.bytes == 0) return;
   s.touching.store(1, std::memory_order_seq_cst);
@@ -198,9 +198,9 @@ void FastPool::touch_until_dispatch(Slot& s, PrefetchHint hint, uint64_t hint_ep
   s.touching.store(0, std::memory_order_release);
 }
 
-void FastPool::setIdlePrefetch(int executor, PrefetchHint hint) {
+void FastPool::set_idle_prefetch(int executor, PrefetchHint hint) {
   if (executor < 1 || executor > workers_)
-    throw Error("FastPool::setIdlePrefetch: executor " + std::to_string(executor) + " is not a worker (1.." +
+    throw Error("FastPool::set_idle_prefetch: executor " + std::to_string(executor) + " is not a worker (1.." +
                 std::to_string(workers_) + ")");
   hints_[executor - 1] = hint;
 }
@@ -208,20 +208,20 @@ void FastPool::setIdlePrefetch(int executor, PrefetchHint hint) {
 // Dekker with touch_until_dispatch: either the worker's epoch check comes after the
 // increment (it touches nothing), or its touching = 1 comes before our read of it
 // (we wait, and it sees the new epoch within 64 lines).
-void FastPool::cancelIdlePrefetch() {
+void FastPool::cancel_idle_prefetch() {
   for (int w = 0; w < workers_; ++w) hints_[w] = PrefetchHint{};
   prefetch_epoch_.fetch_add(1, std::memory_order_seq_cst);
   for (int w = 0; w < workers_; ++w)
     while (slots_[size_t(w)].touching.load(std::memory_order_seq_cst) != 0) cpu_relax();
 }
 
-void FastPool::dispatchAndRun(std::span<const Task> tasks) {
-  if (tasks.size() > size_t(executorCount()))
-    throw Error("FastPool::dispatchAndRun: " + std::to_string(tasks.size()) + " tasks for " +
-                std::to_string(executorCount()) + " executors");
+void FastPool::dispatch_and_run(std::span<const Task> tasks) {
+  if (tasks.size() > size_t(executor_count()))
+    throw Error("FastPool::dispatch_and_run: " + std::to_string(tasks.size()) + " tasks for " +
+                std::to_string(executor_count()) + " executors");
   if (tasks.empty()) return;
   if (in_dispatch_.exchange(true, std::memory_order_acquire))
-    throw Error("FastPool::dispatchAndRun: the pool is already dispatching (nested or concurrent call)");
+    throw Error("FastPool::dispatch_and_run: the pool is already dispatching (nested or concurrent call)");
 
   const int used = int(tasks.size()) - 1;  // workers that get a task
   const uint64_t g = ++generation_;
@@ -268,12 +268,12 @@ void FastPool::dispatchAndRun(std::span<const Task> tasks) {
 
 void FastPool::parallel(void (*fn)(void* ctx, int index), void* ctx) {
   std::array<Task, kMaxWorkers + 1> tasks;
-  const int n = executorCount();
+  const int n = executor_count();
   for (int i = 0; i < n; ++i) tasks[size_t(i)] = Task{fn, ctx};
-  dispatchAndRun(std::span<const Task>(tasks.data(), size_t(n)));
+  dispatch_and_run(std::span<const Task>(tasks.data(), size_t(n)));
 }
 
-int FastPool::sleepingWorkers() const {
+int FastPool::sleeping_workers() const {
   int n = 0;
   for (int w = 0; w < workers_; ++w)
     if (slots_[size_t(w)].sleeping.load(std::memory_order_relaxed) != 0) ++n;

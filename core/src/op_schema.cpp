@@ -10,7 +10,7 @@
 #include "tessera/backend.h"
 #include "tessera/error.h"
 #include "tessera/kv_cache.h"
-#include "tessera/quant.h"
+#include "tessera/quant_blocks.h"
 
 namespace tessera::op_schema {
 namespace {

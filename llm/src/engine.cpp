@@ -22,6 +22,7 @@
 #include "tessera/memory_plan.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
+#include "tessera/tensor_scan.h"
 #include "tessera/open_model.h"
 #include "tessera/plugin_registry.h"
 #include "tessera/rank_group.h"
@@ -95,7 +96,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
   graph_.set_memory_reuse(host_only);
   spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path,
-                model_->info().architecture, model_->info().n_layer, n_ctx_, opt.max_sequences, pool_->executorCount());
+                model_->info().architecture, model_->info().n_layer, n_ctx_, opt.max_sequences, pool_->executor_count());
 }
 
 // The file through its loader plugin, the model's architecture over it, the memory
@@ -340,7 +341,7 @@ const Tokenizer& Engine::tokenizer() const {
   return *tokenizer_;
 }
 
-int Engine::threads() const { return pool_->executorCount(); }
+int Engine::threads() const { return pool_->executor_count(); }
 
 int64_t Engine::n_vocab() const { return model_->info().n_vocab; }
 

@@ -30,18 +30,9 @@ void* gguf_create(const TesseraCreateArgs* args, char* error, size_t error_size)
   });
 }
 
-const TesseraPluginDescriptor kDescriptor = {
-    TESSERA_PLUGIN_ABI_VERSION,
-    sizeof(TesseraPluginDescriptor),
-    "gguf",
-    TESSERA_PLUGIN_LOADER,
-    "GGUF v2/v3 model files (memory-mapped, fully validated)",
-    &gguf_probe,
-    &gguf_create,
-    &tessera::glue::destroy_loader,
-    nullptr,                      // backend
-    &tessera::glue::kLoaderApi,  // loader
-};
+const TesseraPluginDescriptor kDescriptor =
+    tessera::glue::loader_descriptor("gguf", "GGUF v2/v3 model files (memory-mapped, fully validated)", &gguf_probe,
+                                     &gguf_create);
 
 }  // namespace
 

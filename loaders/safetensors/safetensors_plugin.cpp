@@ -35,18 +35,9 @@ void* safetensors_create(const TesseraCreateArgs* args, char* error, size_t erro
   });
 }
 
-const TesseraPluginDescriptor kDescriptor = {
-    TESSERA_PLUGIN_ABI_VERSION,
-    sizeof(TesseraPluginDescriptor),
-    "safetensors",
-    TESSERA_PLUGIN_LOADER,
-    "Hugging Face checkpoint folders (config.json, safetensors shards, tokenizer.json)",
-    &safetensors_probe,
-    &safetensors_create,
-    &tessera::glue::destroy_loader,
-    nullptr,                      // backend
-    &tessera::glue::kLoaderApi,  // loader
-};
+const TesseraPluginDescriptor kDescriptor = tessera::glue::loader_descriptor(
+    "safetensors", "Hugging Face checkpoint folders (config.json, safetensors shards, tokenizer.json)",
+    &safetensors_probe, &safetensors_create);
 
 }  // namespace
 

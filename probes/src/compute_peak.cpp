@@ -103,7 +103,7 @@ PeakResult measure_compute_peak(FastPool& pool, PeakKernel kernel, int reps, dou
     pool.parallel([](void* p, int i) { auto* c = static_cast<Ctx*>(p); c->ops[i] = c->fn(c->iters); }, &ctx);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double ops = 0;
-    for (int i = 0; i < pool.executorCount(); ++i) ops += ctx.ops[i];
+    for (int i = 0; i < pool.executor_count(); ++i) ops += ctx.ops[i];
     return std::pair{ops, s};
   };
   // Size one run to about `millis`: grow the run until it takes a quarter of that
@@ -128,7 +128,7 @@ PeakResult measure_compute_peak(FastPool& pool, PeakKernel kernel, int reps, dou
   res.min_gops = sp.min;
   res.max_gops = sp.max;
   res.reps = reps;
-  res.threads = pool.executorCount();
+  res.threads = pool.executor_count();
   res.kernel = kernel;
   return res;
 }

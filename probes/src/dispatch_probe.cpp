@@ -24,7 +24,7 @@ DispatchResult measure_dispatch(FastPool& pool, int batches, int per_batch) {
   if (batches < 1 || per_batch < 1)
     throw Error("measure_dispatch: batches and dispatches per batch must be >= 1, got " + std::to_string(batches) +
                 " and " + std::to_string(per_batch));
-  const int n = pool.executorCount();
+  const int n = pool.executor_count();
   // One line per executor, so the tasks' writes do not share a cache line.
   struct alignas(64) Line { std::atomic<int> v{0}; };
   std::array<Line, FastPool::kMaxWorkers + 1> lines;
@@ -35,7 +35,7 @@ DispatchResult measure_dispatch(FastPool& pool, int batches, int per_batch) {
   std::vector<double> ns;
   for (int b = 0; b <= batches; ++b) {  // batch 0 wakes the workers and warms the lines
     const auto t0 = Clock::now();
-    for (int i = 0; i < per_batch; ++i) pool.dispatchAndRun(span);
+    for (int i = 0; i < per_batch; ++i) pool.dispatch_and_run(span);
     const double dt = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     if (b > 0) ns.push_back(dt / per_batch);
   }

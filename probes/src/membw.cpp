@@ -228,7 +228,7 @@ BandwidthResult timed_passes(FastPool& pool, void (*task)(void*, int), Ctx& ctx,
   }
   res.bytes = bytes;
   res.reps = reps;
-  res.threads = pool.executorCount();
+  res.threads = pool.executor_count();
   return res;
 }
 
@@ -289,7 +289,7 @@ BandwidthResult measure_read_bandwidth_ex(FastPool& pool, size_t bytes, int reps
   auto ctx = std::make_unique<ReadCtx>();
   ctx->base = buf.get();
   ctx->pages = bytes / kChunkAlign;
-  ctx->parts = pool.executorCount();
+  ctx->parts = pool.executor_count();
   ctx->fn = kernel_fn(kernels.back());
   ctx->touch = true;
   pool.parallel(read_task, ctx.get());
@@ -315,7 +315,7 @@ BandwidthResult measure_read_bandwidth_spans(FastPool& pool, std::span<const std
   }
   if (ctx->total < (size_t(1) << 20)) throw Error("measure_read_bandwidth: less than 1 MiB to read");
   ctx->offset.push_back(ctx->total);
-  ctx->parts = pool.executorCount();
+  ctx->parts = pool.executor_count();
   ctx->fn = kernel_fn(kernels.back());
   pool.parallel(span_task, ctx.get());  // untimed pass (TLB, frequency)
   BandwidthResult res = timed_passes(pool, span_task, *ctx, ctx->total, reps, kernels);

@@ -28,7 +28,8 @@
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/model_file.h"
-#include "tessera/quant.h"
+#include "tessera/tensor_scan.h"
+#include "tessera/quant_blocks.h"
 
 namespace {
 namespace fs = std::filesystem;

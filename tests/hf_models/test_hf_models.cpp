@@ -23,7 +23,7 @@
 #include "tessera/model.h"
 #include "tessera/model_description.h"
 #include "tessera/plugin_registry.h"
-#include "tessera/quant.h"
+#include "tessera/quant_blocks.h"
 
 namespace tessera::test {
 namespace {

@@ -43,7 +43,9 @@ TEST(BackendFallback, NamedBackendDecliningNodesFallsBackToTheReference) {
     ASSERT_NE(reg.reference_backend(), nullptr);
     EXPECT_EQ(reg.reference_backend()->name, "cpu_scalar");
     for (const PluginRecord& r : reg.records()) {
-      if (r.name != "cpu_scalar") EXPECT_FALSE(r.reference) << r.name;
+      if (r.name != "cpu_scalar") {
+        EXPECT_FALSE(r.reference) << r.name;
+      }
     }
   }
   const std::vector<float> reference = last_logits({"cpu_scalar"}, false);

@@ -33,7 +33,7 @@ void run_counting(FastPool& pool, int ntasks, int dispatches) {
   std::vector<Counter> counters(size_t(FastPool::kMaxWorkers + 1));
   CountCtx ctx{counters.data()};
   std::vector<FastPool::Task> tasks(size_t(ntasks), FastPool::Task{count_task, &ctx});
-  for (int d = 0; d < dispatches; ++d) pool.dispatchAndRun(tasks);
+  for (int d = 0; d < dispatches; ++d) pool.dispatch_and_run(tasks);
   for (int i = 0; i < int(counters.size()); ++i)
     EXPECT_EQ(counters[size_t(i)].n, i < ntasks ? uint64_t(dispatches) : 0u) << "task " << i;
 }
@@ -41,13 +41,13 @@ void run_counting(FastPool& pool, int ntasks, int dispatches) {
 }  // namespace
 
 TEST(FastPool, ExecutorCount) {
-  EXPECT_EQ(FastPool(1).executorCount(), 1);
-  EXPECT_EQ(FastPool(2).executorCount(), 2);
-  EXPECT_EQ(FastPool(17).executorCount(), FastPool::kMaxWorkers + 1);
-  EXPECT_EQ(FastPool(64).executorCount(), FastPool::kMaxWorkers + 1);
+  EXPECT_EQ(FastPool(1).executor_count(), 1);
+  EXPECT_EQ(FastPool(2).executor_count(), 2);
+  EXPECT_EQ(FastPool(17).executor_count(), FastPool::kMaxWorkers + 1);
+  EXPECT_EQ(FastPool(64).executor_count(), FastPool::kMaxWorkers + 1);
   FastPool hw(0);
-  EXPECT_GE(hw.executorCount(), 1);
-  EXPECT_LE(hw.executorCount(), FastPool::kMaxWorkers + 1);
+  EXPECT_GE(hw.executor_count(), 1);
+  EXPECT_LE(hw.executor_count(), FastPool::kMaxWorkers + 1);
   EXPECT_THROW(FastPool(-1), tessera::Error);
 }
 
@@ -55,12 +55,12 @@ class FastPoolThreads : public ::testing::TestWithParam<int> {};
 
 TEST_P(FastPoolThreads, EveryTaskRunsOncePerDispatch) {
   FastPool pool(GetParam());
-  run_counting(pool, pool.executorCount(), 10000);
+  run_counting(pool, pool.executor_count(), 10000);
 }
 
 TEST_P(FastPoolThreads, FewerTasksThanExecutors) {
   FastPool pool(GetParam());
-  const int n = pool.executorCount();
+  const int n = pool.executor_count();
   for (int t : {1, n / 2, n - 1}) {
     if (t < 1) continue;
     run_counting(pool, t, 2000);
@@ -71,7 +71,7 @@ TEST_P(FastPoolThreads, FewerTasksThanExecutors) {
 
 TEST_P(FastPoolThreads, TaskZeroRunsOnCaller) {
   FastPool pool(GetParam());
-  const int n = pool.executorCount();
+  const int n = pool.executor_count();
   std::vector<std::thread::id> ids(static_cast<size_t>(n));
   struct Ctx { std::thread::id* ids; } ctx{ids.data()};
   for (int rep = 0; rep < 50; ++rep) {
@@ -102,24 +102,24 @@ TEST_P(FastPoolThreads, ParallelForCoversRangeOnce) {
 
 TEST_P(FastPoolThreads, WorksAfterWorkersFallAsleep) {
   FastPool pool(GetParam());
-  run_counting(pool, pool.executorCount(), 100);
+  run_counting(pool, pool.executor_count(), 100);
   std::this_thread::sleep_for(std::chrono::microseconds(FastPool::kIdleSleepMicros) * 10 +
                               std::chrono::milliseconds(20));
   // Every worker should have gone to sleep by now (allow scheduling slack).
-  for (int i = 0; i < 200 && pool.sleepingWorkers() < pool.executorCount() - 1; ++i)
+  for (int i = 0; i < 200 && pool.sleeping_workers() < pool.executor_count() - 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(pool.sleepingWorkers(), pool.executorCount() - 1);
-  run_counting(pool, pool.executorCount(), 100);
+  EXPECT_EQ(pool.sleeping_workers(), pool.executor_count() - 1);
+  run_counting(pool, pool.executor_count(), 100);
   // Sleep and wake a few more times, with partial dispatches too.
   for (int rep = 0; rep < 3; ++rep) {
     std::this_thread::sleep_for(std::chrono::microseconds(FastPool::kIdleSleepMicros) * 3);
-    run_counting(pool, std::max(1, pool.executorCount() / 2), 10);
+    run_counting(pool, std::max(1, pool.executor_count() / 2), 10);
   }
 }
 
 TEST_P(FastPoolThreads, DestroyWhileSleeping) {
   FastPool pool(GetParam());
-  run_counting(pool, pool.executorCount(), 10);
+  run_counting(pool, pool.executor_count(), 10);
   std::this_thread::sleep_for(std::chrono::microseconds(FastPool::kIdleSleepMicros) * 10);
 }
 
@@ -132,15 +132,15 @@ TEST(FastPool, DestroyIdleImmediately) {
   }
   for (int t : {2, 4, 17}) {
     FastPool pool(t);
-    run_counting(pool, pool.executorCount(), 5);
+    run_counting(pool, pool.executor_count(), 5);
   }
 }
 
 TEST(FastPool, TooManyTasksThrows) {
   FastPool pool(2);
   std::vector<FastPool::Task> tasks(3);
-  EXPECT_THROW(pool.dispatchAndRun(tasks), tessera::Error);
-  pool.dispatchAndRun({});  // empty is a no-op
+  EXPECT_THROW(pool.dispatch_and_run(tasks), tessera::Error);
+  pool.dispatch_and_run({});  // empty is a no-op
   run_counting(pool, 2, 10);
 }
 
@@ -216,26 +216,26 @@ TEST(FastPool, AnIdleWorkerReadsItsPrefetchHint) {
   FreshPages mem(256 << 10);
   ASSERT_NE(mem.p, nullptr);
   ASSERT_EQ(mem.resident(), 0u) << "the fresh mapping is already present; cannot observe the worker's reads";
-  pool.setIdlePrefetch(1, {mem.p, mem.bytes});
+  pool.set_idle_prefetch(1, {mem.p, mem.bytes});
   pool.parallel([](void*, int) {}, nullptr);
   const size_t pages = mem.bytes / size_t(sysconf(_SC_PAGESIZE));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (mem.resident() < pages && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(mem.resident(), pages);
-  pool.cancelIdlePrefetch();
+  pool.cancel_idle_prefetch();
 }
 
 TEST(FastPool, IdlePrefetchIsForWorkersOnly) {
   FastPool pool(3);
   char b[64];
-  EXPECT_THROW(pool.setIdlePrefetch(0, {b, sizeof b}), tessera::Error);
-  EXPECT_THROW(pool.setIdlePrefetch(3, {b, sizeof b}), tessera::Error);
-  EXPECT_NO_THROW(pool.setIdlePrefetch(2, {b, sizeof b}));
-  pool.cancelIdlePrefetch();
+  EXPECT_THROW(pool.set_idle_prefetch(0, {b, sizeof b}), tessera::Error);
+  EXPECT_THROW(pool.set_idle_prefetch(3, {b, sizeof b}), tessera::Error);
+  EXPECT_NO_THROW(pool.set_idle_prefetch(2, {b, sizeof b}));
+  pool.cancel_idle_prefetch();
 }
 
-// cancelIdlePrefetch returns only once no worker reads a hinted range: the range is
+// cancel_idle_prefetch returns only once no worker reads a hinted range: the range is
 // unmapped right after it, so a worker still reading it would crash the test. 16 MiB
 // takes the worker far longer to read than the caller needs to get to the munmap.
 TEST(FastPool, AHintedRangeCanBeFreedAfterCancel) {
@@ -243,10 +243,10 @@ TEST(FastPool, AHintedRangeCanBeFreedAfterCancel) {
   for (int round = 0; round < 50; ++round) {
     FreshPages mem(16 << 20);
     ASSERT_NE(mem.p, nullptr);
-    pool.setIdlePrefetch(1, {mem.p, mem.bytes});
+    pool.set_idle_prefetch(1, {mem.p, mem.bytes});
     pool.parallel([](void*, int) {}, nullptr);
     if (round % 2) std::this_thread::sleep_for(std::chrono::microseconds(50));  // some rounds mid-read
-    pool.cancelIdlePrefetch();
+    pool.cancel_idle_prefetch();
   }  // munmap
   run_counting(pool, 2, 10);
 }

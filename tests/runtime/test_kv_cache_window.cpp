@@ -186,8 +186,11 @@ TEST(KvCacheWindow, ForkSharesAndCopiesOnWrite) {
   std::vector<int> tb = ta;
   const auto wa = kv.window_block_table(a), wb = kv.window_block_table(b);
   EXPECT_EQ(wa, wb);
-  for (int32_t p : wb)
-    if (p >= 0) EXPECT_EQ(kv.window_page_refcount(p), 2);
+  for (int32_t p : wb) {
+    if (p >= 0) {
+      EXPECT_EQ(kv.window_page_refcount(p), 2);
+    }
+  }
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(step(kv, a, 1, 100 + i));
     ta.push_back(100 + i);

@@ -24,6 +24,7 @@
 #include "tessera/expert_stream.h"
 #include "tessera/model.h"
 #include "tessera/open_model.h"
+#include "tessera/tensor_scan.h"
 #include "tessera/scheduler.h"
 
 namespace tessera::cli {

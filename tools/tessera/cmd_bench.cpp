@@ -299,7 +299,7 @@ int cmd_bench(int argc, char** argv) {
     probes.push_back(measure_read_bandwidth_ex(*probe_pool, size_t(bw_mib) << 20, kProbePasses));
     if (!weight_spans.empty())
       weight_probes.push_back(measure_read_bandwidth_spans(*probe_pool, weight_spans, kProbePasses));
-    if (probe_pool->executorCount() > 1) dispatches.push_back(measure_dispatch(*probe_pool));
+    if (probe_pool->executor_count() > 1) dispatches.push_back(measure_dispatch(*probe_pool));
   };
 
   // --parallel: every sequence's prompt, prefilled in steps that fill the batch, then

@@ -13,6 +13,7 @@
 #include "tessera/memory_plan.h"
 #include "tessera/model.h"
 #include "tessera/open_model.h"
+#include "tessera/tensor_scan.h"
 
 namespace tessera::cli {
 namespace {

@@ -1,4 +1,4 @@
-// FastPool: the persistent worker pool for decode fan-out. dispatchAndRun(tasks)
+// FastPool: the persistent worker pool for decode fan-out. dispatch_and_run(tasks)
 // runs task 0 on the calling thread and tasks 1..n-1 on workers, then waits for all.
 // Workers spin (pause, then brief yields, then sleep after a long idle) on per-worker
 // cache-line-aligned slots; a dispatch takes no lock, allocates nothing and uses no
@@ -18,7 +18,7 @@
 // exception (lowest task index) on the calling thread. Nothing is allocated unless
 // a task throws.
 //
-// Threading contract: one dispatch at a time. dispatchAndRun called while another
+// Threading contract: one dispatch at a time. dispatch_and_run called while another
 // dispatch of the same pool is running (from another thread, or from inside a
 // task) throws tessera::Error instead of deadlocking.
 #pragma once
@@ -57,31 +57,31 @@ class FastPool {
   FastPool& operator=(const FastPool&) = delete;
 
   // Number of executors (caller + workers): the useful task count per dispatch.
-  int executorCount() const { return workers_ + 1; }
+  int executor_count() const { return workers_ + 1; }
 
   // Runs tasks[0] on the caller and tasks[i] on worker i-1; returns when all are done.
-  // tasks.size() must be <= executorCount() (else tessera::Error); workers past
+  // tasks.size() must be <= executor_count() (else tessera::Error); workers past
   // tasks.size() do not run. A task with fn == nullptr is skipped. fn receives
   // ctx and its index in `tasks`.
-  void dispatchAndRun(std::span<const Task> tasks);
+  void dispatch_and_run(std::span<const Task> tasks);
 
-  // Convenience: run fn(ctx, i) for i in [0, executorCount()) on all executors.
+  // Convenience: run fn(ctx, i) for i in [0, executor_count()) on all executors.
   void parallel(void (*fn)(void* ctx, int index), void* ctx);
 
   // Idle prefetch: what a worker reads into its cache after its task, while it waits
   // for the next dispatch (the part of the next matrix product it will stream first,
   // so memory stays busy while the caller runs the serial ops between products). The
-  // worker stops at the next dispatch or cancelIdlePrefetch().
+  // worker stops at the next dispatch or cancel_idle_prefetch().
   struct PrefetchHint {
     const void* p = nullptr;
     size_t bytes = 0;
   };
-  // Sets worker `executor`'s hint (1 <= executor < executorCount()) for the dispatches
+  // Sets worker `executor`'s hint (1 <= executor < executor_count()) for the dispatches
   // that follow, until it is set again. Call only from the dispatching thread.
-  void setIdlePrefetch(int executor, PrefetchHint hint);
+  void set_idle_prefetch(int executor, PrefetchHint hint);
   // Clears every hint and returns once no worker reads a hinted range any more. Call it
   // (from the dispatching thread) before freeing memory a hint may point into.
-  void cancelIdlePrefetch();
+  void cancel_idle_prefetch();
 
   // This pool as the C plugin ABI's TesseraPool, valid while the pool lives: what a
   // backend plugin receives (PoolRef wraps it).
@@ -92,9 +92,18 @@ class FastPool {
   };
 
   // Workers currently blocked in the sleep stage (diagnostics and tests).
-  int sleepingWorkers() const;
+  int sleeping_workers() const;
 
-  // Runs f(begin, end) over [0, n) split into executorCount() contiguous chunks (the
+  // The camelCase names of earlier SDKs, for code written against them.
+  [[deprecated("use executor_count()")]] int executorCount() const { return executor_count(); }
+  [[deprecated("use dispatch_and_run()")]] void dispatchAndRun(std::span<const Task> tasks) { dispatch_and_run(tasks); }
+  [[deprecated("use set_idle_prefetch()")]] void setIdlePrefetch(int executor, PrefetchHint hint) {
+    set_idle_prefetch(executor, hint);
+  }
+  [[deprecated("use cancel_idle_prefetch()")]] void cancelIdlePrefetch() { cancel_idle_prefetch(); }
+  [[deprecated("use sleeping_workers()")]] int sleepingWorkers() const { return sleeping_workers(); }
+
+  // Runs f(begin, end) over [0, n) split into executor_count() contiguous chunks (the
   // split PoolRef makes for plugins, so host and plugin code divide work alike).
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
@@ -120,7 +129,7 @@ class FastPool {
   int workers_ = 0;
   std::unique_ptr<Slot[]> slots_;
   PrefetchHint hints_[kMaxWorkers];
-  alignas(64) std::atomic<uint64_t> prefetch_epoch_{0};  // bumped by cancelIdlePrefetch
+  alignas(64) std::atomic<uint64_t> prefetch_epoch_{0};  // bumped by cancel_idle_prefetch
   std::vector<std::thread> threads_;
   // Read by every waiting worker at each spin: alone on its line, so the caller's
   // writes to the members below (at every dispatch) do not take it from the workers.

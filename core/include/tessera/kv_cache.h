@@ -59,7 +59,7 @@ struct KvCacheConfig {
   // pool of n_window_pages. window_slack more positions are kept for rollbacks below
   // the length at the last reserve() (a drafter's rejected tokens).
   int window = 0;
-  std::vector<uint8_t> window_layers;
+  std::vector<uint8_t> window_layers = {};
   int n_window_pages = 0;
   int window_slack = 0;
   bool windowed() const { return window > 0; }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/dtype.h"
+#include "tessera/printable.h"  // what the loaders and their callers show of a file
 #include "tessera/tensor.h"
 
 namespace tessera {
@@ -87,33 +88,6 @@ class ModelFile {
  protected:
   uint64_t file_size_ = 0;
 };
-
-// Text from a file (metadata strings, tensor names) or a plugin, made safe to show a
-// person on a terminal, on one line: C0 controls (newline and ESC included), DEL, C1
-// controls and bytes that are not valid UTF-8 become \xNN, Unicode bidirectional
-// overrides and isolates (U+202A-202E, U+2066-2069) become \u{NNNN}; everything else
-// (printable ASCII, valid UTF-8) stays. If max_len > 0, output longer than max_len
-// bytes is cut at a character boundary and ends in "...".
-std::string printable(std::string_view s, size_t max_len = 0);
-
-// A tensor holding NaN or infinite values.
-struct NonFiniteTensor {
-  std::string name;
-  DType type = DType::F32;
-  int64_t count = 0;        // non-finite values
-  int64_t first = 0;        // index of the first one (elements in file order)
-  float first_value = 0.f;  // NaN, +inf or -inf
-};
-// Every floating-point or quantized tensor of the file, read value by value (F32, F16
-// and BF16 as stored, quantized types dequantized block by block; integer tensors are
-// skipped), in file order. Reads the whole file: `tessera info/run/serve
-// --check-tensors`.
-std::vector<NonFiniteTensor> find_non_finite_tensors(const ModelFile& file);
-// The same for the tensors with at most one extent above 1 (norms, biases, scale
-// vectors: a few KB each), which the engine checks at every load.
-std::vector<NonFiniteTensor> find_non_finite_vectors(const ModelFile& file);
-// "tensor 'x' (q8_0) holds 3 non-finite values (first: nan at element 17)"
-std::string describe(const NonFiniteTensor& t);
 
 // Memory-mapped model files: a loader registers each mapping so that a SIGBUS inside
 // one (the file was truncated or shrunk by another process while mapped) ends the

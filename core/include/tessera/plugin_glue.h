@@ -8,6 +8,8 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "tessera/plugin_abi.h"
 #include "tessera/pool_ref.h"
@@ -36,8 +38,24 @@ void* create_loader(const char* plugin_name, const TesseraCreateArgs* args, char
                     const MakeLoader& make);
 void destroy_loader(void* instance);
 
+// The descriptor of a plugin on the glue: its name, one line for `tessera backends`,
+// its probe and create functions (create calls create_backend / create_loader), and
+// for a backend its TesseraPluginFlags.
+using ProbeFn = int32_t (*)(char* reason, size_t reason_size);
+using CreateFn = void* (*)(const TesseraCreateArgs* args, char* error, size_t error_size);
+TesseraPluginDescriptor backend_descriptor(const char* name, const char* description, ProbeFn probe, CreateFn create,
+                                           uint32_t flags = 0);
+TesseraPluginDescriptor loader_descriptor(const char* name, const char* description, ProbeFn probe, CreateFn create);
+
 // The option `key` from the create arguments, or nullptr (reads only what the host's
 // struct_size covers).
 const char* find_option(const TesseraCreateArgs* args, const char* key);
+// Every option of the create arguments, in order (as far as struct_size reaches;
+// options without a key or value are passed over).
+void for_each_option(const TesseraCreateArgs* args,
+                     const std::function<void(std::string_view key, std::string_view value)>& visit);
+// An option's value as a switch: "true", "1", "yes", "on" (any case) are true,
+// "false", "0", "no", "off" false, anything else neither.
+std::optional<bool> option_flag(std::string_view value);
 
 }  // namespace tessera::glue

@@ -33,15 +33,15 @@ class PoolRef {
 
   explicit operator bool() const { return pool_ != nullptr; }
   TesseraPool* handle() const { return pool_; }
-  int executorCount() const { return pool_ ? pool_->executors : 1; }
+  int executor_count() const { return pool_ ? pool_->executors : 1; }
 
   // Runs tasks[0] on the caller and tasks[i] on worker i-1; returns when all are done.
   // Throws tessera::Error for more tasks than executors or when the host refuses the
   // dispatch; rethrows the first exception a task threw (lowest index).
-  void dispatchAndRun(std::span<const Task> tasks) const {
-    if (tasks.size() > size_t(executorCount()) || tasks.size() > size_t(kMaxExecutors))
+  void dispatch_and_run(std::span<const Task> tasks) const {
+    if (tasks.size() > size_t(executor_count()) || tasks.size() > size_t(kMaxExecutors))
       throw Error("PoolRef: " + std::to_string(tasks.size()) + " tasks for " +
-                  std::to_string(executorCount()) + " executors");
+                  std::to_string(executor_count()) + " executors");
     Guarded g[kMaxExecutors];
     TesseraTask wrapped[kMaxExecutors];
     for (size_t i = 0; i < tasks.size(); ++i) {
@@ -60,18 +60,18 @@ class PoolRef {
       if (g[i].error) std::rethrow_exception(g[i].error);
   }
 
-  // fn(ctx, i) for i in [0, executorCount()) on all executors.
+  // fn(ctx, i) for i in [0, executor_count()) on all executors.
   void parallel(void (*fn)(void* ctx, int index), void* ctx) const {
     Task t[kMaxExecutors];
-    const int n = executorCount() < kMaxExecutors ? executorCount() : kMaxExecutors;
+    const int n = executor_count() < kMaxExecutors ? executor_count() : kMaxExecutors;
     for (int i = 0; i < n; ++i) t[i] = {fn, ctx};
-    dispatchAndRun(std::span<const Task>(t, size_t(n)));
+    dispatch_and_run(std::span<const Task>(t, size_t(n)));
   }
 
-  // f(begin, end) over [0, n) split into executorCount() contiguous chunks.
+  // f(begin, end) over [0, n) split into executor_count() contiguous chunks.
   template <typename F>
   void parallel_for(int64_t n, F&& f) const {
-    struct Ctx { std::remove_reference_t<F>* f; int64_t n; int parts; } c{&f, n, executorCount()};
+    struct Ctx { std::remove_reference_t<F>* f; int64_t n; int parts; } c{&f, n, executor_count()};
     parallel([](void* p, int i) {
       auto* cx = static_cast<Ctx*>(p);
       int64_t b = cx->n * i / cx->parts, e = cx->n * (i + 1) / cx->parts;
@@ -80,14 +80,24 @@ class PoolRef {
   }
 
   // FastPool's idle prefetch (fast_pool.h), when the host offers it.
-  void setIdlePrefetch(int executor, PrefetchHint hint) const {
+  void set_idle_prefetch(int executor, PrefetchHint hint) const {
     if (pool_ && TESSERA_HAS_FIELD(pool_->api, TesseraPoolApi, set_idle_prefetch) && pool_->api->set_idle_prefetch)
       pool_->api->set_idle_prefetch(pool_, executor, hint.p, hint.bytes);
   }
-  void cancelIdlePrefetch() const {
+  void cancel_idle_prefetch() const {
     if (pool_ && TESSERA_HAS_FIELD(pool_->api, TesseraPoolApi, cancel_idle_prefetch) && pool_->api->cancel_idle_prefetch)
       pool_->api->cancel_idle_prefetch(pool_);
   }
+
+  // The camelCase names of earlier SDKs, for plugins written against them.
+  [[deprecated("use executor_count()")]] int executorCount() const { return executor_count(); }
+  [[deprecated("use dispatch_and_run()")]] void dispatchAndRun(std::span<const Task> tasks) const {
+    dispatch_and_run(tasks);
+  }
+  [[deprecated("use set_idle_prefetch()")]] void setIdlePrefetch(int executor, PrefetchHint hint) const {
+    set_idle_prefetch(executor, hint);
+  }
+  [[deprecated("use cancel_idle_prefetch()")]] void cancelIdlePrefetch() const { cancel_idle_prefetch(); }
 
  private:
   struct Guarded {

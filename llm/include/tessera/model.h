@@ -105,8 +105,9 @@ class Model {
   virtual const ModelInfo& info() const = 0;
   // Every weight tensor the forward pass reads (for backend repacking at load).
   virtual std::vector<Tensor*> weights() = 0;
-  // KV cache geometry for a context of n_ctx positions.
-  virtual KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const = 0;
+  // KV cache geometry for a context of n_ctx positions: by default every layer caches
+  // n_head_kv x head_dim values of K and V per position.
+  virtual KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const;
   // Append the nodes of one forward step to `graph`; returns the logits tensor
   // (F32 [n_vocab, rows]: one row per output row, in order), or with
   // batch.hidden_output the normed hidden states (F32 [n_embd, rows]). The caller has

@@ -95,10 +95,6 @@ class Glm4MoeModel final : public Model {
     return all;
   }
 
-  KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
-    return paged_kv_config(info_, n_ctx, page_tokens);
-  }
-
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
     auto [pos, x] = embed_batch(g, embd_, b);

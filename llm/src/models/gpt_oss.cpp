@@ -76,9 +76,7 @@ class GptOssModel final : public Model {
   }
 
   KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
-    std::vector<uint8_t> local;
-    for (const auto& L : layers_) local.push_back(L.local ? 1 : 0);
-    return windowed_kv_config(info_, n_ctx, page_tokens, window_, std::move(local));
+    return windowed_kv_config(info_, n_ctx, page_tokens, window_, local_layer_flags(layers_));
   }
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "models/architectures.h"
+#include "models/model_loader_util.h"
 #include "tessera/error.h"
 #include "tessera/model_description.h"
 #include "tessera/model_file.h"
@@ -28,6 +29,10 @@ constexpr Architecture kArchitectures[] = {
     {"deepseek2", models::make_deepseek2},
 };
 }  // namespace
+
+KvCacheConfig Model::kv_config(int64_t n_ctx, int page_tokens) const {
+  return models::paged_kv_config(info(), n_ctx, page_tokens);
+}
 
 std::vector<std::string> Model::supported_architectures() {
   std::vector<std::string> names;

@@ -23,6 +23,13 @@ KvCacheConfig paged_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tok
 // it by the window).
 KvCacheConfig windowed_kv_config(const ModelInfo& info, int64_t n_ctx, int page_tokens, int32_t window,
                                  std::vector<uint8_t> local);
+// The flags of `layers` (each with a bool `local`) for windowed_kv_config.
+template <class Layers>
+std::vector<uint8_t> local_layer_flags(const Layers& layers) {
+  std::vector<uint8_t> flags;
+  for (const auto& L : layers) flags.push_back(L.local ? 1 : 0);
+  return flags;
+}
 
 class WeightSource;
 struct RopeYarn;

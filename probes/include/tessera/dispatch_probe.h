@@ -15,7 +15,7 @@ struct DispatchResult {
   int executors = 0;
 };
 
-// Times `batches` batches of `per_batch` back-to-back dispatchAndRun calls of empty
+// Times `batches` batches of `per_batch` back-to-back dispatch_and_run calls of empty
 // tasks on every executor of `pool` (after one untimed batch that wakes the workers);
 // each batch gives its mean time per dispatch. Throws tessera::Error unless both
 // counts are >= 1.

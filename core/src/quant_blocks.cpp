@@ -1,9 +1,13 @@
-// IEEE half and bfloat16 conversions, integer-only so the result does not depend
-// on the compiler's floating-point flags.
+// The core's part of quant_blocks.h: IEEE half and bfloat16 conversions (integer-only,
+// so the result does not depend on the compiler's floating-point flags) and each
+// weight type's activation format.
 #include <cstdint>
 #include <cstring>
 
-#include "tessera/quant.h"
+#include <string>
+
+#include "tessera/error.h"
+#include "tessera/quant_blocks.h"
 
 namespace tessera::quant {
 
@@ -63,6 +67,30 @@ uint16_t fp32_to_bf16(float f) {
   const uint32_t u = bits_of(f);
   if ((u & 0x7FFFFFFF) > 0x7F800000) return uint16_t((u >> 16) | 0x40);  // keep NaN, quiet
   return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);                 // nearest even
+}
+
+DType vec_dot_type(DType weight) {
+  switch (weight) {
+    case DType::F32: return DType::F32;
+    case DType::F16: return DType::F16;
+    case DType::BF16: return DType::BF16;
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4:
+    case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_1:
+    case DType::Q5_1: return DType::Q8_1;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::IQ4_XS:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return DType::Q8_K;
+    default: break;
+  }
+  throw Error("no dot product for tensor type " +
+              std::string(ggml_type_name(static_cast<uint32_t>(weight))));
 }
 
 }  // namespace tessera::quant

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "quant/quant_internal.h"
+#include "quant_internal.h"
 #include "tessera/error.h"
 
 namespace tessera::quant {
@@ -289,29 +289,6 @@ float dot_iq4_xs(int64_t nb, const BlockIQ4_XS* x, const BlockQ8_K* y) {
 
 }  // namespace
 
-DType vec_dot_type(DType weight) {
-  switch (weight) {
-    case DType::F32: return DType::F32;
-    case DType::F16: return DType::F16;
-    case DType::BF16: return DType::BF16;
-    case DType::Q4_0:
-    case DType::Q5_0:
-    case DType::IQ4_NL:
-    case DType::MXFP4:
-    case DType::Q8_0: return DType::Q8_0;
-    case DType::Q4_1:
-    case DType::Q5_1: return DType::Q8_1;
-    case DType::Q2_K:
-    case DType::Q3_K:
-    case DType::IQ4_XS:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: return DType::Q8_K;
-    default: break;
-  }
-  throw Error("no dot product for tensor type " +
-              std::string(ggml_type_name(static_cast<uint32_t>(weight))));
-}
 
 float vec_dot(DType wt, int64_t n, const void* w, const void* a) {
   (void)row_bytes(wt, n);  // validates n against the block size

@@ -13,7 +13,7 @@
 #include <limits>
 #include <string>
 
-#include "quant/quant_internal.h"
+#include "quant_internal.h"
 #include "tessera/error.h"
 
 namespace tessera::quant {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "quant/quant_internal.h"
+#include "quant_internal.h"
 #include "tessera/error.h"
 
 namespace tessera::quant {

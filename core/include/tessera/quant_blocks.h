@@ -1,8 +1,8 @@
-// Scalar reference arithmetic for every dtype: F16/BF16 conversion, GGUF block
-// layouts, dequantization, quantization (weights and activations) and the dot
-// products that follow the reference's conventions (see shared fixtures README):
-// the activation row is first converted to vec_dot_type(weight) and the dot is
-// computed on integers per block, then scaled.
+// The numbers every dtype is made of: F16/BF16 conversion, the GGUF block layouts,
+// the grids of the non-linear formats, and which format an activation row takes for a
+// product with a weight of each type (the reference's convention, see the shared
+// fixtures README). The arithmetic over them (dequantization, quantization, the dot
+// products) is libtessera_quant's (tessera/quant.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -84,20 +84,9 @@ inline float e8m0_to_fp32_half(uint8_t e) {
   return f;
 }
 
-// Dequantize n elements (a multiple of the block size) of type t to float.
-void dequantize_row(DType t, const void* src, float* dst, int64_t n);
-
-// Quantize n floats into type t (weights and Q8_0/Q8_1/Q8_K activations alike).
-// Used for activations and by the model generator. Q2_K, Q3_K and IQ4_XS have no
-// quantizer yet (they are read from files only) and throw.
-void quantize_row(DType t, const float* src, void* dst, int64_t n);
-
 // The format an activation row is converted to before a dot with a weight row of
 // type `weight`: F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4->Q8_0,
 // Q4_1/Q5_1->Q8_1, K-quants (Q2_K..Q6_K) and IQ4_XS->Q8_K.
 DType vec_dot_type(DType weight);
-
-// dot(weight_row, act_row) over n elements, act_row already in vec_dot_type(wt).
-float vec_dot(DType wt, int64_t n, const void* weight_row, const void* act_row);
 
 }  // namespace tessera::quant
