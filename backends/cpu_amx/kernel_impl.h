@@ -38,7 +38,7 @@ inline tile::Config kernel_config() {
   return c;
 }
 
-// Blocks between a C tile's store and its scaling (run_rows); 2 was measured best of 2-4.
+// Blocks between a C tile's store and its scaling (run_rows), as docs/amx.md chose it.
 constexpr int kLag = 2;
 
 // Per thread: the B tiles of the current weight tiles (Q4_0 unpacked, Q8_0 copied to

@@ -52,8 +52,8 @@ struct Options {
 // naming the option for a value it does not take.
 bool take_option(Options& o, std::string_view key, std::string_view value);
 
-// 4 on AMD family 0x1A, where 4 tiles side by side decoded faster, else 1 (one tile at
-// a time was faster on the others measured): decision 32.
+// The tiles a one-column product walks side by side on this CPU: 4 or 1, by the CPU
+// families decision 32 lists.
 int default_decode_tiles();
 
 // True on AMD family 0x1A, where software prefetch made decode faster; false elsewhere

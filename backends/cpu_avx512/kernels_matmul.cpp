@@ -450,8 +450,7 @@ using DotFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, float*);
 
 // PF: F32 / F16 / BF16 rows prefetched in software (decode leaves them to the hardware
 // where MatMulJob::decode_prefetch is off; prefill keeps it). The quantized rows always
-// prefetch: TinyLlama Q4_K_M decode with `repack = false` was faster with it on the Zen
-// 4 VM (3 of 3 alternations), unlike the float rows and the repacked tiles (decision 35).
+// prefetch, unlike the float rows and the repacked tiles (decision 35 says why).
 template <int NC, bool PF = true>
 DotFn pick(DType wt) {
   switch (wt) {

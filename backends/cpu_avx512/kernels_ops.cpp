@@ -339,8 +339,8 @@ void attention_heads_dv(const float* const* q, float* const* out, int heads, int
 namespace {
 
 // Row j of F16 K or V rows as NCH float vectors; requests row j + 8. One head's rows
-// are a whole KV row apart and each page of positions lies anywhere; the request made
-// BM_Attention 1.05x (head 64) to 1.6x (head 128) faster at 2048 positions.
+// are a whole KV row apart and each page of positions lies anywhere, beyond what the
+// hardware prefetchers follow (docs/performance.md has BM_Attention with and without).
 template <int NCH>
 inline void load_row_ahead(const uint16_t* const* rows, int64_t off, int64_t j, int64_t L, __m512* out) {
   constexpr int64_t kAhead = 8;

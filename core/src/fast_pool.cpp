@@ -176,10 +176,9 @@ void FastPool::worker_main(int index) {
 }
 
 // Reads one byte of every cache line of the hint, 64 lines between looks at the slot
-// and the cancel epoch. Loads, not prefetch instructions: with prefetcht1 the loop ran
-// through 256 KiB in most gaps, the prefetches presumably dropped once the miss
-// buffers were full, and decode did not get faster. Loads can fault, so a range may
-// only be freed after cancel_idle_prefetch() (the touching flag and the epoch).
+// and the cancel epoch. Loads, not prefetch instructions: a prefetch may be dropped
+// when the miss buffers are full, a load is not. Loads can fault, so a range may only
+// be freed after cancel_idle_prefetch() (the touching flag and the epoch).
 void FastPool::touch_until_dispatch(Slot& s, PrefetchHint hint, uint64_t hint_epoch, uint64_t seen) {
   if (hint.bytes == 0) return;
   s.touching.store(1, std::memory_order_seq_cst);

@@ -49,6 +49,15 @@ extern "C" {
 #define TESSERA_PLUGIN_ABI_MIN_VERSION 3u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
 
+/* A field appended within a generation starts out 0 in C++ (a default member
+ * initializer), so a plugin's descriptor written before the field compiles warning-free;
+ * in C, positional initializers leave it 0 too. */
+#ifdef __cplusplus
+#define TESSERA_APPENDED_DEFAULT(value) = value
+#else
+#define TESSERA_APPENDED_DEFAULT(value)
+#endif
+
 /* True when a table or struct whose writer declared `size` bytes holds `field`. */
 #define TESSERA_HAS_FIELD(ptr, type, field) \
   ((ptr) != NULL && (size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
@@ -343,7 +352,7 @@ typedef struct TesseraPluginDescriptor {
   const TesseraBackendApi* backend; /* required for TESSERA_PLUGIN_BACKEND */
   const TesseraLoaderApi* loader;   /* required for TESSERA_PLUGIN_LOADER */
   /* Since ABI 7, appended (read only when struct_size covers it): TesseraPluginFlags. */
-  uint32_t flags;
+  uint32_t flags TESSERA_APPENDED_DEFAULT(0);
 } TesseraPluginDescriptor;
 
 typedef enum TesseraPluginFlags {
