@@ -17,7 +17,7 @@ if (why) {
 const OpenAI = require(path.join(h.NODE_MODULES, 'openai'));
 const MODEL = path.join(h.FIXTURES, 'models', 'llama-q8_0.gguf');
 const N_EMBD = 256;  // the llama fixtures' n_embd
-const CTX = 256;
+const CTX = 1024;
 
 let server, client;
 before(async () => {
@@ -163,8 +163,10 @@ test('a client that goes away mid-request is cancelled and its KV pages freed', 
 });
 
 test('a streaming greedy completion gives the same text while embeddings run beside it', async () => {
+  // Long enough that the stream outlasts six embedding requests on a loaded machine: the
+  // fixture decodes a token in well under a millisecond.
   const prompt = 'In the beginning there was';
-  const req = { model: 'm', prompt, max_tokens: 160, temperature: 0, ignore_eos: true };
+  const req = { model: 'm', prompt, max_tokens: 1000, temperature: 0, ignore_eos: true };
   const alone = (await client.completions.create(req)).choices[0].text;
   const want = (await client.embeddings.create({ model: 'm', input: TEXTS })).data.map((d) => d.embedding);
 
