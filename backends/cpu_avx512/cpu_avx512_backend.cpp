@@ -314,7 +314,7 @@ class CpuAvx512Backend final : public RangeBackend {
 
   // ---- Small ops ----------------------------------------------------------------
   // Row- or element-parallel on the pool only above a size where the split pays for
-  // the dispatch (~150 ns) and the cache-line traffic; below it the caller runs them
+  // the dispatch and the cache-line traffic; below it the caller runs them
   // alone (a 2048-element decode row of Add costs less than one dispatch). Thresholds
   // are elements of the op, measured with BM_SmallOp (bench/bench_matmul.cpp, see
   // docs/performance.md). Every element is computed by the same code whatever the

@@ -56,8 +56,8 @@ bool take_option(Options& o, std::string_view key, std::string_view value);
 // families decision 32 lists.
 int default_decode_tiles();
 
-// True on AMD family 0x1A, where software prefetch made decode faster; false elsewhere
-// (it slowed one core's stream on the others measured): decision 35.
+// Whether one-column products request their weight stream in software on this CPU, by
+// the CPU families decision 35 lists.
 bool default_decode_prefetch();
 
 }  // namespace tessera::cpu_avx512
