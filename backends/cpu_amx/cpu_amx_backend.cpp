@@ -85,8 +85,8 @@ class CpuAmxBackend final : public RangeBackend {
     // Without AVX-512 (emulation on another CPU) there is nothing to wrap: only the
     // tile products are taken, every other node goes to the next backend by rank.
     if (o.wrap_avx512 && cpu_avx512::usable()) {
-      inner_ = cpu_avx512::make_backend(pool, o.repack, o.decode_tiles, o.decode_prefetch);
-      inner_repacks_ = o.repack;
+      inner_ = cpu_avx512::make_backend(pool, o.avx512);
+      inner_repacks_ = o.avx512.repack;
       avx512_ = true;
     }
     kernel_ = o.emulate ? &kern::matmul_tiles_emulated : &kern::matmul_tiles_real;

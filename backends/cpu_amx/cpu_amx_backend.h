@@ -23,11 +23,9 @@
 #include <memory>
 #include <string>
 
+#include "cpu_avx512_backend.h"
 #include "tessera/backend.h"
 #include "tessera/pool_ref.h"
-
-namespace tessera {
-}
 
 namespace tessera::cpu_amx {
 
@@ -45,10 +43,8 @@ struct Options {
   // false: wrap nothing even where AVX-512 is usable, as cpu_amx runs without AVX-512
   // (tile products only, the rest declined); for tests of that path.
   bool wrap_avx512 = true;
-  // Passed to the wrapped cpu_avx512 (see cpu_avx512::make_backend).
-  bool repack = true;
-  int decode_tiles = 0;
-  int decode_prefetch = -1;
+  // Passed to the wrapped cpu_avx512.
+  cpu_avx512::Options avx512;
 };
 
 // Throws tessera::Error when neither emulation is asked for nor the hardware usable,

@@ -67,7 +67,6 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
       // `decode_prefetch` for the wrapped backend.
       tessera::cpu_amx::Options o;
       o.emulate = tessera::cpu_amx::emulation_requested_by_env();
-      tessera::cpu_avx512::Options inner;
       tessera::glue::for_each_option(args, [&](std::string_view k, std::string_view value) {
         const std::string v(value);
         if (k == "emulate") {
@@ -85,12 +84,9 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
           if (used != v.size() || n < 1) throw tessera::Error("option min_columns must be an integer >= 1, not '" + v + "'");
           o.min_columns = n;
         } else {
-          tessera::cpu_avx512::take_option(inner, k, value);
+          tessera::cpu_avx512::take_option(o.avx512, k, value);
         }
       });
-      o.repack = inner.repack;
-      o.decode_tiles = inner.decode_tiles;
-      o.decode_prefetch = inner.decode_prefetch;
       return tessera::cpu_amx::make_backend(pool, o);
   });
 }

@@ -51,6 +51,9 @@ struct Options {
 // Takes one option into `o`; false when `key` is not one of them. Throws tessera::Error
 // naming the option for a value it does not take.
 bool take_option(Options& o, std::string_view key, std::string_view value);
+inline std::unique_ptr<Backend> make_backend(PoolRef pool, const Options& o) {
+  return make_backend(pool, o.repack, o.decode_tiles, o.decode_prefetch);
+}
 
 // The tiles a one-column product walks side by side on this CPU: 4 or 1, by the CPU
 // families decision 32 lists.

@@ -31,7 +31,7 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
       tessera::glue::for_each_option(args, [&](std::string_view k, std::string_view v) {
         tessera::cpu_avx512::take_option(o, k, v);
       });
-      return tessera::cpu_avx512::make_backend(pool, o.repack, o.decode_tiles, o.decode_prefetch);
+      return tessera::cpu_avx512::make_backend(pool, o);
   });
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tessera/error.h"
+#include "tessera/plugin_glue.h"
 #include "tessera/plugin_abi.h"
 #include "vk_shaders.h"
 
@@ -23,11 +24,7 @@ void check(VkResult r, const char* what) {
   if (r != VK_SUCCESS) throw Error(std::string("vulkan: ") + what + ": " + result_name(r));
 }
 
-bool truthy(const std::string& v) {
-  std::string s;
-  for (char c : v) s += char(std::tolower(static_cast<unsigned char>(c)));
-  return !(s.empty() || s == "0" || s == "false" || s == "no" || s == "off");
-}
+bool truthy(const std::string& v) { return glue::option_flag(v).value_or(!v.empty()); }
 
 bool env_allows_cpu() {
   const char* e = std::getenv("TESSERA_VULKAN_ALLOW_CPU");

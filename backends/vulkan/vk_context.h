@@ -24,6 +24,7 @@ ProbeResult probe_devices(bool allow_cpu);
 
 // TESSERA_VULKAN_ALLOW_CPU set to something other than "", "0", "false", "no", "off".
 bool env_allows_cpu();
+// A switch's value: anything but "", "0", "false", "no", "off" (any case) is on.
 bool truthy(const std::string& v);
 
 // A buffer with its own memory allocation.

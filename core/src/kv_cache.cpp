@@ -1,7 +1,8 @@
 // Paged KV cache (see kv_cache.h).
 //
-// Memory: per layer a K and a V Buffer of n_pages planes (the attention backend's). A
-// page's plane of one layer holds its page_tokens rows:
+// Memory: per layer a K and a V Buffer of its pool's pages (n_pages, or n_window_pages
+// for a sliding-window layer; the attention backend's). A page's plane of one layer
+// holds its page_tokens rows:
 //   plane(page, layer, kv) = base[layer * 2 + kv] + page * plane_bytes
 //   plane_bytes = round_up(page_tokens * row_elems * 2, 64)
 // so each plane starts 64-byte aligned; rows inside a plane are packed
@@ -18,14 +19,12 @@
 // when the page holding position `length` is shared: the owner must reserve() again
 // (which copies the page) before writing more.
 //
-// Prefix cache: every page is exactly one of free (refcount 0, no key, in free_list_),
-// cached (refcount 0, a key, in the LRU list) or in use (refcount > 0, with or without
-// a key). Only full pages below a sequence's length are registered, so writes at or
+// Prefix cache: in each pool every page is exactly one of free, cached or in use
+// (page_pool.h). Only full pages below a sequence's length are registered, so writes at or
 // after `length` never reach a keyed page, except after a truncate into one: then
 // `reserved` is clamped to `length`, and reserve() drops the key of a page it is about
 // to hand out for writing (refcount 1) or copies it (refcount > 1; the copy has no
-// key). take_page() prefers the free list and otherwise evicts the LRU head.
-// free_sequence releases a block table from its last page to its first, so a cached
+// key). free_sequence releases a block table from its last page to its first, so a cached
 // chain is evicted tail first (a tail page is useless once its head is gone).
 #include "tessera/kv_cache.h"
 
@@ -249,10 +248,10 @@ int32_t KvCache::slot(SeqId seq, int64_t pos) const {
   return int32_t(int64_t(s.table[size_t(pos / pt)]) * pt + pos % pt);
 }
 
-void KvCache::check_page(int32_t page, const char* what) const {
-  if (page < 0 || page >= pool_.size())
+void KvCache::check_page(const PagePool& pool, int32_t page, const char* what) const {
+  if (page < 0 || page >= pool.size())
     throw Error(std::string("KvCache::") + what + ": page " + std::to_string(page) + " outside [0, " +
-                std::to_string(cfg_.n_pages) + ")");
+                std::to_string(pool.size()) + ")");
 }
 
 KvCache::Sequence& KvCache::seq_ref(SeqId seq) {
@@ -342,12 +341,8 @@ bool KvCache::can_truncate(SeqId seq, int64_t n_tokens) const {
   return !cfg_.windowed() || n_tokens <= 0 || first_window_page(n_tokens) >= s.wreleased;
 }
 
-void KvCache::release_behind_window(Sequence& s) {
-  if (!cfg_.windowed()) return;
-  // A later step's queries start at `length` at the earliest (less window_slack, for a
-  // rollback), and see window - 1 positions before it: pages wholly before are unread.
-  const size_t end = std::min(first_window_page(s.length - cfg_.window_slack), s.wtable.size());
-  for (; s.wreleased < end; ++s.wreleased) {
+void KvCache::release_window_pages(Sequence& s, size_t end) {
+  for (end = std::min(end, s.wtable.size()); s.wreleased < end; ++s.wreleased) {
     window_pool_.release(s.wtable[s.wreleased]);
     s.wtable[s.wreleased] = -1;
   }
@@ -430,9 +425,11 @@ bool KvCache::reserve(SeqId seq, int64_t n_tokens) {
   const int64_t pt = cfg_.page_tokens;
   const int64_t capacity = int64_t(cfg_.n_pages) * pt;
   if (n_tokens > capacity) return rec.done(false);
-  // Window pages no later step reads go first (even if the reservation then fails:
-  // they are of no use to anyone but the prefix cache, which keeps them if keyed).
-  release_behind_window(s);
+  // Window pages no later step reads go first, even if the reservation then fails:
+  // they are of no use to anyone but the prefix cache, which keeps them if keyed. A
+  // later step's queries start at `length` at the earliest (less window_slack, for a
+  // rollback) and see window - 1 positions before it.
+  if (cfg_.windowed()) release_window_pages(s, first_window_page(s.length - cfg_.window_slack));
   const size_t need_pages = size_t((n_tokens + pt - 1) / pt);
   const size_t have = s.table.size();
   const size_t new_pages = need_pages > have ? need_pages - have : 0;
@@ -552,14 +549,12 @@ const std::vector<int32_t>& KvCache::block_table(SeqId seq) const { return seq_r
 const std::vector<int32_t>& KvCache::window_block_table(SeqId seq) const { return seq_ref(seq).wtable; }
 
 int KvCache::page_refcount(int32_t page) const {
-  check_page(page, "page_refcount");
+  check_page(pool_, page, "page_refcount");
   return pool_.refcount(page);
 }
 
 int KvCache::window_page_refcount(int32_t page) const {
-  if (page < 0 || page >= window_pool_.size())
-    throw Error("KvCache::window_page_refcount: page " + std::to_string(page) + " outside [0, " +
-                std::to_string(window_pool_.size()) + ")");
+  check_page(window_pool_, page, "window_page_refcount");
   return window_pool_.refcount(page);
 }
 
@@ -618,7 +613,7 @@ void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
     throw Error("KvCache::adopt_pages: sequence " + std::to_string(seq) + " does not end on a page boundary (length " +
                 std::to_string(s.length) + ", " + std::to_string(s.table.size()) + " pages)");
   for (int32_t p : pages) {
-    check_page(p, "adopt_pages");
+    check_page(pool_, p, "adopt_pages");
     if (pool_.key(p) == 0)
       throw Error("KvCache::adopt_pages: page " + std::to_string(p) + " is not registered");
   }
@@ -642,10 +637,7 @@ void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
       }
       s.wtable.push_back(w);
     }
-    for (; s.wreleased < std::min(first, before); ++s.wreleased) {
-      window_pool_.release(s.wtable[s.wreleased]);
-      s.wtable[s.wreleased] = -1;
-    }
+    release_window_pages(s, std::min(first, before));
     s.wreleased = std::max(s.wreleased, first);
   }
   // length == reserved == table size * page_tokens before (reserved never exceeds the table).
@@ -655,7 +647,7 @@ void KvCache::adopt_pages(SeqId seq, std::span<const int32_t> pages) {
 }
 
 KvCache::PageKey KvCache::page_key(int32_t page) const {
-  check_page(page, "page_key");
+  check_page(pool_, page, "page_key");
   return pool_.key(page);
 }
 

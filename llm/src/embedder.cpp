@@ -84,9 +84,7 @@ bool EmbeddingBatch::step() {
   KvCache& kv = engine_.kv();
   const int64_t page = kv.config().page_tokens;
   auto pages_for = [&](int64_t n) { return (n + page - 1) / page; };
-  // A new position takes a page of each pool (the window pool's as well, if any).
-  int64_t budget = engine_.batch_tokens(),
-          free_pages = kv.config().windowed() ? std::min(kv.free_pages(), kv.window_free_pages()) : kv.free_pages();
+  int64_t budget = engine_.batch_tokens(), free_pages = kv.new_position_pages();
   struct Planned {
     size_t input;
     int64_t count;

@@ -48,8 +48,7 @@ MemoryNeeds memory_needs(Model& model, const EngineOptions& opt, int64_t n_ctx, 
   // of K), each 64-byte aligned; sliding-window layers' planes in their own pool.
   const uint64_t plane = (uint64_t(n.page_tokens) * uint64_t(c.n_kv_heads) * uint64_t(c.head_dim) * 2 + 63) / 64 * 64;
   const uint64_t per_layer = plane * (c.v_in_k > 0 ? 1 : 2);
-  uint64_t window_layers = 0;
-  for (int l = 0; l < c.n_layers && c.windowed(); ++l) window_layers += c.window_layers[size_t(l)] != 0;
+  const uint64_t window_layers = uint64_t(c.window_layer_count());
   n.kv_page_bytes = per_layer * (uint64_t(c.n_layers) - window_layers);
   n.pages_per_sequence = c.n_pages;
   if (window_layers > 0) {

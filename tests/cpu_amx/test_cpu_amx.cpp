@@ -451,7 +451,7 @@ void run_backend_conformance(bool emulate, bool repack = true) {
     Options o;
     o.emulate = emulate;
     o.min_columns = 1;
-    o.repack = repack;
+    o.avx512.repack = repack;
     auto be = make_backend(&pool, o);
     auto ref = cpu_scalar::make_backend(nullptr);
     for (const ConformanceCase& c : cases) {

@@ -484,7 +484,7 @@ int cmd_bench(int argc, char** argv) {
   double kv_bytes = 0;
   for (int l = 0; l < kvc.n_layers; ++l)
     kv_bytes += kv_bytes_per_layer_pos *
-                (kvc.windowed() && kvc.window_layers[size_t(l)] ? std::min(mean_attended, double(kvc.window)) : mean_attended);
+                (kvc.windowed(l) ? std::min(mean_attended, double(kvc.window)) : mean_attended);
   const double state_bytes =
       double(kvc.recurrent.n_layers) * double(kvc.recurrent.conv_elems + kvc.recurrent.state_elems) * 4.0 * 2.0;
   const double decode_bytes = wc.bytes_per_token + kv_bytes + state_bytes;

@@ -25,6 +25,7 @@
 // Full-attention layers keep the first pool and table. Both tables have one entry per
 // page of positions; a released window entry is -1.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -63,6 +64,10 @@ struct KvCacheConfig {
   int n_window_pages = 0;
   int window_slack = 0;
   bool windowed() const { return window > 0; }
+  bool windowed(int layer) const { return window > 0 && window_layers[size_t(layer)] != 0; }
+  int window_layer_count() const {
+    return window > 0 ? int(std::count_if(window_layers.begin(), window_layers.end(), [](uint8_t f) { return f != 0; })) : 0;
+  }
   // Window pool pages one sequence needs to run steps of up to step_tokens positions.
   int window_pages_per_sequence(int64_t step_tokens) const {
     return int((int64_t(window) - 1 + window_slack + step_tokens + page_tokens - 1) / page_tokens) + 1;
@@ -93,7 +98,7 @@ class KvCache : public KvAccess {
   // Bytes of KV storage per cached position, all layers.
   size_t bytes_per_token() const;
   // Layer's K/V is in the window pool (a sliding-window layer of a windowed cache).
-  bool windowed(int layer) const { return cfg_.windowed() && cfg_.window_layers[size_t(layer)] != 0; }
+  bool windowed(int layer) const { return cfg_.windowed(layer); }
 
   SeqId create_sequence();
   // A new sequence sharing the first `n_tokens` positions of `parent` (all if < 0).
@@ -104,8 +109,9 @@ class KvCache : public KvAccess {
   bool has_sequence(SeqId seq) const;
 
   // Make room for positions [0, n_tokens) of seq: allocates pages, and un-shares the
-  // page holding positions >= length (copy on write). Returns false (changing
-  // nothing) if the pool has too few free pages.
+  // page holding positions >= length (copy on write). Returns false if a pool has too
+  // few free pages, changing nothing but the release of window pages no later step
+  // reads (which a successful call releases too).
   bool reserve(SeqId seq, int64_t n_tokens);
   // Positions written so far (set by the engine after each forward step; kernels
   // write rows but do not change it).
@@ -163,6 +169,11 @@ class KvCache : public KvAccess {
   // Pages reserve() can take: the free list plus the cached (evictable) pages.
   int free_pages() const { return pool_.available(); }
   int window_free_pages() const { return window_pool_.available(); }
+  // Pages for new positions reserve() can take now: each new position takes a page of
+  // every pool.
+  int new_position_pages() const {
+    return cfg_.windowed() ? std::min(free_pages(), window_free_pages()) : free_pages();
+  }
   int total_pages() const { return cfg_.n_pages; }
 
   // Prefix cache. A key is the engine's hash of a page's tokens chained with the key of
@@ -224,8 +235,8 @@ class KvCache : public KvAccess {
   int32_t page_at(const Sequence& s, int layer, int64_t pos, const char* what) const;
   // Copies a page's planes of the layers of one pool (window: the window layers').
   void copy_page(int32_t to, int32_t from, bool window);
-  // Releases the window pages no step after the current length reads.
-  void release_behind_window(Sequence& s);
+  // Releases s's window pages before page index `end` (those not released yet).
+  void release_window_pages(Sequence& s, size_t end);
   // The window pages (absolute page indices >= the result) a sequence of length
   // n_tokens must keep.
   size_t first_window_page(int64_t n_tokens) const;
@@ -235,7 +246,7 @@ class KvCache : public KvAccess {
   size_t buffer_index(int layer, int kv) const {
     return cfg_.v_in_k > 0 ? size_t(layer) : size_t(layer) * 2 + size_t(kv);
   }
-  void check_page(int32_t page, const char* what) const;
+  void check_page(const PagePool& pool, int32_t page, const char* what) const;
   Sequence& seq_ref(SeqId seq);
   const Sequence& seq_ref(SeqId seq) const;
   SeqId checked(SeqId seq) const { return (void)seq_ref(seq), seq; }

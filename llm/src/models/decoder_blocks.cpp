@@ -96,8 +96,9 @@ int32_t paged_attention(GraphBuilder& g, KvCache& kv, int layer, const ForwardBa
   // tokens' slots and the sequences' block tables are inputs, not node parameters. A
   // sliding-window layer's pages are in the window pool, through its own table.
   const bool windowed = kv.windowed(layer);
-  if (windowed && (window <= 0 || p.window_slots.size() != p.slots.size()))
-    throw Error("internal: layer " + std::to_string(layer) + " keeps a window's KV but the step has no window inputs");
+  if (windowed && (window != kv.config().window || p.window_slots.size() != p.slots.size()))
+    throw Error("internal: layer " + std::to_string(layer) + " keeps a window's KV, but its attention window or the "
+                "step's window inputs do not match it");
   const std::span<const int32_t> slot_ids = windowed ? p.window_slots : p.slots;
   const std::span<const int32_t> table_ids = windowed ? p.window_seq_table : p.seq_table;
   const int32_t slots = g.input(Tensor::contiguous(DType::I32, {int64_t(slot_ids.size())}, const_cast<int32_t*>(slot_ids.data())));
