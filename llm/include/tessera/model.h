@@ -102,9 +102,10 @@ class Model {
   static std::unique_ptr<Model> load(const ModelFile& file);
   static std::vector<std::string> supported_architectures();
 
-  virtual const ModelInfo& info() const = 0;
-  // Every weight tensor the forward pass reads (for backend repacking at load).
-  virtual std::vector<Tensor*> weights() = 0;
+  const ModelInfo& info() const { return info_; }
+  // Every weight tensor the forward pass reads (for backend repacking at load): the
+  // members the architecture loaded them into, in load order.
+  const std::vector<Tensor*>& weights() { return weights_; }
   // KV cache geometry for a context of n_ctx positions: by default every layer caches
   // n_head_kv x head_dim values of K and V per position.
   virtual KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const;
@@ -119,6 +120,10 @@ class Model {
   virtual std::vector<std::string> skipped_tensors() const { return {}; }
   // Names of the file's tensors that the forward pass does not read (file order).
   const std::vector<std::string>& unused_tensors() const { return unused_tensors_; }
+
+ protected:
+  ModelInfo info_;
+  std::vector<Tensor*> weights_;  // filled by the architecture's WeightSource
 
  private:
   std::vector<std::string> unused_tensors_;

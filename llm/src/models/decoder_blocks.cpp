@@ -6,75 +6,53 @@
 
 namespace tessera::models {
 
-EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info) {
+void load_embedding(WeightSource& w, EmbeddingWeights& e, ModelInfo& info) {
   const TensorInfo* emb = w.find("token_embd.weight");
   if (!emb || emb->ne.size() != 2) throw Error("model is missing tensor 'token_embd.weight' (2-D)");
   info.n_vocab = emb->ne[1];
   const int64_t E = info.n_embd, V = info.n_vocab;
-  EmbeddingWeights e;
-  e.tok_embd = w.require("token_embd.weight", {E, V});
-  e.output_norm = w.require("output_norm.weight", {E});
-  e.output = w.has("output.weight") ? w.require("output.weight", {E, V}) : e.tok_embd;
-  return e;
+  w.load(e.tok_embd, "token_embd.weight", {E, V});
+  w.load(e.output_norm, "output_norm.weight", {E});
+  if (w.has("output.weight"))
+    w.load(e.output, "output.weight", {E, V});
+  else
+    w.tie(e.output, e.tok_embd);
 }
 
-AttentionWeights load_attention(const WeightSource& w, const std::string& p, const ModelInfo& info, bool qk_norms,
-                                bool qkv_bias) {
+void load_attention(WeightSource& w, AttentionWeights& a, const std::string& p, const ModelInfo& info,
+                    bool qk_norms, bool qkv_bias) {
   const int64_t E = info.n_embd, hd = info.head_dim;
   const int64_t Q = w.mul(info.n_head, hd, "attention.head_count x attention.key_length");
   const int64_t KV = w.mul(info.n_head_kv, hd, "attention.head_count_kv x attention.key_length");
-  AttentionWeights a;
-  a.norm = w.require(p + "attn_norm.weight", {E});
-  a.wq = w.require(p + "attn_q.weight", {E, Q});
-  a.wk = w.require(p + "attn_k.weight", {E, KV});
-  a.wv = w.require(p + "attn_v.weight", {E, KV});
-  a.wo = w.require(p + "attn_output.weight", {Q, E});
+  w.load(a.norm, p + "attn_norm.weight", {E});
+  w.load(a.wq, p + "attn_q.weight", {E, Q});
+  w.load(a.wk, p + "attn_k.weight", {E, KV});
+  w.load(a.wv, p + "attn_v.weight", {E, KV});
+  w.load(a.wo, p + "attn_output.weight", {Q, E});
   if (qk_norms) {
-    a.q_norm = w.require(p + "attn_q_norm.weight", {hd});
-    a.k_norm = w.require(p + "attn_k_norm.weight", {hd});
+    w.load(a.q_norm, p + "attn_q_norm.weight", {hd});
+    w.load(a.k_norm, p + "attn_k_norm.weight", {hd});
   }
   if (qkv_bias) {
-    a.bq = w.require(p + "attn_q.bias", {Q});
-    a.bk = w.require(p + "attn_k.bias", {KV});
-    a.bv = w.require(p + "attn_v.bias", {KV});
-    for (const Tensor* t : {&a.bq, &a.bk, &a.bv})
-      if (t->type != DType::F32) throw Error("tensor '" + t->name + "' must be F32");
+    w.load_f32(a.bq, p + "attn_q.bias", {Q});
+    w.load_f32(a.bk, p + "attn_k.bias", {KV});
+    w.load_f32(a.bv, p + "attn_v.bias", {KV});
   }
-  return a;
 }
 
-ExpertWeights load_experts(const WeightSource& w, const std::string& p, const ModelInfo& i) {
+void load_experts(WeightSource& w, ExpertWeights& e, const std::string& p, const ModelInfo& i) {
   const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
-  ExpertWeights e;
-  e.router = w.require(p + "ffn_gate_inp.weight", {E, X});
-  e.up_exps = w.require(p + "ffn_up_exps.weight", {E, F, X});
-  e.gate_exps = w.require(p + "ffn_gate_exps.weight", {E, F, X});
-  e.down_exps = w.require(p + "ffn_down_exps.weight", {F, E, X});
-  return e;
+  w.load(e.router, p + "ffn_gate_inp.weight", {E, X});
+  w.load(e.up_exps, p + "ffn_up_exps.weight", {E, F, X});
+  w.load(e.gate_exps, p + "ffn_gate_exps.weight", {E, F, X});
+  w.load(e.down_exps, p + "ffn_down_exps.weight", {F, E, X});
 }
 
-FfnWeights load_ffn(const WeightSource& w, const std::string& p, const std::string& suffix, int64_t E, int64_t F) {
-  FfnWeights f;
-  f.gate = w.require(p + "ffn_gate" + suffix + ".weight", {E, F});
-  f.up = w.require(p + "ffn_up" + suffix + ".weight", {E, F});
-  f.down = w.require(p + "ffn_down" + suffix + ".weight", {F, E});
-  return f;
-}
-
-void append_weights(std::vector<Tensor*>& out, FfnWeights& f) { out.insert(out.end(), {&f.gate, &f.up, &f.down}); }
-
-void append_weights(std::vector<Tensor*>& out, ExpertWeights& e) {
-  out.insert(out.end(), {&e.router, &e.up_exps, &e.gate_exps, &e.down_exps});
-}
-
-void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e) {
-  out.insert(out.end(), {&e.tok_embd, &e.output_norm, &e.output});
-}
-
-void append_weights(std::vector<Tensor*>& out, AttentionWeights& a) {
-  out.insert(out.end(), {&a.norm, &a.wq, &a.wk, &a.wv, &a.wo});
-  if (a.q_norm.data) out.insert(out.end(), {&a.q_norm, &a.k_norm});
-  if (a.bq.data) out.insert(out.end(), {&a.bq, &a.bk, &a.bv});
+void load_ffn(WeightSource& w, FfnWeights& f, const std::string& p, const std::string& suffix, int64_t E,
+              int64_t F) {
+  w.load(f.gate, p + "ffn_gate" + suffix + ".weight", {E, F});
+  w.load(f.up, p + "ffn_up" + suffix + ".weight", {E, F});
+  w.load(f.down, p + "ffn_down" + suffix + ".weight", {F, E});
 }
 
 BatchInputs embed_batch(GraphBuilder& g, const EmbeddingWeights& e, const ForwardBatch& b) {

@@ -46,22 +46,19 @@ struct AttentionWeights {
   Tensor bq, bk, bv;      // empty unless the architecture adds biases to q, k and v
 };
 
+// The weights are loaded into `into` (WeightSource::load).
 // token_embd.weight (its rows set info.n_vocab), output_norm.weight, output.weight.
-EmbeddingWeights load_embedding(const WeightSource& w, ModelInfo& info);
+void load_embedding(WeightSource& w, EmbeddingWeights& into, ModelInfo& info);
 // blk.N.attn_{norm,q,k,v,output}.weight (and attn_{q,k}_norm.weight if qk_norms,
 // attn_{q,k,v}.bias if qkv_bias).
-AttentionWeights load_attention(const WeightSource& w, const std::string& prefix, const ModelInfo& info,
-                                bool qk_norms, bool qkv_bias = false);
+void load_attention(WeightSource& w, AttentionWeights& into, const std::string& prefix, const ModelInfo& info,
+                    bool qk_norms, bool qkv_bias = false);
 // blk.N.ffn_gate_inp.weight and blk.N.ffn_{up,gate,down}_exps.weight (info.n_ff per expert).
-ExpertWeights load_experts(const WeightSource& w, const std::string& prefix, const ModelInfo& info);
+void load_experts(WeightSource& w, ExpertWeights& into, const std::string& prefix, const ModelInfo& info);
 // blk.N.ffn_{gate,up,down}<suffix>.weight of width n_ff ("" for a dense layer, "_shexp"
 // for a shared expert).
-FfnWeights load_ffn(const WeightSource& w, const std::string& prefix, const std::string& suffix, int64_t n_embd,
-                    int64_t n_ff);
-void append_weights(std::vector<Tensor*>& out, FfnWeights& f);
-void append_weights(std::vector<Tensor*>& out, EmbeddingWeights& e);
-void append_weights(std::vector<Tensor*>& out, ExpertWeights& e);
-void append_weights(std::vector<Tensor*>& out, AttentionWeights& a);
+void load_ffn(WeightSource& w, FfnWeights& into, const std::string& prefix, const std::string& suffix,
+              int64_t n_embd, int64_t n_ff);
 
 struct BatchInputs {
   int32_t pos;     // I32 [n] positions

@@ -42,11 +42,8 @@ struct Deepseek2Layer {
 class Deepseek2Model final : public Model {
  public:
   explicit Deepseek2Model(const ModelDescription& desc) {
-    const std::string arch = "deepseek2";
-    WeightSource w(desc);
+    WeightSource w(desc, weights_);
     ModelInfo& i = info_;
-    i.architecture = arch;
-    i.name = desc.name;
     // key_length / value_length are the cached row's sizes (latent + rope, latent).
     read_decoder_hparams(w, i, {163840, 1e-6f, 10000.f, /*own_value_length=*/true});
     if (i.n_head_kv != 1)
@@ -118,64 +115,42 @@ class Deepseek2Model final : public Model {
     }
     scale_ = attn_factor * attn_factor / std::sqrt(float(head_k));
 
-    embd_ = load_embedding(w, i);
+    load_embedding(w, embd_, i);
     const int64_t E = i.n_embd, H = i.n_head, qk = nope_ + rope_;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Deepseek2Layer& L = layers_[size_t(l)];
       LatentAttentionWeights& a = L.attn;
-      a.norm = w.require(p + "attn_norm.weight", {E});
+      w.load(a.norm, p + "attn_norm.weight", {E});
       if (q_lora_ > 0) {
-        a.wq_a = w.require(p + "attn_q_a.weight", {E, q_lora_});
-        a.q_a_norm = w.require(p + "attn_q_a_norm.weight", {q_lora_});
-        a.wq_b = w.require(p + "attn_q_b.weight", {q_lora_, w.mul(H, qk, "head_count x key_length_mla")});
+        w.load(a.wq_a, p + "attn_q_a.weight", {E, q_lora_});
+        w.load(a.q_a_norm, p + "attn_q_a_norm.weight", {q_lora_});
+        w.load(a.wq_b, p + "attn_q_b.weight", {q_lora_, w.mul(H, qk, "head_count x key_length_mla")});
       } else {
-        a.wq = w.require(p + "attn_q.weight", {E, w.mul(H, qk, "head_count x key_length_mla")});
+        w.load(a.wq, p + "attn_q.weight", {E, w.mul(H, qk, "head_count x key_length_mla")});
       }
-      a.wkv_a = w.require(p + "attn_kv_a_mqa.weight", {E, kv_lora_ + rope_});
-      a.kv_a_norm = w.require(p + "attn_kv_a_norm.weight", {kv_lora_});
-      a.k_b = w.require(p + "attn_k_b.weight", {nope_, kv_lora_, H});
-      a.v_b = w.require(p + "attn_v_b.weight", {kv_lora_, head_v_, H});
-      a.wo = w.require(p + "attn_output.weight", {w.mul(H, head_v_, "head_count x value_length_mla"), E});
-      L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
+      w.load(a.wkv_a, p + "attn_kv_a_mqa.weight", {E, kv_lora_ + rope_});
+      w.load(a.kv_a_norm, p + "attn_kv_a_norm.weight", {kv_lora_});
+      w.load(a.k_b, p + "attn_k_b.weight", {nope_, kv_lora_, H});
+      w.load(a.v_b, p + "attn_v_b.weight", {kv_lora_, head_v_, H});
+      w.load(a.wo, p + "attn_output.weight", {w.mul(H, head_v_, "head_count x value_length_mla"), E});
+      w.load(L.ffn_norm, p + "ffn_norm.weight", {E});
       if (l < n_dense_) {
-        L.dense = load_ffn(w, p, "", E, n_ff_dense);
+        load_ffn(w, L.dense, p, "", E, n_ff_dense);
         continue;
       }
-      L.experts = load_experts(w, p, i);
+      load_experts(w, L.experts, p, i);
       L.routing.score = score;
       // V3's selection bias; V2 has none.
       if (score == RouterScore::Sigmoid || w.has(p + "exp_probs_b.bias"))
-        L.routing.correction_bias = w.require_f32(p + "exp_probs_b.bias", {i.n_expert});
+        w.load_f32(L.routing.correction_bias, p + "exp_probs_b.bias", {i.n_expert});
       L.routing.scale = routed_scale;
       L.routing.normalize = normalize;
       L.routing.groups = groups.groups;
       L.routing.groups_kept = groups.kept;
-      if (n_shared > 0) L.shared = load_ffn(w, p, "_shexp", E, w.mul(n_shared, i.n_ff, "expert_shared_count x n_ff"));
+      if (n_shared > 0) load_ffn(w, L.shared, p, "_shexp", E, w.mul(n_shared, i.n_ff, "expert_shared_count x n_ff"));
     }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    for (int64_t l = 0; l < info_.n_layer; ++l) {
-      Deepseek2Layer& L = layers_[size_t(l)];
-      LatentAttentionWeights& a = L.attn;
-      for (Tensor* t : {&a.norm, &a.wq, &a.wq_a, &a.q_a_norm, &a.wq_b, &a.wkv_a, &a.kv_a_norm, &a.k_b, &a.v_b, &a.wo})
-        if (t->data) all.push_back(t);
-      all.push_back(&L.ffn_norm);
-      if (l < n_dense_) {
-        append_weights(all, L.dense);
-        continue;
-      }
-      append_weights(all, L.experts);
-      if (L.routing.correction_bias.data) all.push_back(&L.routing.correction_bias);
-      if (L.shared.gate.data) append_weights(all, L.shared);
-    }
-    return all;
   }
 
   // One cached row per token and layer: the latent, then the roped key part; V is the
@@ -252,7 +227,6 @@ class Deepseek2Model final : public Model {
     return head_ids_.data();
   }
 
-  ModelInfo info_;
   int64_t kv_lora_ = 0, q_lora_ = 0, rope_ = 0, nope_ = 0, head_v_ = 0, n_dense_ = 0;
   float scale_ = 1.f;
   RopeYarn yarn_;

@@ -23,11 +23,8 @@ struct Gemma3Layer {
 class Gemma3Model final : public Model {
  public:
   explicit Gemma3Model(const ModelDescription& desc) {
-    const std::string arch = "gemma3";
-    WeightSource w(desc);
+    WeightSource w(desc, weights_);
     ModelInfo& i = info_;
-    i.architecture = arch;
-    i.name = desc.name;
     read_decoder_hparams(w, i, {131072, 1e-6f, 1000000.f});
     i.n_ff = w.hp_size("feed_forward_length");
     window_ = read_sliding_window(w, 4096);
@@ -52,39 +49,26 @@ class Gemma3Model final : public Model {
     }
     local_base_ = w.hp_positive_float("rope.freq_base_swa", 10000.f);
     if (read_rope_scaling(w, i).ext_factor != 0.f)
-      throw Error(arch + ": rope scaling type 'yarn' is not supported");
+      throw Error(w.arch() + ": rope scaling type 'yarn' is not supported");
     // Queries are scaled by 1/sqrt(query_pre_attn_scalar): the head size, except in the
     // 27B model (62 layers), where it is n_embd / n_head (as llama.cpp infers it).
     const float pre_attn = i.n_layer == 62 ? float(i.n_embd / i.n_head) : float(i.head_dim);
     attn_scale_ = 1.0f / std::sqrt(pre_attn);
 
-    embd_ = load_embedding(w, i);
+    load_embedding(w, embd_, i);
     const int64_t E = i.n_embd;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Gemma3Layer& L = layers_[size_t(l)];
-      L.attn = load_attention(w, p, i, /*qk_norms=*/true);
-      L.attn_post_norm = w.require(p + "post_attention_norm.weight", {E});
-      L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
-      L.ffn_post_norm = w.require(p + "post_ffw_norm.weight", {E});
-      L.ffn = load_ffn(w, p, "", E, i.n_ff);
+      load_attention(w, L.attn, p, i, /*qk_norms=*/true);
+      w.load(L.attn_post_norm, p + "post_attention_norm.weight", {E});
+      w.load(L.ffn_norm, p + "ffn_norm.weight", {E});
+      w.load(L.ffn_post_norm, p + "post_ffw_norm.weight", {E});
+      load_ffn(w, L.ffn, p, "", E, i.n_ff);
       L.local = local[size_t(l)];
     }
     embd_scale_.assign(size_t(E), std::sqrt(float(E)));
-  }
-
-  const ModelInfo& info() const override { return info_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    for (auto& L : layers_) {
-      append_weights(all, L.attn);
-      all.insert(all.end(), {&L.attn_post_norm, &L.ffn_norm, &L.ffn_post_norm});
-      append_weights(all, L.ffn);
-    }
-    return all;
   }
 
   KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
@@ -116,7 +100,6 @@ class Gemma3Model final : public Model {
   }
 
  private:
-  ModelInfo info_;
   int32_t window_ = 0;
   float local_base_ = 10000.f, attn_scale_ = 1.f;
   std::vector<float> embd_scale_;  // sqrt(n_embd) in every column (the embeddings' scale)

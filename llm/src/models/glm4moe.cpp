@@ -23,11 +23,8 @@ struct Glm4MoeLayer {
 class Glm4MoeModel final : public Model {
  public:
   explicit Glm4MoeModel(const ModelDescription& desc) {
-    const std::string arch = "glm4moe";
-    WeightSource w(desc);
+    WeightSource w(desc, weights_);
     ModelInfo& i = info_;
-    i.architecture = arch;
-    i.name = desc.name;
     read_decoder_hparams(w, i, {131072, 1e-5f, 1000000.f});
     const int64_t n_blocks = i.n_layer;
     const int64_t nextn = w.hp_int("nextn_predict_layers", 0);
@@ -49,24 +46,24 @@ class Glm4MoeModel final : public Model {
       w.refuse("expert_weights_norm", "false", "un-normalised sigmoid routing weights are not supported");
     const float routed_scale = w.hp_positive_float("expert_weights_scale", 1.f);
 
-    embd_ = load_embedding(w, i);
+    load_embedding(w, embd_, i);
     const int64_t E = i.n_embd;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Glm4MoeLayer& L = layers_[size_t(l)];
-      L.attn = load_attention(w, p, i, /*qk_norms=*/w.has(p + "attn_q_norm.weight"), /*qkv_bias=*/true);
-      L.ffn_norm = w.require(p + "post_attention_norm.weight", {E});
+      load_attention(w, L.attn, p, i, /*qk_norms=*/w.has(p + "attn_q_norm.weight"), /*qkv_bias=*/true);
+      w.load(L.ffn_norm, p + "post_attention_norm.weight", {E});
       if (l < n_dense_) {
-        L.dense = load_ffn(w, p, "", E, n_ff_dense);
+        load_ffn(w, L.dense, p, "", E, n_ff_dense);
         continue;
       }
-      L.experts = load_experts(w, p, i);
-      L.routing.correction_bias = w.require_f32(p + "exp_probs_b.bias", {i.n_expert});
+      load_experts(w, L.experts, p, i);
+      w.load_f32(L.routing.correction_bias, p + "exp_probs_b.bias", {i.n_expert});
       L.routing.scale = routed_scale;
       L.routing.groups = groups.groups;
       L.routing.groups_kept = groups.kept;
-      L.shared = load_ffn(w, p, "_shexp", E, i.n_ff);
+      load_ffn(w, L.shared, p, "_shexp", E, i.n_ff);
     }
     // The NextN layers: every tensor named blk.N.* for N past the forward layers.
     for (const TensorInfo& t : desc.tensors)
@@ -74,26 +71,7 @@ class Glm4MoeModel final : public Model {
         if (t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) skipped_.push_back(t.name);
   }
 
-  const ModelInfo& info() const override { return info_; }
   std::vector<std::string> skipped_tensors() const override { return skipped_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    for (int64_t l = 0; l < info_.n_layer; ++l) {
-      Glm4MoeLayer& L = layers_[size_t(l)];
-      append_weights(all, L.attn);
-      all.push_back(&L.ffn_norm);
-      if (l < n_dense_) {
-        append_weights(all, L.dense);
-      } else {
-        append_weights(all, L.experts);
-        all.push_back(&L.routing.correction_bias);
-        append_weights(all, L.shared);
-      }
-    }
-    return all;
-  }
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
     GraphBuilder g(graph);
@@ -115,7 +93,6 @@ class Glm4MoeModel final : public Model {
   }
 
  private:
-  ModelInfo info_;
   int64_t n_dense_ = 0;
   EmbeddingWeights embd_;
   std::vector<Glm4MoeLayer> layers_;

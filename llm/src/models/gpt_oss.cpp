@@ -32,47 +32,30 @@ constexpr float kSwiGluAlpha = 1.702f, kSwiGluLimit = 7.0f;
 class GptOssModel final : public Model {
  public:
   explicit GptOssModel(const ModelDescription& desc) {
-    const std::string arch = "gpt-oss";
-    WeightSource w(desc);
+    WeightSource w(desc, weights_);
     ModelInfo& i = info_;
-    i.architecture = arch;
-    i.name = desc.name;
     read_decoder_hparams(w, i, {131072, 1e-5f, 150000.f});
     read_expert_hparams(w, i);
     window_ = read_sliding_window(w, 128);
     yarn_ = read_rope_scaling(w, i);
 
-    embd_ = load_embedding(w, i);
+    load_embedding(w, embd_, i);
     const int64_t E = i.n_embd, F = i.n_ff, X = i.n_expert;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       GptOssLayer& L = layers_[size_t(l)];
-      L.attn = load_attention(w, p, i, /*qk_norms=*/false, /*qkv_bias=*/true);
-      L.bo = w.require_f32(p + "attn_output.bias", {E});
-      L.sinks = w.require_f32(p + "attn_sinks.weight", {i.n_head});
-      L.ffn_norm = w.require(p + "post_attention_norm.weight", {E});
-      L.experts = load_experts(w, p, i);
-      L.bias.router = w.require_f32(p + "ffn_gate_inp.bias", {X});
-      L.bias.up = w.require_f32(p + "ffn_up_exps.bias", {F, X});
-      L.bias.gate = w.require_f32(p + "ffn_gate_exps.bias", {F, X});
-      L.bias.down = w.require_f32(p + "ffn_down_exps.bias", {E, X});
+      load_attention(w, L.attn, p, i, /*qk_norms=*/false, /*qkv_bias=*/true);
+      w.load_f32(L.bo, p + "attn_output.bias", {E});
+      w.load_f32(L.sinks, p + "attn_sinks.weight", {i.n_head});
+      w.load(L.ffn_norm, p + "post_attention_norm.weight", {E});
+      load_experts(w, L.experts, p, i);
+      w.load_f32(L.bias.router, p + "ffn_gate_inp.bias", {X});
+      w.load_f32(L.bias.up, p + "ffn_up_exps.bias", {F, X});
+      w.load_f32(L.bias.gate, p + "ffn_gate_exps.bias", {F, X});
+      w.load_f32(L.bias.down, p + "ffn_down_exps.bias", {E, X});
       L.local = l % 2 == 0;  // sliding window on even layers, full attention on odd ones
     }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    for (auto& L : layers_) {
-      append_weights(all, L.attn);
-      all.insert(all.end(), {&L.bo, &L.sinks, &L.ffn_norm});
-      append_weights(all, L.experts);
-      all.insert(all.end(), {&L.bias.router, &L.bias.up, &L.bias.gate, &L.bias.down});
-    }
-    return all;
   }
 
   KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
@@ -123,7 +106,6 @@ class GptOssModel final : public Model {
     return g.moe_combine(down, weights);
   }
 
-  ModelInfo info_;
   int32_t window_ = 0;
   RopeYarn yarn_;
   EmbeddingWeights embd_;

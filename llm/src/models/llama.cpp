@@ -13,7 +13,6 @@ namespace {
 
 // What distinguishes the dense architectures.
 struct DenseSpec {
-  const char* arch;
   int rope_mode;
   bool qk_norms;
   bool qkv_bias;
@@ -28,17 +27,14 @@ struct LlamaLayer {
 class LlamaModel final : public Model {
  public:
   LlamaModel(const ModelDescription& desc, const DenseSpec& spec) {
-    const std::string arch = spec.arch;
-    WeightSource w(desc);
-    info_.architecture = arch;
-    info_.name = desc.name;
+    WeightSource w(desc, weights_);
     // Every size is checked against the tensor table before anything is sized from it
     // (model_loader_util.h).
     read_decoder_hparams(w, info_, {2048, spec.default_rms_eps, 10000.f});
     info_.n_ff = w.hp_size("feed_forward_length");
     if (auto type = w.hp_string("rope.scaling.type"); type && *type != "none") {
       if (*type != "linear")
-        throw Error(arch + ": rope scaling type '" + printable(*type) + "' is not supported");
+        throw Error(w.arch() + ": rope scaling type '" + printable(*type) + "' is not supported");
       info_.rope_freq_scale = 1.f / w.hp_positive_float("rope.scaling.factor", 1.f);
     }
 
@@ -48,36 +44,20 @@ class LlamaModel final : public Model {
     rope_mode_ = w.hp_bool("rope.qk_rotate_half").value_or(false) ? kRopeNeox : spec.rope_mode;
 
     // Llama 3.1-style frequency factors: pair i's angle is divided by factor i.
-    if (w.has("rope_freqs.weight")) {
-      rope_freqs_ = w.require("rope_freqs.weight", {info_.rope_dims / 2});
-      if (rope_freqs_.type != DType::F32) throw Error(arch + ": tensor 'rope_freqs.weight' must be F32");
-    }
+    if (w.has("rope_freqs.weight")) w.load_f32(rope_freqs_, "rope_freqs.weight", {info_.rope_dims / 2});
 
-    embd_ = load_embedding(w, info_);
+    load_embedding(w, embd_, info_);
     const int64_t E = info_.n_embd, F = info_.n_ff;
     layers_.resize(size_t(info_.n_layer));
     for (int64_t l = 0; l < info_.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer& L = layers_[size_t(l)];
-      L.attn = load_attention(w, p, info_, spec.qk_norms, spec.qkv_bias);
-      L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
-      L.w_gate = w.require(p + "ffn_gate.weight", {E, F});
-      L.w_up = w.require(p + "ffn_up.weight", {E, F});
-      L.w_down = w.require(p + "ffn_down.weight", {F, E});
+      load_attention(w, L.attn, p, info_, spec.qk_norms, spec.qkv_bias);
+      w.load(L.ffn_norm, p + "ffn_norm.weight", {E});
+      w.load(L.w_gate, p + "ffn_gate.weight", {E, F});
+      w.load(L.w_up, p + "ffn_up.weight", {E, F});
+      w.load(L.w_down, p + "ffn_down.weight", {F, E});
     }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    if (rope_freqs_.data) all.push_back(&rope_freqs_);
-    for (auto& L : layers_) {
-      append_weights(all, L.attn);
-      all.insert(all.end(), {&L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down});
-    }
-    return all;
   }
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
@@ -101,7 +81,6 @@ class LlamaModel final : public Model {
 
  private:
   int rope_mode_ = kRopeNormal;
-  ModelInfo info_;
   Tensor rope_freqs_;  // empty unless the file has rope_freqs.weight
   EmbeddingWeights embd_;
   std::vector<LlamaLayer> layers_;
@@ -110,13 +89,13 @@ class LlamaModel final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> make_llama(const ModelDescription& d) {
-  return std::make_unique<LlamaModel>(d, DenseSpec{"llama", kRopeNormal, false, false, 1e-5f});
+  return std::make_unique<LlamaModel>(d, DenseSpec{kRopeNormal, false, false, 1e-5f});
 }
 std::unique_ptr<Model> make_qwen2(const ModelDescription& d) {
-  return std::make_unique<LlamaModel>(d, DenseSpec{"qwen2", kRopeNeox, false, true, 1e-6f});
+  return std::make_unique<LlamaModel>(d, DenseSpec{kRopeNeox, false, true, 1e-6f});
 }
 std::unique_ptr<Model> make_qwen3(const ModelDescription& d) {
-  return std::make_unique<LlamaModel>(d, DenseSpec{"qwen3", kRopeNeox, true, false, 1e-6f});
+  return std::make_unique<LlamaModel>(d, DenseSpec{kRopeNeox, true, false, 1e-6f});
 }
 
 }  // namespace tessera::models

@@ -66,7 +66,8 @@ std::string value_text(const Metadata& md, const std::string& key) {
 
 }  // namespace
 
-WeightSource::WeightSource(const ModelDescription& desc) : desc_(desc) {
+WeightSource::WeightSource(const ModelDescription& desc, std::vector<Tensor*>& weights)
+    : desc_(desc), weights_(weights) {
   const auto& tensors = desc_.tensors;
   by_name_.reserve(tensors.size());
   std::unordered_set<int64_t> layers;
@@ -170,6 +171,8 @@ float WeightSource::hp_positive_float(const std::string& suffix, float fallback)
 }
 
 void read_decoder_hparams(const WeightSource& w, ModelInfo& i, const DecoderDefaults& defaults) {
+  i.architecture = w.arch();
+  i.name = w.desc().name;
   // block_count first: a file claiming millions of layers is refused before a single
   // layer is allocated.
   i.n_layer = w.hp_block_count();
@@ -250,10 +253,21 @@ static std::string shape_str(const int64_t* ne, size_t n) {
   return s.str();
 }
 
-Tensor WeightSource::require_f32(const std::string& name, std::initializer_list<int64_t> shape) const {
+void WeightSource::load(Tensor& into, const std::string& name, std::initializer_list<int64_t> shape) {
+  into = require(name, shape);
+  weights_.push_back(&into);
+}
+
+void WeightSource::load_f32(Tensor& into, const std::string& name, std::initializer_list<int64_t> shape) {
   Tensor t = require(name, shape);
-  if (t.type != DType::F32) throw Error(arch() + ": tensor '" + name + "' must be F32");
-  return t;
+  if (t.type != DType::F32) throw Error(arch() + ": tensor '" + desc_.origin_of(name) + "' must be F32");
+  into = std::move(t);
+  weights_.push_back(&into);
+}
+
+void WeightSource::tie(Tensor& into, const Tensor& from) {
+  into = from;
+  weights_.push_back(&into);
 }
 
 Tensor WeightSource::require(const std::string& name, std::initializer_list<int64_t> shape) const {

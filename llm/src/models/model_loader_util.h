@@ -44,7 +44,7 @@ struct DecoderDefaults {
   // key length.
   bool own_value_length = false;
 };
-// The hyperparameters every decoder shares, checked (block count, width, heads,
+// The architecture's and the model's names, and the hyperparameters every decoder shares, checked (block count, width, heads,
 // context, RMS epsilon, RoPE base, head size = value size, RoPE dimensions), into
 // `info`; the architecture reads its own (feed-forward, experts, ...) after.
 void read_decoder_hparams(const WeightSource& w, ModelInfo& info, const DecoderDefaults& defaults);
@@ -77,9 +77,13 @@ int32_t read_sliding_window(const WeightSource& w, int64_t fallback);
 //    then have the shape it implies), or below 1,
 //  - an epsilon, RoPE base or factor that is not a finite positive float,
 // and products of sizes go through mul(), which refuses on int64 overflow.
+//
+// Weights are loaded into the model's own members: load() fills a member and adds its
+// address to the model's weight list (Model::weights()), so what a model reads is
+// written once. The members must not move afterwards (size layer vectors first).
 class WeightSource {
  public:
-  explicit WeightSource(const ModelDescription& desc);
+  WeightSource(const ModelDescription& desc, std::vector<Tensor*>& weights);
 
   const ModelDescription& desc() const { return desc_; }
   const Metadata& md() const { return desc_.hparams; }  // tessera's keys
@@ -122,21 +126,26 @@ class WeightSource {
   // The largest dimension of any tensor in the file (at least 1).
   int64_t max_dim() const { return max_dim_; }
 
-  // The tensor `name` with exactly this shape (ggml order); throws naming the
-  // tensor and both shapes otherwise. Optional variant returns an empty Tensor.
-  Tensor require(const std::string& name, std::initializer_list<int64_t> shape) const;
-  // require(), and the tensor must be F32 (biases, sinks, routing corrections).
-  Tensor require_f32(const std::string& name, std::initializer_list<int64_t> shape) const;
+  // `into` becomes the tensor `name`, which must have exactly this shape (ggml order;
+  // throws naming the tensor and both shapes otherwise), and is a weight of the model.
+  void load(Tensor& into, const std::string& name, std::initializer_list<int64_t> shape);
+  // load(), and the tensor must be F32 (biases, sinks, routing corrections).
+  void load_f32(Tensor& into, const std::string& name, std::initializer_list<int64_t> shape);
+  // `into` is a second member for weight `from` (a tied output matrix): a weight of
+  // its own, so that preparing the weights updates it too.
+  void tie(Tensor& into, const Tensor& from);
   bool has(const std::string& name) const { return find(name) != nullptr; }
   const TensorInfo* find(const std::string& name) const;
 
  private:
+  Tensor require(const std::string& name, std::initializer_list<int64_t> shape) const;
   int64_t check_size(const std::string& suffix, int64_t v, bool present) const;
   // md().get_*(suffix) with errors naming the file's key instead of tessera's.
   template <class F>
   auto read(const std::string& suffix, F&& get) const -> decltype(get());
 
   const ModelDescription& desc_;
+  std::vector<Tensor*>& weights_;
   std::unordered_map<std::string_view, const TensorInfo*> by_name_;  // the description's tensors, indexed
   int64_t layers_in_file_ = 0, max_dim_ = 1;
 };

@@ -47,11 +47,8 @@ struct Qwen35MoeLayer {
 class Qwen35MoeModel final : public Model {
  public:
   explicit Qwen35MoeModel(const ModelDescription& desc) {
-    const std::string arch = "qwen35moe";
-    WeightSource w(desc);
+    WeightSource w(desc, weights_);
     ModelInfo& i = info_;
-    i.architecture = arch;
-    i.name = desc.name;
     // Checked against the tensor table before anything is sized (model_loader_util.h);
     // products of sizes are overflow-checked.
     read_decoder_hparams(w, i, {4096, 1e-6f, 10000000.f});
@@ -82,7 +79,7 @@ class Qwen35MoeModel final : public Model {
                    std::to_string(n_v_heads_) + ")");
     read_rope_sections(w);
 
-    embd_ = load_embedding(w, i);
+    load_embedding(w, embd_, i);
     const int64_t E = i.n_embd, hd = i.head_dim, S = head_dim_ssm_;
     const int64_t key_dim = w.mul(S, n_k_heads_, "ssm.state_size x ssm.group_count");
     const int64_t value_dim = d_inner;
@@ -96,54 +93,34 @@ class Qwen35MoeModel final : public Model {
       Qwen35MoeLayer& L = layers_[size_t(l)];
       L.recurrent = (l + 1) % interval != 0;
       L.cache_layer = L.recurrent ? n_recurrent_++ : n_attention_++;
-      L.attn_norm = w.require(p + "attn_norm.weight", {E});
-      L.post_norm = w.require(p + "post_attention_norm.weight", {E});
+      w.load(L.attn_norm, p + "attn_norm.weight", {E});
+      w.load(L.post_norm, p + "post_attention_norm.weight", {E});
       if (L.recurrent) {
         DeltaNetWeights& d = L.dn;
-        d.qkv = w.require(p + "attn_qkv.weight", {E, conv_dim});
-        d.gate = w.require(p + "attn_gate.weight", {E, value_dim});
-        d.conv1d = w.require(p + "ssm_conv1d.weight", {d_conv_, conv_dim});
-        d.dt_bias = w.require(p + "ssm_dt.bias", {n_v_heads_});
-        d.a = w.require(p + "ssm_a", {n_v_heads_});
-        d.beta = w.require(p + "ssm_beta.weight", {E, n_v_heads_});
-        d.alpha = w.require(p + "ssm_alpha.weight", {E, n_v_heads_});
-        d.norm = w.require(p + "ssm_norm.weight", {S});
-        d.out = w.require(p + "ssm_out.weight", {value_dim, E});
+        w.load(d.qkv, p + "attn_qkv.weight", {E, conv_dim});
+        w.load(d.gate, p + "attn_gate.weight", {E, value_dim});
+        w.load(d.conv1d, p + "ssm_conv1d.weight", {d_conv_, conv_dim});
+        w.load(d.dt_bias, p + "ssm_dt.bias", {n_v_heads_});
+        w.load(d.a, p + "ssm_a", {n_v_heads_});
+        w.load(d.beta, p + "ssm_beta.weight", {E, n_v_heads_});
+        w.load(d.alpha, p + "ssm_alpha.weight", {E, n_v_heads_});
+        w.load(d.norm, p + "ssm_norm.weight", {S});
+        w.load(d.out, p + "ssm_out.weight", {value_dim, E});
       } else {
         GatedAttentionWeights& a = L.at;
-        a.wq_gate = w.require(p + "attn_q.weight", {E, q_gate_dim});
-        a.wk = w.require(p + "attn_k.weight", {E, kv_dim});
-        a.wv = w.require(p + "attn_v.weight", {E, kv_dim});
-        a.wo = w.require(p + "attn_output.weight", {q_gate_dim / 2, E});
-        a.q_norm = w.require(p + "attn_q_norm.weight", {hd});
-        a.k_norm = w.require(p + "attn_k_norm.weight", {hd});
+        w.load(a.wq_gate, p + "attn_q.weight", {E, q_gate_dim});
+        w.load(a.wk, p + "attn_k.weight", {E, kv_dim});
+        w.load(a.wv, p + "attn_v.weight", {E, kv_dim});
+        w.load(a.wo, p + "attn_output.weight", {q_gate_dim / 2, E});
+        w.load(a.q_norm, p + "attn_q_norm.weight", {hd});
+        w.load(a.k_norm, p + "attn_k_norm.weight", {hd});
       }
-      L.experts = load_experts(w, p, i);
-      L.shexp.gate_inp = w.require(p + "ffn_gate_inp_shexp.weight", {E});
-      L.shexp.up = w.require(p + "ffn_up_shexp.weight", {E, n_ff_shexp_});
-      L.shexp.gate = w.require(p + "ffn_gate_shexp.weight", {E, n_ff_shexp_});
-      L.shexp.down = w.require(p + "ffn_down_shexp.weight", {n_ff_shexp_, E});
+      load_experts(w, L.experts, p, i);
+      w.load(L.shexp.gate_inp, p + "ffn_gate_inp_shexp.weight", {E});
+      w.load(L.shexp.up, p + "ffn_up_shexp.weight", {E, n_ff_shexp_});
+      w.load(L.shexp.gate, p + "ffn_gate_shexp.weight", {E, n_ff_shexp_});
+      w.load(L.shexp.down, p + "ffn_down_shexp.weight", {n_ff_shexp_, E});
     }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    for (auto& L : layers_) {
-      all.insert(all.end(), {&L.attn_norm, &L.post_norm});
-      if (L.recurrent) {
-        DeltaNetWeights& d = L.dn;
-        all.insert(all.end(), {&d.qkv, &d.gate, &d.conv1d, &d.dt_bias, &d.a, &d.beta, &d.alpha, &d.norm, &d.out});
-      } else {
-        GatedAttentionWeights& a = L.at;
-        all.insert(all.end(), {&a.wq_gate, &a.wk, &a.wv, &a.wo, &a.q_norm, &a.k_norm});
-      }
-      append_weights(all, L.experts);
-      all.insert(all.end(), {&L.shexp.gate_inp, &L.shexp.up, &L.shexp.gate, &L.shexp.down});
-    }
-    return all;
   }
 
   KvCacheConfig kv_config(int64_t n_ctx, int page_tokens) const override {
@@ -257,7 +234,6 @@ class Qwen35MoeModel final : public Model {
     return g.mul(y, g.sigmoid(g.matmul(g.input(s.gate_inp), h)));  // [n_embd, n] * [1, n]
   }
 
-  ModelInfo info_;
   int64_t n_ff_shexp_ = 0, d_conv_ = 0, head_dim_ssm_ = 0, n_k_heads_ = 0, n_v_heads_ = 0;
   std::array<int32_t, 4> sections_{};
   int n_attention_ = 0, n_recurrent_ = 0;

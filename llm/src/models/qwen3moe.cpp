@@ -16,38 +16,22 @@ struct Qwen3MoeLayer {
 class Qwen3MoeModel final : public Model {
  public:
   explicit Qwen3MoeModel(const ModelDescription& desc) {
-    const std::string arch = "qwen3moe";
-    WeightSource w(desc);
+    WeightSource w(desc, weights_);
     ModelInfo& i = info_;
-    i.architecture = arch;
-    i.name = desc.name;
     // Checked against the tensor table before anything is sized (model_loader_util.h).
     read_decoder_hparams(w, i, {4096, 1e-6f, 1000000.f});
     read_expert_hparams(w, i);
 
-    embd_ = load_embedding(w, i);
+    load_embedding(w, embd_, i);
     const int64_t E = i.n_embd;
     layers_.resize(size_t(i.n_layer));
     for (int64_t l = 0; l < i.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer& L = layers_[size_t(l)];
-      L.attn = load_attention(w, p, i, /*qk_norms=*/true);
-      L.ffn_norm = w.require(p + "ffn_norm.weight", {E});
-      L.experts = load_experts(w, p, i);
+      load_attention(w, L.attn, p, i, /*qk_norms=*/true);
+      w.load(L.ffn_norm, p + "ffn_norm.weight", {E});
+      load_experts(w, L.experts, p, i);
     }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-
-  std::vector<Tensor*> weights() override {
-    std::vector<Tensor*> all;
-    append_weights(all, embd_);
-    for (auto& L : layers_) {
-      append_weights(all, L.attn);
-      all.push_back(&L.ffn_norm);
-      append_weights(all, L.experts);
-    }
-    return all;
   }
 
   int32_t build_forward(Graph& graph, KvCache& kv, const ForwardBatch& b) const override {
@@ -64,7 +48,6 @@ class Qwen3MoeModel final : public Model {
   }
 
  private:
-  ModelInfo info_;
   EmbeddingWeights embd_;
   std::vector<Qwen3MoeLayer> layers_;
 };
