@@ -1,9 +1,9 @@
 # `cmake --install BUILD [--prefix PREFIX]`: the tessera tools, the bundled plugins and
 # model, and the SDK a plugin author builds against — the public headers,
 # libtessera_core (and its siblings libtessera_probes, libtessera_conformance,
-# libtessera_quant, libtessera_text, libtessera_llm, libtessera_chat) with a versioned
+# libtessera_quant, libtessera_kv, libtessera_text, libtessera_llm, libtessera_chat) with a versioned
 # soname, a CMake package (find_package(tessera), tessera::plugin_abi, tessera::core,
-# tessera::quant, tessera::probes, tessera::conformance, tessera::text, tessera::llm,
+# tessera::quant, tessera::kv, tessera::probes, tessera::conformance, tessera::text, tessera::llm,
 # tessera::chat,
 # tessera_add_backend_plugin()) and pkg-config files (tessera,
 # tessera-probes, tessera-conformance).
@@ -23,11 +23,12 @@ set(CMAKE_INSTALL_LIBDIR lib)
 # tokenizers (tessera::text) is what the tools run on, and the chat templates
 # (tessera::chat) what the server renders prompts with. Each finds the core next to
 # itself ($ORIGIN).
-set(_tessera_sdk_libs tessera_core tessera_quant tessera_probes tessera_conformance tessera_text tessera_llm tessera_chat)
+set(_tessera_sdk_libs tessera_core tessera_quant tessera_kv tessera_probes tessera_conformance tessera_text tessera_llm tessera_chat)
 set_target_properties(${_tessera_sdk_libs} PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
 set_target_properties(tessera_core PROPERTIES EXPORT_NAME core)
 set_target_properties(tessera_quant PROPERTIES EXPORT_NAME quant INSTALL_RPATH "$ORIGIN")
+set_target_properties(tessera_kv PROPERTIES EXPORT_NAME kv INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_probes PROPERTIES EXPORT_NAME probes INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_conformance PROPERTIES EXPORT_NAME conformance INSTALL_RPATH "$ORIGIN")
 set_target_properties(tessera_text PROPERTIES EXPORT_NAME text INSTALL_RPATH "$ORIGIN")
@@ -53,7 +54,7 @@ install(TARGETS ${_tessera_sdk_libs} EXPORT tesseraTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # One include/tessera/ for all of them (their headers never share a name).
-foreach(_dir core quant probes conformance text llm chat)
+foreach(_dir core quant kv probes conformance text llm chat)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${_dir}/include/tessera DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT tesseraTargets NAMESPACE tessera:: FILE tesseraTargets.cmake

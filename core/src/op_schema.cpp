@@ -9,7 +9,7 @@
 
 #include "tessera/backend.h"
 #include "tessera/error.h"
-#include "tessera/kv_cache.h"
+#include "tessera/kv_access.h"
 #include "tessera/quant_blocks.h"
 
 namespace tessera::op_schema {

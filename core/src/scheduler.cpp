@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "tessera/error.h"
-#include "tessera/kv_cache.h"
+#include "tessera/kv_access.h"
 #include "tessera/op_schema.h"
 
 namespace tessera {

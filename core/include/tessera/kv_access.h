@@ -1,7 +1,8 @@
 // KvAccess: what a kernel sees of the KV cache a node works on (Node::kv): the C
 // plugin ABI's TesseraKv with KvCache's calls. Header-only, so it compiles into the
-// plugin; every call goes through the host's function table. The host's KvCache is a
-// KvAccess (kv_cache.h), so host code hands `&kv_cache` to a node unchanged.
+// plugin; every call goes through the host's function table. The host's KvCache
+// (kv/, above the core) is a KvAccess, so host code hands `&kv_cache` to a node
+// unchanged.
 #pragma once
 #include <cstddef>
 #include <cstdint>

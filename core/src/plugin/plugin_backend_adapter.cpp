@@ -12,7 +12,7 @@
 
 #include "tessera/error.h"
 #include "tessera/graph.h"
-#include "tessera/kv_cache.h"
+#include "tessera/kv_access.h"
 #include "tessera/op_schema.h"
 
 namespace tessera::detail {
