@@ -93,6 +93,8 @@ class CpuAmxBackend final : public RangeBackend {
   }
 
   std::string name() const override { return "cpu_amx"; }
+  // The tile products run node by node; the runs handed to cpu_avx512 fuse as it does.
+  int32_t fusion_window() const override { return inner_ ? inner_->fusion_window() : 1; }
 
   OpSupport supports(const Graph& graph, const Node& node) const override {
     if (inner_) return inner_->supports(graph, node);

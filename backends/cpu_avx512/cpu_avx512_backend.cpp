@@ -136,6 +136,10 @@ class CpuAvx512Backend final : public RangeBackend {
   ~CpuAvx512Backend() override {
     if (pool_) pool_.cancel_idle_prefetch();
   }
+  // A group of up to kMaxGroup products over one input (mat_mul_repacked_group), or two
+  // products and the SwiGlu that reads them; each also checks for overlaps itself and
+  // runs node by node when it finds one, so the window only lets the groups form.
+  int32_t fusion_window() const override { return kMaxGroup; }
 
   // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
   // expert tensor [K, N, E] (MatMulId) gets one per expert, back to back. The tensor

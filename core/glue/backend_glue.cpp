@@ -105,6 +105,14 @@ int32_t c_uses_host_memory(void* self) {
   }
 }
 
+int32_t c_fusion_window(void* self) {
+  try {
+    return instance(self).impl->fusion_window();
+  } catch (...) {
+    return 1;
+  }
+}
+
 int32_t c_supports(void* self, const TesseraGraph* g, size_t node, char* reason, size_t reason_size) {
   try {
     BackendInstance& b = instance(self);
@@ -233,7 +241,7 @@ int32_t c_buffer_copy(void*, void* buffer, size_t dst_offset, size_t src_offset,
 
 const TesseraBackendApi kBackendApi = {
     sizeof(TesseraBackendApi), &c_uses_host_memory, &c_supports, &c_execute, &c_prepare_weight, &c_weight_bytes,
-    &c_transfers, &c_buffer_alloc, &c_buffer_free, &c_buffer_set, &c_buffer_get, &c_buffer_copy,
+    &c_transfers, &c_buffer_alloc, &c_buffer_free, &c_buffer_set, &c_buffer_get, &c_buffer_copy, &c_fusion_window,
 };
 
 void* create_backend(const char* plugin_name, const TesseraCreateArgs* args, char* error, size_t error_size,

@@ -164,6 +164,12 @@ int32_t Graph::add_node(const Node& n) {
   return int32_t(nodes_.size() - 1);
 }
 
+void Graph::set_memory_reuse(bool on, int32_t window) {
+  if (window < 1) throw Error("internal: a memory-reuse window of " + std::to_string(window) + " nodes (at least 1)");
+  reuse_ = on;
+  reuse_window_ = window;
+}
+
 void Graph::mark_output(int32_t tensor) {
   if (tensor < 0 || size_t(tensor) >= tensors_.size()) throw Error("mark_output of an unknown tensor");
   outputs_.push_back(tensor);
@@ -228,7 +234,7 @@ void Graph::plan_reuse() {
     alloc_next_[i] = alloc_head_[size_t(first_[i])];
     alloc_head_[size_t(first_[i])] = int32_t(i);
     if (last_[i] != kForever) {
-      const size_t release = size_t(last_[i]) + size_t(kReuseDelay);
+      const size_t release = size_t(last_[i]) + size_t(reuse_window_);
       if (release < steps) {
         free_next_[i] = free_head_[release];
         free_head_[release] = int32_t(i);

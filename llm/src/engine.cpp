@@ -90,11 +90,15 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
   scheduler_ = std::make_unique<Scheduler>(std::move(backends));
   create_kv_cache(opt);
   // Host backends read scratch through plain pointers, so intermediates may share
-  // memory by liveness; a device backend tracks host ranges per submission and gets
-  // distinct ranges (decision 37).
+  // memory by liveness, never within what a backend computes as one; a device backend
+  // tracks host ranges per submission and gets distinct ranges (decision 37).
   bool host_only = true;
-  for (const auto& b : scheduler_->backends()) host_only = host_only && b->uses_host_memory();
-  graph_.set_memory_reuse(host_only);
+  int32_t window = 1;
+  for (const auto& b : scheduler_->backends()) {
+    host_only = host_only && b->uses_host_memory();
+    window = std::max(window, b->fusion_window());
+  }
+  graph_.set_memory_reuse(host_only, window);
   spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path,
                 model_->info().architecture, model_->info().n_layer, n_ctx_, opt.max_sequences, pool_->executor_count());
 }

@@ -1,7 +1,8 @@
 // Test-only backend plugin, in C ABI terms only: supports Op::Add on contiguous F32
 // tensors and nothing else. create() fails on purpose when given the option fail=1,
 // echoing every option it received (so tests can check what plugins.toml and
-// overrides passed).
+// overrides passed); fusion_window=N makes it declare that window.
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -25,7 +26,7 @@ using test_plugin::nelements;
 using test_plugin::put;
 
 struct Instance {
-  int unused = 0;
+  int32_t fusion_window = 1;
 };
 
 int32_t probe(char* reason, size_t size) {
@@ -37,17 +38,21 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
   try {
     std::string opts;
     bool fail = false;
+    int32_t window = 1;
     const size_t n = TESSERA_HAS_FIELD(args, TesseraCreateArgs, option_count) ? args->option_count : 0;
     for (size_t i = 0; i < n; ++i) {
       if (!opts.empty()) opts += ", ";
       opts += std::string(args->options[i].key) + "=" + args->options[i].value;
       if (std::strcmp(args->options[i].key, "fail") == 0 && std::strcmp(args->options[i].value, "1") == 0) fail = true;
+      if (std::strcmp(args->options[i].key, "fusion_window") == 0) window = int32_t(std::atoi(args->options[i].value));
     }
     if (fail) {
       put(error, error_size, ("asked to fail (options: " + opts + ")").c_str());
       return nullptr;
     }
-    return new Instance();
+    auto* instance = new Instance();
+    instance->fusion_window = window;
+    return instance;
   } catch (const std::exception& e) {
     put(error, error_size, e.what());
     return nullptr;
@@ -57,6 +62,8 @@ void* create(const TesseraCreateArgs* args, char* error, size_t error_size) {
 void destroy(void* self) { delete static_cast<Instance*>(self); }
 
 int32_t uses_host_memory(void*) { return 1; }
+
+int32_t fusion_window(void* self) { return static_cast<Instance*>(self)->fusion_window; }
 
 int32_t supports(void*, const TesseraGraph* g, size_t node, char* reason, size_t size) {
   const TesseraNode& n = g->nodes[node];
@@ -93,7 +100,7 @@ int32_t execute(void*, TesseraGraph* g, size_t first, size_t count, uint32_t, ch
 
 const TesseraBackendApi kApi = {
     sizeof(TesseraBackendApi), uses_host_memory, supports, execute, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-    nullptr, nullptr,
+    nullptr, nullptr, fusion_window,
 };
 
 const TesseraPluginDescriptor kDescriptor = {

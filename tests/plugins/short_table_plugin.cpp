@@ -86,10 +86,12 @@ int32_t trap_buffer_copy(void*, void*, size_t, size_t, size_t, char* error, size
   return -1;
 }
 
+int32_t trap_fusion_window(void*) { return 99; }  // out of range: refused, were it read
+
 const TesseraBackendApi kApi = {
     offsetof(TesseraBackendApi, execute) + sizeof(TesseraBackendApi::execute),
     uses_host_memory, supports, execute, trap_prepare_weight, trap_weight_bytes, trap_transfers, trap_buffer_alloc,
-    trap_buffer_free, trap_buffer_io, trap_buffer_get, trap_buffer_copy,
+    trap_buffer_free, trap_buffer_io, trap_buffer_get, trap_buffer_copy, trap_fusion_window,
 };
 
 const TesseraPluginDescriptor kDescriptor = {

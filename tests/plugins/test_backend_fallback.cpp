@@ -56,6 +56,21 @@ TEST(BackendFallback, NamedBackendDecliningNodesFallsBackToTheReference) {
   EXPECT_EQ(named, reference);
 }
 
+// The window a host graph plans its scratch by, as each bundled backend declares it
+// through the plugin ABI: the reference runs node by node, cpu_avx512 groups up to four
+// products over one input.
+TEST(BackendFallback, BundledBackendsDeclareTheirFusionWindows) {
+  PluginConfig bundled;
+  bundled.paths = {TESSERA_PLUGIN_DIR};
+  PluginRegistry reg(bundled);
+  EXPECT_EQ(reg.create_backend("cpu_scalar", nullptr)->fusion_window(), 1);
+  for (const PluginRecord& r : reg.records()) {
+    if (r.name != "cpu_avx512") continue;
+    if (!r.usable) GTEST_SKIP() << "cpu_avx512 is not usable here: " << r.reason;
+    EXPECT_EQ(reg.create_backend("cpu_avx512", nullptr)->fusion_window(), 4);
+  }
+}
+
 TEST(BackendFallback, StrictBackendRefusesWhatTheNamedBackendsDoNotRun) {
   if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "fixtures not found: " << kModel;
   try {

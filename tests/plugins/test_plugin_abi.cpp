@@ -146,6 +146,7 @@ TEST_F(PluginAbi, AnOlderTableWithoutTheOptionalFunctionsLoadsAndRuns) {
   ASSERT_NE(be, nullptr);
   EXPECT_EQ(be->name(), "test_short_table");
   EXPECT_TRUE(be->uses_host_memory());
+  EXPECT_EQ(be->fusion_window(), 1) << "no fusion_window in the table: node by node";
 
   // The table's storage past struct_size holds traps: prepare_weight would fail with
   // an error, weight_bytes would claim one bogus byte. The host calls neither.

@@ -202,6 +202,24 @@ TEST(PluginRegistry, CreateBackendRunsAdd) {
   EXPECT_NE(s.describe(g).find("0 add c -> test_good"), std::string::npos) << s.describe(g);
 }
 
+TEST(PluginRegistry, ABackendsFusionWindowIsReadAndChecked) {
+  PluginRegistry reg(config());
+  EXPECT_EQ(reg.create_backend("test_good", nullptr)->fusion_window(), 1);
+  EXPECT_EQ(reg.create_backend("test_good", nullptr, {{"fusion_window", "4"}})->fusion_window(), 4);
+  EXPECT_EQ(reg.create_backend("test_good", nullptr, {{"fusion_window", "64"}})->fusion_window(), 64);
+  for (const char* bad : {"0", "-3", "65"}) {
+    try {
+      reg.create_backend("test_good", nullptr, {{"fusion_window", bad}});
+      FAIL() << "a window of " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("test_good: fusion_window returned ") + bad +
+                                           " (it must be 1 to 64)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(PluginRegistry, OptionsReachCreate) {
   PluginRegistry reg(config("[backend.test_good]\noptions = { fail = 1, threads = 4, flag = true }\n"));
   try {

@@ -136,22 +136,22 @@ void check_plan(const Graph& g, const std::vector<int32_t>& outputs) {
       }
     }
   }
-  // The delay window: two roots sharing memory are kReuseDelay nodes apart at least.
+  // The window: two roots sharing memory are reuse_window() nodes apart at least.
   for (size_t a = 0; a < T; ++a) {
     if (!is_root(g, a)) continue;
     for (size_t b = 0; b < T; ++b) {
       if (b == a || !is_root(g, b) || !overlap(g.tensor(int32_t(a)), g.tensor(int32_t(b)))) continue;
       const Life& la = life[a];
       const Life& lb = life[b];
-      const bool a_then_b = la.last != kForever && int64_t(lb.first) >= int64_t(la.last) + Graph::kReuseDelay;
-      const bool b_then_a = lb.last != kForever && int64_t(la.first) >= int64_t(lb.last) + Graph::kReuseDelay;
+      const bool a_then_b = la.last != kForever && int64_t(lb.first) >= int64_t(la.last) + g.reuse_window();
+      const bool b_then_a = lb.last != kForever && int64_t(la.first) >= int64_t(lb.last) + g.reuse_window();
       EXPECT_TRUE(a_then_b || b_then_a) << "roots " << a << " [" << la.first << ", " << la.last << "] and " << b
                                         << " [" << lb.first << ", " << lb.last << "] share memory too soon";
     }
   }
-  // What a fused run of kReuseDelay consecutive nodes reads is never written by the run.
+  // What a fused run of reuse_window() consecutive nodes reads is never written by the run.
   for (size_t k = 0; k < nodes.size(); ++k) {
-    const size_t end = std::min(nodes.size(), k + size_t(Graph::kReuseDelay));
+    const size_t end = std::min(nodes.size(), k + size_t(g.reuse_window()));
     for (size_t w = k; w < end; ++w) {
       const int32_t d = nodes[w].dst;
       if (d < 0 || g.storage_root(d) < 0) continue;
@@ -263,44 +263,53 @@ TEST(GraphMemory, ReuseIsOffByDefaultAndLinear) {
 
 TEST(GraphMemory, ChainNeedsAConstantNumberOfBlocks) {
   constexpr size_t kBlock = 1024 * 4;
-  size_t first_bytes = 0;
-  for (int n : {16, 64, 512}) {
-    Graph g;
-    g.set_memory_reuse(true);
-    auto x = chain(g, n);
-    g.mark_output(x.back());
-    g.allocate();
-    const size_t bytes = g.scratch_bytes();
-    EXPECT_GE(bytes, 2 * kBlock) << n;
-    EXPECT_LE(bytes, size_t(Graph::kReuseDelay + 2) * kBlock) << n;
-    if (!first_bytes) first_bytes = bytes;
-    EXPECT_EQ(bytes, first_bytes) << "independent of the chain length, n = " << n;
-    check_plan(g, {x.back()});
+  for (int32_t window : {1, 4}) {
+    size_t first_bytes = 0;
+    for (int n : {16, 64, 512}) {
+      Graph g;
+      g.set_memory_reuse(true, window);
+      auto x = chain(g, n);
+      g.mark_output(x.back());
+      g.allocate();
+      const size_t bytes = g.scratch_bytes();
+      EXPECT_GE(bytes, 2 * kBlock) << n;
+      EXPECT_LE(bytes, size_t(window + 2) * kBlock) << n;
+      if (!first_bytes) first_bytes = bytes;
+      EXPECT_EQ(bytes, first_bytes) << "independent of the chain length, n = " << n << ", window " << window;
+      check_plan(g, {x.back()});
 
-    Graph linear;
-    chain(linear, n);
-    linear.allocate();
-    EXPECT_EQ(linear.scratch_bytes(), size_t(n + 1) * kBlock) << n;
+      Graph linear;
+      chain(linear, n);
+      linear.allocate();
+      EXPECT_EQ(linear.scratch_bytes(), size_t(n + 1) * kBlock) << n;
+    }
   }
 }
 
-TEST(GraphMemory, DelayWindowIsRespected) {
+TEST(GraphMemory, FusionWindowIsRespected) {
+  for (int32_t window : {1, 2, 4, 7}) {
+    Graph g;
+    g.set_memory_reuse(true, window);
+    EXPECT_EQ(g.reuse_window(), window);
+    auto x = chain(g, 40);
+    g.mark_output(x.back());
+    g.allocate();
+    check_plan(g, {x.back()});
+    // x[k] is written by node k-1 and last read by node k: its memory may go to a
+    // tensor first written at node k + window (that is x[k + window + 1]) or later.
+    bool reused = false, at_the_window = false;
+    for (size_t a = 0; a < x.size(); ++a)
+      for (size_t b = a + 1; b < x.size(); ++b)
+        if (overlap(g.tensor(x[a]), g.tensor(x[b]))) {
+          reused = true;
+          at_the_window |= b == a + size_t(window) + 1;
+          EXPECT_GE(b, a + size_t(window) + 1) << "window " << window << ": " << a << " " << b;
+        }
+    EXPECT_TRUE(reused) << window;
+    EXPECT_TRUE(at_the_window) << "window " << window << ": memory is reused no later than it may be";
+  }
   Graph g;
-  g.set_memory_reuse(true);
-  auto x = chain(g, 40);
-  g.mark_output(x.back());
-  g.allocate();
-  check_plan(g, {x.back()});
-  // x[k] is written by node k-1 and last read by node k: its memory may go to a tensor
-  // first written at node k + kReuseDelay (that is x[k + kReuseDelay + 1]) or later.
-  bool reused = false;
-  for (size_t a = 0; a < x.size(); ++a)
-    for (size_t b = a + 1; b < x.size(); ++b)
-      if (overlap(g.tensor(x[a]), g.tensor(x[b]))) {
-        reused = true;
-        EXPECT_GE(b, a + size_t(Graph::kReuseDelay) + 1) << a << " " << b;
-      }
-  EXPECT_TRUE(reused);
+  EXPECT_THROW(g.set_memory_reuse(true, 0), std::exception);
 }
 
 TEST(GraphMemory, ViewsAndReshapesKeepTheirSourceAlive) {
@@ -344,7 +353,7 @@ TEST(GraphMemory, OutputsAreNeverOverwritten) {
   execute(ref);
 
   Graph g;
-  g.set_memory_reuse(true);
+  g.set_memory_reuse(true, 4);
   Built bg = build_layers(g, w_reuse, true);
   ASSERT_EQ(bg.outputs.size(), br.outputs.size());
   for (int step = 0; step < 2; ++step) {  // the second step runs over the first's stale values
@@ -365,7 +374,7 @@ TEST(GraphMemory, OutputsAreNeverOverwritten) {
 TEST(GraphMemory, NoNodeOverlapsAnythingAliveWithoutOutputs) {
   std::vector<float> w;
   Graph g;
-  g.set_memory_reuse(true);
+  g.set_memory_reuse(true, 4);
   Built b = build_layers(g, w, false);
   const int32_t unused = g.new_tensor(DType::F32, {333}, "unused");  // named by no node
   g.allocate();

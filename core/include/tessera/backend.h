@@ -76,6 +76,12 @@ class Backend {
   // True when the backend computes on host memory (graph scratch and mapped weights
   // can be used directly); false for device backends, which need copies.
   virtual bool uses_host_memory() const { return true; }
+  // The most consecutive nodes this backend computes as one (a group of products over
+  // one input, a product and the SwiGlu that reads it): reading a later node's sources
+  // after an earlier node's output is written. A host backend's graph plans scratch so
+  // that no node's output overlaps what a node up to fusion_window() - 1 before it
+  // read (Graph::set_memory_reuse). 1: node by node.
+  virtual int32_t fusion_window() const { return 1; }
   // A buffer of this backend's memory for `usage` (host memory unless the backend says
   // otherwise): the KV pages are allocated here by the backend that runs attention.
   virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes, BufferUsage usage = BufferUsage::Scratch) {

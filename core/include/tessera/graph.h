@@ -162,15 +162,15 @@ class Graph {
   // and view() share their source's root. A root lives from the first node that names
   // any tensor of it (as dst or src) to the last such node; a root read before any node
   // writes it lives from node 0; outputs and roots no node names live to the end. A
-  // root's range is reusable only from node last + kReuseDelay on (never by a node up
-  // to kReuseDelay-1 nodes after its last reader), because a CPU backend fuses short
-  // runs of consecutive nodes and must never find a later node's output overlapping an
-  // input of the run. So a node's dst never overlaps a src of another root, nor any
-  // root alive at that node. Blocks are 64-byte aligned and placed best fit in a
-  // free list (neighbours merge on free), growing the end when nothing fits.
-  static constexpr int32_t kReuseDelay = 4;
-  void set_memory_reuse(bool on) { reuse_ = on; }
+  // root's range is reusable only from node last + window on, `window` being the most
+  // consecutive nodes a backend of the step computes as one (Backend::fusion_window;
+  // 1: node by node). So no node's dst overlaps what any node of its window read, nor
+  // a src of another root, nor any root alive at that node. Blocks are 64-byte aligned
+  // and placed best fit in a free list (neighbours merge on free), growing the end when
+  // nothing fits.
+  void set_memory_reuse(bool on, int32_t window = 1);
   bool memory_reuse() const { return reuse_; }
+  int32_t reuse_window() const { return reuse_window_; }
   // The caller reads `tensor` after execution: with reuse on its storage lives to the
   // end of the graph. Cleared by reset().
   void mark_output(int32_t tensor);
@@ -204,6 +204,7 @@ class Graph {
   size_t linear_bytes_ = 0;   // arena bytes without reuse (sum of every root's block)
   size_t scratch_bytes_ = 0;  // bytes the last allocate() needed
   bool reuse_ = false;
+  int32_t reuse_window_ = 1;
   uint64_t id_ = 0;
   uint64_t generation_ = 0;
   // Work arrays of plan_reuse(), kept so a step allocates nothing once warm.

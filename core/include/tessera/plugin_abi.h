@@ -251,6 +251,11 @@ typedef struct TesseraBackendApi {
                         size_t error_size);
   int32_t (*buffer_copy)(void* self, void* buffer, size_t dst_offset, size_t src_offset, size_t bytes, char* error,
                          size_t error_size);
+  /* since ABI 7, optional: the most consecutive nodes of one execute() the backend
+   * computes as one, reading a later node's sources after an earlier node's output is
+   * written (1 to 64). The host then never places a node's output over what a node up
+   * to that many - 1 before it read. Absent: 1 (node by node). */
+  int32_t (*fusion_window)(void* self) TESSERA_APPENDED_DEFAULT(0);
 } TesseraBackendApi;
 
 /* What a buffer holds (tessera::BufferUsage). */

@@ -127,12 +127,22 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
  public:
   PluginBackend(std::string name, const TesseraPluginDescriptor* desc, void* self, std::shared_ptr<void> keep)
       : name_(std::move(name)), desc_(desc), api_(desc->backend), self_(self), keep_(std::move(keep)) {
-    host_memory_ = guarded(name_, "uses_host_memory", [&] { return api_->uses_host_memory(self_); }) != 0;
     has_prepare_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, prepare_weight) && api_->prepare_weight;
     has_weight_bytes_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, weight_bytes) && api_->weight_bytes;
     has_transfers_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, transfers) && api_->transfers;
     has_buffers_ = TESSERA_HAS_FIELD(api_, TesseraBackendApi, buffer_copy) && api_->buffer_alloc && api_->buffer_free &&
                    api_->buffer_set && api_->buffer_get && api_->buffer_copy;
+  }
+  // What the plugin says of itself; may throw, after construction so that the
+  // destructor hands the instance back.
+  void read_properties() {
+    host_memory_ = guarded(name_, "uses_host_memory", [&] { return api_->uses_host_memory(self_); }) != 0;
+    if (TESSERA_HAS_FIELD(api_, TesseraBackendApi, fusion_window) && api_->fusion_window) {
+      fusion_window_ = guarded(name_, "fusion_window", [&] { return api_->fusion_window(self_); });
+      if (fusion_window_ < 1 || fusion_window_ > kMaxFusionWindow)
+        throw Error(name_ + ": fusion_window returned " + std::to_string(fusion_window_) + " (it must be 1 to " +
+                    std::to_string(kMaxFusionWindow) + ")");
+    }
   }
   ~PluginBackend() override {
     try {
@@ -143,6 +153,7 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
 
   std::string name() const override { return name_; }
   bool uses_host_memory() const override { return host_memory_; }
+  int32_t fusion_window() const override { return fusion_window_; }
 
   OpSupport supports(const Graph& graph, const Node& node) const override {
     // ABI 3's KvWrite and Attention named one sequence per node: a plugin built for it
@@ -322,6 +333,8 @@ class PluginBackend final : public Backend, public std::enable_shared_from_this<
   std::shared_ptr<void> keep_;
   bool host_memory_ = true, has_prepare_ = false, has_weight_bytes_ = false, has_transfers_ = false;
   bool has_buffers_ = false;
+  int32_t fusion_window_ = 1;
+  static constexpr int32_t kMaxFusionWindow = 64;
   // The plugin's handle of each buffer it allocated for the host (what crosses as
   // TesseraTensor::buffer for a tensor in it).
   mutable std::unordered_map<const Buffer*, void*> handles_;
@@ -361,7 +374,9 @@ std::string check_backend_table(const TesseraBackendApi* api) {
 
 std::shared_ptr<Backend> adapt_backend(const std::string& plugin_name, const TesseraPluginDescriptor* desc,
                                        void* self, std::shared_ptr<void> keep) {
-  return std::make_shared<PluginBackend>(plugin_name, desc, self, std::move(keep));
+  auto backend = std::make_shared<PluginBackend>(plugin_name, desc, self, std::move(keep));
+  backend->read_properties();
+  return backend;
 }
 
 }  // namespace tessera::detail
