@@ -14,6 +14,7 @@
 #include "cpu_avx512_backend.h"
 #include "kernels.h"
 #include "kernels_deltanet.h"
+#include "weight_store.h"
 #include "tessera/error.h"
 #include "tessera/group_limit.h"
 #include "tessera/paged_rows.h"
@@ -89,47 +90,11 @@ struct AlignedFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
 
-// A cheap fingerprint of a weight's bytes (shape plus 64 bytes of its first, middle
-// and last rows; of the first, middle and last expert for a 3-D expert tensor): a
-// repacked copy is used only while the original still matches, so a freed and reused
-// address can never pick up a stale repack.
-// It runs before every product, so it mixes 8-byte words (a byte-wise hash showed in
-// decode profiles, docs/performance.md).
-uint64_t fingerprint(const Tensor& w) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t v;
-      std::memcpy(&v, b + i, 8);
-      h = (h ^ v) * 1099511628211ull;
-      h ^= h >> 29;  // so every bit of v reaches the low bits of later words' products
-    }
-    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2];
-  mix(&K, sizeof K);
-  mix(&N, sizeof N);
-  mix(&w.nb[1], sizeof w.nb[1]);
-  if (E != 1) {
-    mix(&E, sizeof E);
-    mix(&w.nb[2], sizeof w.nb[2]);
-  }
-  const size_t n = std::min<size_t>(64, row_bytes(w.type, K));
-  for (int64_t e : {int64_t(0), E / 2, E - 1}) {
-    const char* base = static_cast<const char*>(w.data) + e * int64_t(w.nb[2]);
-    for (int64_t r : {int64_t(0), N / 2, N - 1}) mix(base + r * int64_t(w.nb[1]), n);
-    if (E == 1) break;
-  }
-  return h;
-}
-
 class CpuAvx512Backend final : public RangeBackend {
  public:
   CpuAvx512Backend(PoolRef pool, bool repack, int decode_tiles, bool decode_prefetch)
       : pool_(pool),
-        repack_(repack),
+        weights_(pool, repack),
         decode_tiles_(decode_tiles),
         decode_prefetch_(decode_prefetch) {}
   // The pool outlives its backends; its workers may still read a repacked copy.
@@ -141,73 +106,14 @@ class CpuAvx512Backend final : public RangeBackend {
   // runs node by node when it finds one, so the window only lets the groups form.
   int32_t fusion_window() const override { return kMaxGroup; }
 
-  // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights get a row-interleaved copy (see kernels.h); a 3-D
-  // expert tensor [K, N, E] (MatMulId) gets one per expert, back to back. The tensor
-  // itself is left untouched, so every other reader (GetRows of a tied embedding,
-  // another backend, the reference) still sees the GGUF layout.
-  void prepare_weight(Tensor& w) override {
-    if (repack_ && w.data && !kern::repack_supported(w.type) && kern::matmul_type_supported(w.type)) {
-      copy_to_streamed_pages(w);
-      return;
-    }
-    if (!repack_ || !w.data || !repackable(w)) return;
-    Repacked r;
-    r.type = w.type;
-    r.K = w.ne[0];
-    r.N = w.ne[1];
-    r.E = w.ne[2];
-    r.wstride = w.nb[1];
-    r.estride = r.E > 1 ? w.nb[2] : 0;
-    r.ebytes = kern::repacked_bytes(w.type, r.K, r.N);
-    const size_t bytes = r.ebytes * size_t(r.E);
-    void* p = alloc_streamed(bytes);  // streamed once per token: huge pages
-    if (!p) throw Error("cpu_avx512: out of memory repacking '" + w.name + "'");
-    r.data.reset(static_cast<uint8_t*>(p));
-    const int64_t tiles = (r.N + kern::kTileRows - 1) / kern::kTileRows;
-    const auto* src = static_cast<const uint8_t*>(w.data);
-    uint8_t* out = r.data.get();
-    // Items = (expert, tile); each call covers one expert's part of [i0, i1).
-    parallel_for(tiles * r.E, [&](int64_t i0, int64_t i1) {
-      while (i0 < i1) {
-        const int64_t e = i0 / tiles, t0 = i0 % tiles, t1 = std::min(tiles, t0 + (i1 - i0));
-        kern::repack(r.type, src + size_t(e) * r.estride, int64_t(w.nb[1]), r.K, r.N, out + size_t(e) * r.ebytes, t0,
-                     t1);
-        i0 += t1 - t0;
-      }
-    });
-    r.fp = fingerprint(w);
-    if (repacked_.count(w.data)) drop_repacked(w.data);
-    repacked_[w.data] = std::move(r);
+  void prepare_weight(Tensor& w) override { weights_.prepare(w); }
+
+  std::span<const std::byte> weight_bytes(const Tensor& w) override {
+    const std::span<const std::byte> repacked = weights_.repacked_bytes(w);
+    return repacked.empty() ? Backend::weight_bytes(w) : repacked;
   }
 
   std::string name() const override { return "cpu_avx512"; }
-
-  // A matrix the kernels read in its own layout (the format-kernel types, F16, BF16, F32):
-  // copied as it is into huge pages, which stream faster than a model file's 4 KiB
-  // page-cache pages, and the tensor points at the copy (the same layout, so every
-  // reader may use it; the engine hands the original's pages back). 2-D contiguous
-  // matrices only: a 3-D expert tensor may be streamed from disk, and a vector is not
-  // streamed.
-  void copy_to_streamed_pages(Tensor& w) {
-    if (w.ne[1] < 2 || w.ne[2] != 1 || w.ne[3] != 1 || !w.is_contiguous()) return;
-    const size_t bytes = w.nbytes();
-    void* p = alloc_streamed(bytes);
-    if (!p) throw Error("cpu_avx512: out of memory copying '" + w.name + "'");
-    std::unique_ptr<uint8_t[], AlignedFree> copy(static_cast<uint8_t*>(p));
-    const auto* src = static_cast<const uint8_t*>(w.data);
-    constexpr int64_t kChunk = 1 << 20;
-    parallel_for(int64_t((bytes + kChunk - 1) / kChunk), [&](int64_t b, int64_t e) {
-      const size_t lo = size_t(b) * kChunk, hi = std::min(bytes, size_t(e) * kChunk);
-      std::memcpy(copy.get() + lo, src + lo, hi - lo);
-    });
-    w.data = copy.get();
-    copies_.push_back(std::move(copy));
-  }
-
-  std::span<const std::byte> weight_bytes(const Tensor& w) override {
-    if (const Repacked* r = find_repacked(w)) return {reinterpret_cast<const std::byte*>(r->data.get()), r->ebytes * size_t(r->E)};
-    return Backend::weight_bytes(w);
-  }
 
   // Every op has a kernel here; declined are only the shapes those kernels do not take
   // (the scheduler then runs the node on the next backend by rank).
@@ -308,12 +214,7 @@ class CpuAvx512Backend final : public RangeBackend {
 
   template <typename F>
   void parallel_for(int64_t n, F&& f) {
-    if (pool_ && pool_.executor_count() > 1 && n > 1) {
-      auto fn = f;
-      pool_.parallel_for(n, std::move(fn));
-    } else if (n > 0) {
-      f(int64_t(0), n);
-    }
+    cpu_avx512::parallel_for(pool_, n, std::forward<F>(f));
   }
 
   // ---- Small ops ----------------------------------------------------------------
@@ -687,12 +588,6 @@ class CpuAvx512Backend final : public RangeBackend {
 
   // A weight whose dtype has tiles and whose layout the repacking reads (rows of whole
   // blocks, experts that do not overlap).
-  static bool repackable(const Tensor& w) {
-    return kern::repack_supported(w.type) && w.ne[2] >= 1 && w.ne[3] == 1 && w.ne[1] >= 1 &&
-           w.ne[0] % dtype_traits(w.type).block_elems == 0 && w.nb[1] >= row_bytes(w.type, w.ne[0]) &&
-           (w.ne[2] == 1 || w.nb[2] >= w.nb[1] * size_t(w.ne[1]));
-  }
-
   // A 64-byte aligned buffer that grows to the largest size asked for.
   struct Scratch {
     std::unique_ptr<uint8_t[], AlignedFree> p;
@@ -710,43 +605,6 @@ class CpuAvx512Backend final : public RangeBackend {
   };
 
   std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // copy_to_streamed_pages
-
-  struct Repacked {
-    DType type = DType::F32;
-    int64_t K = 0, N = 0, E = 1;  // E: experts of a 3-D [K, N, E] tensor
-    size_t wstride = 0;
-    size_t estride = 0;  // bytes between experts in the tensor
-    size_t ebytes = 0;   // bytes of one expert's repacked copy
-    uint64_t fp = 0;
-    std::unique_ptr<uint8_t[], AlignedFree> data;
-  };
-
-  // The repacked copy made for w's address and shape, without checking that the
-  // bytes there are still the ones it was made from (see find_repacked).
-  const Repacked* lookup_repacked(const Tensor& w) const {
-    auto it = repacked_.find(w.data);
-    if (it == repacked_.end()) return nullptr;
-    const Repacked& r = it->second;
-    // Another view of the same memory (e.g. the first rows of the weight): not ours.
-    if (r.type != w.type || r.K != w.ne[0] || r.N != w.ne[1] || r.wstride != w.nb[1] || r.E != w.ne[2] ||
-        w.ne[3] != 1 || (r.E > 1 && r.estride != w.nb[2]))
-      return nullptr;
-    return &r;
-  }
-  // Frees a repacked copy, after the workers stopped reading it (idle prefetch).
-  void drop_repacked(const void* key) {
-    if (pool_) pool_.cancel_idle_prefetch();
-    repacked_.erase(key);
-  }
-  // The repacked copy of w if its fingerprint still matches; a stale one is dropped.
-  const Repacked* find_repacked(const Tensor& w) {
-    const Repacked* r = lookup_repacked(w);
-    if (r && r->fp != fingerprint(w)) {
-      drop_repacked(w.data);  // stale: the memory now holds another tensor
-      return nullptr;
-    }
-    return r;
-  }
 
   // The prepared (quantized) activation of the last MatMul is reused by the next
   // MatMul node that reads the same x tensor the same way (q/k/v, gate/up): valid
@@ -880,7 +738,7 @@ class CpuAvx512Backend final : public RangeBackend {
     // tensors (and the fused SwiGlu again from the products).
     for (int i = 0; i < count; ++i)
       if (ctx.stale & (1u << i)) {
-        drop_repacked(ws[i]->data);
+        weights_.drop(ws[i]->data);
         mat_mul(*ws[i], x, *dsts[i], xi);
       }
     if (swiglu && ctx.stale) ctx.swiglu(0, ctx.N[0]);
@@ -1129,7 +987,7 @@ class CpuAvx512Backend final : public RangeBackend {
       const Tensor& d = g.tensor(nd.dst);
       if (!w.data || !d.data) break;
       if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
-      const Repacked* r = lookup_repacked(w);
+      const Repacked* r = weights_.lookup(w);
       if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
       bool clash = false;
       for (int i = 0; i < n && !clash; ++i)
@@ -1146,7 +1004,7 @@ class CpuAvx512Backend final : public RangeBackend {
   bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst, int32_t xi = -1) {
     if (!uniform_rows(dst) || dst.nb[1] % sizeof(float) != 0) return false;
     if (dst.data == x.data) throw Error("dst must not alias x (the product is not computed in place)");
-    if (const Repacked* rp = lookup_repacked(w)) {
+    if (const Repacked* rp = weights_.lookup(w)) {
       const Tensor* ws[1] = {&w};
       const Tensor* dsts[1] = {&dst};
       mat_mul_repacked_group(&rp, ws, dsts, 1, x, xi);
@@ -1218,11 +1076,11 @@ class CpuAvx512Backend final : public RangeBackend {
     for (int64_t e = 0; e < E; ++e) moe_start_[size_t(e) + 1] += moe_start_[size_t(e)];
     // The copy's fingerprint (nine cold rows for an expert tensor) is checked during the
     // dispatch, as in mat_mul_repacked_group.
-    const Repacked* rp = lookup_repacked(w);
+    const Repacked* rp = weights_.lookup(w);
     const int64_t tiles = (N + kern::kTileRows - 1) / kern::kTileRows;
     // Experts read as tiles: all when repacked at load; else those used by enough
     // columns, repacked tile by tile into each executor's scratch.
-    const bool on_the_fly = !rp && repack_ && repackable(w);
+    const bool on_the_fly = !rp && weights_.repacks() && WeightStore::repackable(w);
     auto used = [&](int64_t e) { return moe_start_[size_t(e) + 1] - moe_start_[size_t(e)]; };
     moe_tiled_.assign(size_t(E), rp != nullptr);
     if (on_the_fly)
@@ -1324,7 +1182,7 @@ class CpuAvx512Backend final : public RangeBackend {
       pool_.parallel(worker, &ctx);
     }
     if (ctx.stale) {  // the memory now holds another tensor: drop the copy, compute from it
-      drop_repacked(w.data);
+      weights_.drop(w.data);
       return mat_mul_id(w, x, ids, dst, first, end);
     }
     return true;
@@ -1468,6 +1326,7 @@ class CpuAvx512Backend final : public RangeBackend {
   }
 
   PoolRef pool_ = nullptr;
+  WeightStore weights_;
   Scratch act_;
   ActKey act_key_;
   std::vector<const uint16_t*> rows_;
@@ -1494,7 +1353,6 @@ class CpuAvx512Backend final : public RangeBackend {
   // the format-kernel types): cancelled at the end of the execute call, since that memory
   // is the caller's and may be freed after it.
   bool row_hints_ = false;
-  bool repack_ = true;
   int decode_tiles_ = 1;         // MatMulJob::decode_tiles for repacked products
   bool decode_prefetch_ = false;  // MatMulJob::decode_prefetch
   std::unordered_map<const void*, Repacked> repacked_;
