@@ -114,7 +114,7 @@ class Backend {
   // set). A backend checks nothing of that again; it keeps only what the schema cannot
   // know in advance: ids read from tensors that earlier nodes of the run compute
   // (GetRows, MatMulId, GatherCols), and whatever its supports() read that the
-  // signature leaves out (vulkan: a Rope's positions must not be computed in the graph).
+  // signature leaves out (for instance, that an input comes from outside the graph).
   // A node that violates the contract may be run unchecked (undefined behaviour), so
   // outside callers use execute(). The default validates anyway.
   virtual void execute_validated(Graph& graph, size_t first, size_t count) { execute(graph, first, count); }
