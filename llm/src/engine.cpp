@@ -1,6 +1,7 @@
 #include "tessera/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -63,6 +64,13 @@ const SeqSlice& append_slice(KvCache::SeqId seq, std::span<const int32_t> tokens
 
 }  // namespace
 
+int64_t step_bucket(int64_t n) {
+  if (n <= 2) return std::max<int64_t>(n, 1);
+  if (n <= 8) return n <= 4 ? 4 : 8;
+  const int64_t step = int64_t(std::bit_floor(uint64_t(n))) / 4;
+  return (n + step - 1) / step * step;
+}
+
 // What the construction steps hand on to each other.
 struct Engine::Construction {
   MemoryBudget budget;
@@ -99,6 +107,7 @@ Engine::Engine(const PluginRegistry& registry, const EngineOptions& opt) {
     window = std::max(window, b->fusion_window());
   }
   graph_.set_memory_reuse(host_only, window);
+  choose_step_buckets(opt);
   spdlog::debug("engine: {} ({}), {} layers, context {}, {} sequences, {} threads", opt.model_path,
                 model_->info().architecture, model_->info().n_layer, n_ctx_, opt.max_sequences, pool_->executor_count());
 }
@@ -321,6 +330,23 @@ void Engine::create_kv_cache(const EngineOptions& opt) {
   if (ranks_ && ranks_->rank() == 0) kv_->record_calls(&kv_calls_);
 }
 
+void Engine::choose_step_buckets(const EngineOptions& opt) {
+  if (opt.step_buckets == StepBuckets::Off) return;
+  std::string why_not;
+  if (kv_->has_recurrent())
+    why_not = "the model has recurrent layers, which run per sequence";
+  else if (ranks_)
+    why_not = "a distributed run lays its steps out on every rank";
+  else if (experts_)
+    why_not = "the experts are streamed, and padding rows would read experts";
+  if (opt.step_buckets == StepBuckets::On) {
+    if (!why_not.empty()) throw Error("--step-buckets on: " + why_not);
+    pad_steps_ = true;
+  } else {
+    pad_steps_ = why_not.empty() && !scheduler_->backends().front()->uses_host_memory();
+  }
+}
+
 Engine::~Engine() {
   if (!ranks_ || ranks_->rank() != 0) return;
   kv_->record_calls(nullptr);
@@ -354,6 +380,30 @@ int64_t Engine::n_embd() const { return model_->info().n_embd; }
 std::span<const float> Engine::forward(std::span<const Chunk> chunks) { return run_step(chunks, false); }
 
 std::span<const float> Engine::forward_hidden(std::span<const Chunk> chunks) { return run_step(chunks, true); }
+
+// Pads the step laid out in tokens_, slices_ and out_rows_ to step_bucket() sizes: rows
+// of a sequence of their own at positions 0.. (the first token repeated), the first of
+// them added to the output rows until those are a bucket too. False, changing nothing,
+// when nothing needs padding or the pool has no pages for it.
+bool Engine::pad_step() {
+  const int64_t n = int64_t(tokens_.size()), rows = int64_t(out_rows_.size());
+  const int64_t extra_rows = step_bucket(rows) - rows;
+  int64_t padded = step_bucket(n);
+  while (padded - n < extra_rows) padded = step_bucket(padded + 1);
+  const int64_t extra = padded - n;
+  if (extra == 0) return false;
+  if (pad_seq_ < 0) pad_seq_ = kv_->create_sequence();
+  if (!kv_->reserve(pad_seq_, extra)) {
+    ++padding_.unpadded_steps;
+    return false;
+  }
+  pad_tokens_.assign(size_t(extra), tokens_.front());
+  append_slice(pad_seq_, pad_tokens_, 0, tokens_, positions_, slices_);
+  for (int64_t r = 0; r < extra_rows; ++r) out_rows_.push_back(int32_t(n + r));
+  ++padding_.padded_steps;
+  padding_.padding_tokens += extra;
+  return true;
+}
 
 std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidden) {
   if (chunks.empty()) throw Error("nothing to evaluate: no chunks");
@@ -389,6 +439,8 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 
   const bool want_rows = !out_rows_.empty();
   if (!want_rows) out_rows_.push_back(int32_t(tokens_.size()) - 1);  // the graph always ends in logits
+  const size_t real_tokens = tokens_.size(), real_rows = out_rows_.size();
+  step_padded_ = pad_steps_ && pad_step();
   if (ranks_) {
     // From here on every rank runs this step: a failure on rank 0 would leave the others
     // waiting inside it, so it ends them all.
@@ -401,11 +453,12 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
   } else {
     execute_step(hidden, false);
   }
-  // The engine, not the kernels, owns the sequences' lengths.
+  // The engine, not the kernels, owns the sequences' lengths; the padding's pages go back.
   for (const SeqSlice& s : slices_) kv_->set_length(s.seq, s.pos0 + s.count);
-  tokens_evaluated_ += int64_t(tokens_.size());
+  if (step_padded_) kv_->truncate(pad_seq_, 0);
+  tokens_evaluated_ += int64_t(real_tokens);
 
-  const int64_t rows = want_rows ? int64_t(out_rows_.size()) : 0;
+  const int64_t rows = want_rows ? int64_t(real_rows) : 0;
   const int64_t width = hidden ? n_embd() : V;
   logits_.resize(size_t(rows * width));
   if (staged_output_) {  // pipelined micro-batches (--split layers): gathered by execute_layers
@@ -426,7 +479,14 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 
 void Engine::execute_step(bool hidden, bool replaying) {
   if (ranks_ && split_ == Split::Layers) return execute_layers(hidden);
-  ForwardBatch batch{tokens_, positions_, slices_, out_rows_, make_paged_inputs(*kv_, slices_, paged_buffers_),
+  // Padded steps keep a place for the padding's sequence in every step's sequence
+  // table, padded or not, so that the table's shape does not depend on it.
+  const int64_t min_seqs = pad_steps_ && !step_padded_ ? int64_t(slices_.size()) + 1 : 1;
+  ForwardBatch batch{tokens_,
+                     positions_,
+                     slices_,
+                     out_rows_,
+                     make_paged_inputs(*kv_, slices_, paged_buffers_, min_seqs),
                      hidden};
   run_graph(batch, !replaying);
 }
@@ -438,7 +498,11 @@ void Engine::run_graph(ForwardBatch& batch, bool keep_output) {
   if (ranks_ && split_ == Split::Experts) detail::shard_experts(graph_, *ranks_, exchange_buffer_);
   if (keep_output) graph_.mark_output(graph_out_);
   graph_.allocate();
+  const uint64_t misses = scheduler_->plan_misses();
   scheduler_->run(graph_);
+  if (scheduler_->plan_misses() != misses)
+    spdlog::debug("engine: a new plan for a step of {} tokens, {} output rows, a sequence table of {} x {} pages",
+                  batch.tokens.size(), batch.output_rows.size(), batch.paged.seqs, batch.paged.pages);
 }
 
 void Engine::execute_layers(bool hidden) {

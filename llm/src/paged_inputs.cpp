@@ -45,7 +45,8 @@ void fill(std::span<const SeqSlice> slices, int64_t pt, int64_t tokens, int64_t 
 
 }  // namespace
 
-PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, PagedBuffers& b) {
+PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, PagedBuffers& b,
+                              int64_t min_seqs) {
   const int64_t pt = kv.config().page_tokens;
   int64_t tokens = 0, max_pages = 1;
   for (const SeqSlice& s : slices) {
@@ -56,7 +57,7 @@ PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slice
       throw Error("internal: positions of sequence " + std::to_string(s.seq) + " are not reserved");
   }
   // Powers of two: a handful of shapes serve every mix of sequences and lengths.
-  const int64_t seqs = int64_t(std::bit_ceil(uint64_t(std::max<size_t>(slices.size(), 1))));
+  const int64_t seqs = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>({int64_t(slices.size()), min_seqs, 1}))));
   const int64_t pages = int64_t(std::bit_ceil(uint64_t(max_pages)));
   const int64_t rows = kSeqTableHeader + pages;
   fill(slices, pt, tokens, rows, seqs, [&](KvCache::SeqId s) -> const auto& { return kv.block_table(s); }, b.slots,

@@ -56,7 +56,13 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("split", po::value(&o.split)->default_value("auto"),
        "under `mpirun -np N` (docs/distributed.md): how the model is shared out over the ranks: `experts` (each "
        "rank holds 1/N of every MoE layer's routed experts; the default for MoE models) or `layers` (each rank "
-       "runs a contiguous range of layers; the default for dense models); `auto` picks by the model");
+       "runs a contiguous range of layers; the default for dense models); `auto` picks by the model")
+      ("step-buckets", po::value(&o.step_buckets)->default_value("auto"),
+       "pad each forward step's tokens to one of a few sizes (4, 8, 10, 12, 14, 16, 20, ...: past 8 tokens, under a "
+       "quarter more), "
+       "so a backend meets few graph shapes and reuses their plans: `on`, `off`, or `auto` (on when the first "
+       "backend is a GPU's; a CPU plans a step in microseconds and would pay for the padding rows). Not with "
+       "recurrent models, distributed runs or streamed experts");
   }
   desc.add_options()
     ("plugins", po::value(&o.plugins_toml), "plugins.toml to use (default: $TESSERA_PLUGINS_TOML, ~/.config/tessera/plugins.toml, "
@@ -195,6 +201,10 @@ std::unique_ptr<Engine> make_engine(const PluginRegistry& reg, const CommonOptio
     throw Error("--split: '" + printable(o.split, 40) + "' is not a way to split a model; use auto, experts or layers");
   eo.ranks = rank_group();  // a distributed run (rank 0): the engine holds its share of the experts
   eo.rank_memory = rank_memory();
+  if (o.step_buckets == "on") eo.step_buckets = StepBuckets::On;
+  else if (o.step_buckets == "off") eo.step_buckets = StepBuckets::Off;
+  else if (o.step_buckets != "auto")
+    throw Error("--step-buckets: '" + printable(o.step_buckets, 40) + "' is not a choice; use auto, on or off");
   if (o.split == "experts") eo.split = Split::Experts;
   if (o.split == "layers") eo.split = Split::Layers;
   if (!eo.ranks && o.split != "auto")

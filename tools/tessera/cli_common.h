@@ -33,10 +33,11 @@ struct CommonOptions {
   std::string expert_cache = "auto";  // MoE experts: auto, off, or a cache size (4G)
   std::string quantize;               // --quantize TYPE: quantize float weights at load; empty = off
   std::string split = "auto";         // under mpirun: auto, experts or layers (docs/distributed.md)
+  std::string step_buckets = "auto";  // pad steps to token-count buckets: auto, on or off
 };
 
 // Adds --plugins and --verbose; with_model adds -m/--model, --backend, --threads, --ctx,
-// --batch, --check-tensors, --expert-cache and --quantize.
+// --batch, --check-tensors, --expert-cache, --quantize, --split and --step-buckets.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model);
 
 // Speculative decoding (drafter.h): --spec and --spec-max.

@@ -678,6 +678,11 @@ int cmd_bench(int argc, char** argv) {
                       {"download_bytes_per_token", double(decode_transfers.download_bytes) / tok}};
     const Engine::PlanCacheStats pc = engine->plan_cache();
     j["plan_cache"] = {{"hits", pc.hits}, {"misses", pc.misses}};
+    const Engine::PaddingStats pad = engine->padding();
+    j["step_buckets"] = {{"on", engine->pads_steps()},
+                         {"padded_steps", pad.padded_steps},
+                         {"padding_tokens", pad.padding_tokens},
+                         {"unpadded_steps", pad.unpadded_steps}};
     if (const RankGroup* g = engine->ranks()) {
       // Rank 0's side of the exchanges: what it sent and received per decoded token, and
       // the time it spent in them (waiting for the slowest rank included).

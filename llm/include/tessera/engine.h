@@ -31,6 +31,13 @@ namespace detail {
 struct QuantizedWeights;
 }
 
+enum class StepBuckets { Auto, On, Off };
+
+// The token count a padded step has for n tokens: n itself up to 2, then 4 and 8, then
+// multiples of a quarter of the largest power of two not above n: 10, 12, 14, 16, 20,
+// ... 32, 40, ... 64, 80, ... Past 8, padding adds less than a quarter of n.
+int64_t step_bucket(int64_t n);
+
 struct EngineOptions {
   std::string model_path;
   // Backends by name in preference order; empty = every usable backend, by rank.
@@ -76,6 +83,16 @@ struct EngineOptions {
   // Split::Layers: every rank's memory budget in bytes, rank by rank (the same on every
   // rank), which sizes the layer ranges (layer_range_by_memory); empty: equal ranges.
   std::vector<uint64_t> rank_memory;
+  // Pad each step's tokens (and its output rows) up to a bucket of a few sizes
+  // (step_bucket()), so that a device backend meets a handful of graph shapes and
+  // reuses their plans instead of making one for every new token count. The padding
+  // rows are a sequence of their own whose pages go back after the step; what the
+  // real rows compute does not change. Auto: on when the backend ranked first is a
+  // device backend; host backends plan a step in microseconds and would pay the
+  // padding's arithmetic. On is refused for models with recurrent layers (they run
+  // per sequence, so their graphs differ with every mix of sequences anyway), for
+  // distributed runs and for streamed experts (the padding would read experts).
+  StepBuckets step_buckets = StepBuckets::Auto;
 };
 
 // The types EngineOptions::quantize accepts, and their names for messages ("q8_0, q4_0, ...").
@@ -137,6 +154,13 @@ class Engine {
   const ExpertStream* expert_stream() const { return experts_.get(); }
   // Forward steps run since the engine was made (the step a non-finite-logits error names).
   int64_t steps() const { return steps_; }
+  // Whether steps are padded to buckets (EngineOptions::step_buckets), and how many
+  // were: padded, or left as they were because the pool had no pages for the padding.
+  bool pads_steps() const { return pad_steps_; }
+  struct PaddingStats {
+    int64_t padded_steps = 0, padding_tokens = 0, unpadded_steps = 0;
+  };
+  PaddingStats padding() const { return padding_; }
 
   // Feed `tokens` at the next positions of the engine's own sequence, in forward
   // steps of at most batch_tokens. Returns the logits: n_vocab floats per token if
@@ -198,6 +222,8 @@ class Engine {
   void execute_layers(bool hidden);
   // Builds, allocates and runs the step's graph with `batch`'s stage fields set.
   void run_graph(ForwardBatch& batch, bool keep_output);
+  void choose_step_buckets(const EngineOptions& opt);
+  bool pad_step();
   // Rank 0: sends the KV calls recorded since the last step and the step's chunks.
   void send_step(std::span<const Chunk> chunks, bool quit = false);
 
@@ -215,6 +241,10 @@ class Engine {
   MemoryPlan memory_plan_;
   KvCache::SeqId seq_ = 0;
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
+  bool pad_steps_ = false, step_padded_ = false;
+  KvCache::SeqId pad_seq_ = -1;  // the padding rows' sequence (created on first use)
+  std::vector<int32_t> pad_tokens_;
+  PaddingStats padding_;
   Graph graph_;
   int32_t graph_out_ = -1;  // the last step's logits or hidden-state tensor
   std::vector<int32_t> tokens_, positions_, out_rows_;

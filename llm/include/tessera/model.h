@@ -88,8 +88,10 @@ inline LayerSpan step_layers(const ForwardBatch& b, int64_t n_layer) {
 }
 
 // Fills `buffers` for the slices of a step whose positions kv has reserved, and returns
-// the spans over them.
-PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, PagedBuffers& buffers);
+// the spans over them. The sequence table has room for at least `min_seqs` sequences
+// (rounded up to a power of two, as the slices' count is).
+PagedInputs make_paged_inputs(const KvCache& kv, std::span<const SeqSlice> slices, PagedBuffers& buffers,
+                              int64_t min_seqs = 1);
 
 class Model {
  public:
