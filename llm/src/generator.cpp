@@ -34,6 +34,7 @@ struct Generator::Seq {
   // then the proposals), the copy of its KV sequence taken before the step when
   // recurrent state must be restorable, and the acceptance measured so far.
   std::vector<int32_t> feed, proposals;
+  std::vector<TokenDistribution> proposals_drawn_from;  // a sampling drafter's, per proposal
   std::optional<KvCache::SeqId> checkpoint;
   double acceptance = 0.8;  // optimistic at first: speculation was asked for
   int steps_without_draft = 0;
@@ -422,7 +423,13 @@ std::vector<GenerationEvent> Generator::step() {
       for (size_t j = 0; j <= n; ++j) {
         const std::span<const float> row_logits = logits.subspan(row++ * V, V);
         bool ok = false;
-        const int32_t tok = j < n ? s.sampler.verify(row_logits, s.feed[j + 1], ok) : s.sampler.sample(row_logits);
+        int32_t tok;
+        if (j == n)
+          tok = s.sampler.sample(row_logits);
+        else if (j < s.proposals_drawn_from.size())
+          tok = s.sampler.verify(row_logits, s.feed[j + 1], s.proposals_drawn_from[j], ok);
+        else
+          tok = s.sampler.verify(row_logits, s.feed[j + 1], ok);
         if (j < n) s.acceptance = 0.9 * s.acceptance + (ok ? 0.1 : 0.0);
         if (emit(s, tok, row_logits, events) || !ok) {
           row += n - j;  // the rows after it are not read
@@ -510,7 +517,8 @@ void Generator::draft(std::vector<Seq*>& batch, int64_t& budget) {
     k = std::min({k, budget, engine_.n_ctx() - int64_t(s->tokens.size()), int64_t(s->req.max_tokens - s->generated - 1)});
     if (k < 1) continue;
     s->proposals.clear();
-    requests.push_back({s->id, s->tokens, int(k), &s->proposals});
+    s->proposals_drawn_from.clear();
+    requests.push_back({s->id, s->tokens, int(k), &s->proposals, &s->req.sampling, &s->proposals_drawn_from});
     asking.push_back(s);
   }
   if (requests.empty()) return;

@@ -320,4 +320,64 @@ int32_t Sampler::verify(std::span<const float> logits, int32_t draft, bool& acce
   return draw(total - w_draft, draft);
 }
 
+double TokenDistribution::prob(int32_t id) const {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+  return it != ids.end() && *it == id ? probs[size_t(it - ids.begin())] : 0.0;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, TokenDistribution& drawn_from) {
+  drawn_from.ids.clear();
+  drawn_from.probs.clear();
+  const int32_t greedy = candidates(logits);
+  if (greedy >= 0) {
+    drawn_from.ids.push_back(greedy);
+    drawn_from.probs.push_back(1.0);
+    return greedy;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) total += weight(i);
+  std::vector<std::pair<int32_t, double>> byid;
+  byid.reserve(cand_.size());
+  for (size_t i = 0; i < cand_.size(); ++i) byid.emplace_back(cand_[i].id, weight(i) / total);
+  std::sort(byid.begin(), byid.end());
+  for (const auto& [id, p] : byid) {
+    drawn_from.ids.push_back(id);
+    drawn_from.probs.push_back(p);
+  }
+  return draw(total, -1);
+}
+
+int32_t Sampler::verify(std::span<const float> logits, int32_t draft, const TokenDistribution& q, bool& accepted) {
+  const double q_draft = q.prob(draft);
+  if (q_draft <= 0.0) return verify(logits, draft, accepted);  // not drawn from q: a point mass
+  const int32_t greedy = candidates(logits);
+  if (greedy >= 0) {  // p is the argmax alone: min(1, p / q) is 1 there, 0 elsewhere
+    accepted = greedy == draft;
+    return greedy;
+  }
+  double total = 0.0, w_draft = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    const double w = weight(i);
+    total += w;
+    if (cand_[i].id == draft) w_draft = w;
+  }
+  accepted = uniform() * q_draft * total < w_draft;  // u < p(draft) / q(draft)
+  if (accepted) return draft;
+  // The residual max(p - q, 0) over the candidates (p is 0 elsewhere).
+  double residual = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) residual += std::max(0.0, weight(i) / total - q.prob(cand_[i].id));
+  if (!(residual > 0.0)) return draw(total - w_draft, draft);  // rounding: p and q agree
+  const double target = uniform() * residual;
+  double cum = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    const double r = std::max(0.0, weight(i) / total - q.prob(cand_[i].id));
+    if (r <= 0.0) continue;
+    cum += r;
+    last = cand_[i].id;
+    if (target < cum) return last;
+  }
+  return last;
+}
+
 }  // namespace tessera

@@ -1,14 +1,17 @@
 // Speculative decoding's drafters. A drafter proposes tokens that may continue a
 // sequence; the Generator feeds them after the sequence's next token in one forward
 // step, keeps the longest prefix its sampler accepts (Sampler::verify) and rolls the
-// KV cache back past it. A drafter's proposals are deterministic given the tokens (a
-// point mass), which is what Sampler::verify's acceptance rule assumes.
+// KV cache back past it. A proposal is either deterministic given the tokens (a point
+// mass: n-gram lookup, a draft model's argmax) or drawn from a distribution the
+// drafter hands over with it (a draft model sampling as the request does).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "tessera/sampler.h"
 
 namespace tessera {
 
@@ -22,6 +25,12 @@ struct DraftRequest {
   std::span<const int32_t> tokens;  // its prompt and generated tokens so far
   int max_tokens = 0;               // propose at most this many (>= 1)
   std::vector<int32_t>* out = nullptr;  // proposals are appended here (none is fine)
+  // The request's sampling; a drafter with a distribution of its own (a draft model)
+  // may then draw its proposals from it, appending to `drawn_from` what each was drawn
+  // from (one per proposal; Sampler::verify weighs the draft by it). Left empty, the
+  // proposals are point masses.
+  const SamplerParams* sampling = nullptr;
+  std::vector<TokenDistribution>* drawn_from = nullptr;
 };
 
 class Drafter {
@@ -49,7 +58,9 @@ struct NgramDrafterOptions {
 std::unique_ptr<Drafter> make_ngram_drafter(const NgramDrafterOptions& options = {});
 
 // A second, smaller model with the same vocabulary, run by its own Engine (its KV paged
-// too): greedy proposals, one batched forward step per drafted position. `options`
+// too), one batched forward step per drafted position: its argmax for greedy requests,
+// and for sampling ones a draw with the request's temperature, top-k, top-p, min-p
+// and logit biases (no penalties), handed over with its distribution. `options`
 // names the draft model; its context and sequence count are taken from `target`.
 // Throws tessera::Error if the vocabularies differ or the draft model has recurrent
 // layers (its state cannot be rolled back).

@@ -45,6 +45,14 @@ struct TokenLogprobs {
 // -inf and +inf as the largest finite float, as in Sampler::sample. O(n log n_top).
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t chosen, int n_top);
 
+// A distribution over tokens: ids ascending, each with its probability; a token not
+// listed has none. What a sampled draft was drawn from (Sampler::sample).
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+  double prob(int32_t id) const;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
@@ -59,6 +67,14 @@ class Sampler {
   // returned tokens follow the same distribution as sample() (Leviathan et al.). Does
   // not record the token.
   int32_t verify(std::span<const float> logits, int32_t draft, bool& accepted);
+  // sample(), also giving the distribution the token was drawn from (greedy: the
+  // argmax alone, with probability 1): what a drafter that samples hands to verify.
+  int32_t sample(std::span<const float> logits, TokenDistribution& drawn_from);
+  // verify() for a draft drawn from `q`: accepted with probability min(1, p / q) of
+  // the draft, else replaced by a draw from max(p - q, 0) normalised, so the returned
+  // tokens follow this sampler's distribution p whatever q is (Leviathan et al., Chen
+  // et al.). With q a point mass this is verify() above.
+  int32_t verify(std::span<const float> logits, int32_t draft, const TokenDistribution& q, bool& accepted);
   // Record a token for the repetition penalty (prompt tokens and generated ones).
   void accept(int32_t token);
   // Record a generated token for the presence and frequency penalties.

@@ -1,9 +1,13 @@
 // Drafting with a second, smaller model (drafter.h). Each request has a sequence in
 // the draft engine's own paged KV cache holding the tokens it has fed so far; a
 // proposal first rolls that sequence back to what it shares with the request's
-// tokens (the target rejected the rest), feeds the difference, then drafts greedily:
-// one forward step per drafted position, every request of the step in it.
+// tokens (the target rejected the rest), feeds the difference, then drafts: one forward
+// step per drafted position, every request of the step in it. A greedy request gets
+// the draft model's argmax; a sampling one a draw from the draft model's distribution
+// under the request's sampling (penalties aside: they need the sequence's history),
+// which accepts more than the argmax where the distribution is wide.
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "tessera/drafter.h"
@@ -20,6 +24,16 @@ int32_t argmax(std::span<const float> row) {
   for (size_t i = 1; i < row.size(); ++i)
     if (row[i] > row[best]) best = i;
   return int32_t(best);
+}
+
+// The draft sampler of a request: its sampling without the penalties, with a seed of
+// its own (the target's draws stay its own).
+SamplerParams draft_sampling(const SamplerParams& p) {
+  SamplerParams d = p;
+  d.repeat_penalty = 1.0f;
+  d.presence_penalty = d.frequency_penalty = 0.0f;
+  d.seed = p.seed ^ 0x9e3779b97f4a7c15ull;
+  return d;
 }
 
 class DraftModelDrafter final : public Drafter {
@@ -123,9 +137,10 @@ class DraftModelDrafter final : public Drafter {
       for (size_t i = 0; i < in_step.size(); ++i) {
         if (chunks[i].logits != Engine::Logits::Last) continue;
         const DraftRequest& r = *in_step[i];
-        const int32_t tok = argmax(logits.subspan(row++ * V, V));
+        State& st = seqs_.at(r.id);
+        const int32_t tok = propose_one(r, st, logits.subspan(row++ * V, V));
         r.out->push_back(tok);
-        active.push_back({&r, &seqs_.at(r.id), tok});
+        active.push_back({&r, &st, tok});
         pending.erase(std::find(pending.begin(), pending.end(), &r));
       }
     }
@@ -153,7 +168,7 @@ class DraftModelDrafter final : public Drafter {
       const std::span<const float> logits = engine_->forward(chunks);
       const size_t V = size_t(engine_->n_vocab());
       for (size_t i = 0; i < active.size(); ++i) {
-        active[i].last = argmax(logits.subspan(i * V, V));
+        active[i].last = propose_one(*active[i].r, *active[i].s, logits.subspan(i * V, V));
         active[i].r->out->push_back(active[i].last);
       }
     }
@@ -162,8 +177,17 @@ class DraftModelDrafter final : public Drafter {
  private:
   struct State {
     KvCache::SeqId kv = 0;
-    std::vector<int32_t> fed;  // the tokens whose KV the draft sequence holds
+    std::vector<int32_t> fed;          // the tokens whose KV the draft sequence holds
+    std::optional<Sampler> sampler;    // a sampling request's draws
   };
+  // The next proposal of request r from a row of the draft model's logits.
+  static int32_t propose_one(const DraftRequest& r, State& s, std::span<const float> row) {
+    const bool sampled = r.sampling && r.sampling->temperature > 0 && r.drawn_from;
+    if (!sampled) return argmax(row);
+    if (!s.sampler) s.sampler.emplace(draft_sampling(*r.sampling));
+    TokenDistribution& q = r.drawn_from->emplace_back();
+    return s.sampler->sample(row, q);
+  }
   std::unique_ptr<Engine> engine_;
   std::unordered_map<uint64_t, State> seqs_;
   double cost_ = 0.5;
