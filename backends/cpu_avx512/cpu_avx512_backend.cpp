@@ -14,6 +14,8 @@
 #include "cpu_avx512_backend.h"
 #include "kernels.h"
 #include "kernels_deltanet.h"
+#include "product_planner.h"
+#include "tensor_layout.h"
 #include "weight_store.h"
 #include "tessera/error.h"
 #include "tessera/group_limit.h"
@@ -55,17 +57,6 @@ namespace {
 
 inline char* row_ptr(const Tensor& t, int64_t r) { return t.flat_row<char>(r); }
 inline float* frow(const Tensor& t, int64_t r) { return t.flat_row<float>(r); }
-
-// Rows of t are evenly spaced (row r at data + r * nb[1]).
-bool uniform_rows(const Tensor& t) {
-  return t.nb[2] == t.nb[1] * size_t(t.ne[1]) && t.nb[3] == t.nb[2] * size_t(t.ne[2]);
-}
-
-bool same_shape(const Tensor& a, const Tensor& b) {
-  for (int d = 0; d < Tensor::kMaxDims; ++d)
-    if (a.ne[d] != b.ne[d]) return false;
-  return true;
-}
 
 // Row of b that broadcasts onto row r of a (the schema's rule: every dimension of b
 // divides a's), as the reference reads it.
@@ -167,11 +158,11 @@ class CpuAvx512Backend final : public RangeBackend {
     for (size_t k = first; k < end; ++k) {
       const Node& n = nodes[k];
       if (n.op == Op::MatMul && k + 1 < end && nodes[k + 1].op == Op::MatMul) {
-        const ProductGroup grp = next_.node == k ? next_ : find_group(graph, k, end);
+        const ProductGroup grp = next_.node == k ? next_ : planner_.repacked_group(graph, k, end);
         if (grp.n == 0) {  // products of the format-kernel types (row kernels) as one dispatch
           const Tensor* rws[kMaxGroup];
           const Tensor* rdsts[kMaxGroup];
-          const int rn = row_group(graph, k, end, rws, rdsts);
+          const int rn = planner_.row_group(graph, k, end, rws, rdsts);
           if (rn > 1) {
             prepare_next_product(graph, k + size_t(rn), first, end);
             try {
@@ -246,8 +237,6 @@ class CpuAvx512Backend final : public RangeBackend {
     else if (total > 0)
       f(int64_t(0), total);
   }
-  // Contiguous rows (the tensor is one flat array of ne[0] * nrows floats).
-  static bool flat(const Tensor& t) { return uniform_rows(t) && t.nb[1] == size_t(t.ne[0]) * sizeof(float); }
 
   // Returns false only for a node supports() declines (never reached from the scheduler).
   bool run_node(Graph& g, const Node& n) {
@@ -637,7 +626,6 @@ class CpuAvx512Backend final : public RangeBackend {
     act_key_ = ActKey{xi >= 0, xi, x.data, wt, repacked, K, M};
     return act;
   }
-  static const char* end_of(const Tensor& t) { return t.flat_row<char>(t.nrows() - 1) + t.ne[0] * int64_t(sizeof(float)); }
   // After a product: its dst overlapping x would make the cached activation stale.
   void check_act_key(const Tensor& x, const Tensor& dst) {
     const char *x0 = static_cast<const char*>(x.data), *d0 = static_cast<const char*>(dst.data);
@@ -653,7 +641,6 @@ class CpuAvx512Backend final : public RangeBackend {
   // first worker before it claims tiles (three cache misses per weight, in parallel
   // with the caller's streaming instead of before the dispatch). A product whose
   // weight turns out stale has its copy dropped and is computed again from the tensor.
-  static constexpr int kMaxGroup = 4;
   //
   // With `swiglu` (see fused_swiglu: count is 2, gate then up, of equal N) the items
   // are row tiles of both products, and whoever computes a tile of gate and up also
@@ -762,44 +749,6 @@ class CpuAvx512Backend final : public RangeBackend {
         &ctx);
   }
 
-  // Products that run as one dispatch (matmul_group's result), from graph node `node`,
-  // and the SwiGlu fused into them (fused_swiglu), if any.
-  struct ProductGroup {
-    size_t node = SIZE_MAX;
-    int n = 0;
-    const Repacked* rps[kMaxGroup];
-    const Tensor *ws[kMaxGroup], *dsts[kMaxGroup];
-    const Tensor* swiglu = nullptr;
-  };
-  // Consecutive products (from node k, up to kMaxGroup) over one x whose weights are of
-  // one of the format-kernel types (GGUF layout, row kernels), one dtype and K, with the
-  // same non-overlap conditions as matmul_group: q/k and gate/up of an IQ4_XS or Q3_K
-  // model then wait once for the slower executor, as repacked groups do (decision 25).
-  int row_group(const Graph& g, size_t k, size_t end, const Tensor** ws, const Tensor** dsts) const {
-    const auto& nodes = g.nodes();
-    const int32_t xi = nodes[k].src[1];
-    if (xi < 0 || !g.tensor(xi).data) return 0;
-    const Tensor& x = g.tensor(xi);
-    int n = 0;
-    for (size_t j = k; j < end && n < kMaxGroup; ++j) {
-      const Node& nd = nodes[j];
-      if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
-      const Tensor& w = g.tensor(nd.src[0]);
-      const Tensor& d = g.tensor(nd.dst);
-      if (!w.data || !d.data || !kern::format_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1) break;
-      if (n && (w.type != ws[0]->type || w.ne[0] != ws[0]->ne[0])) break;
-      if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
-      bool clash = false;
-      for (int i = 0; i < n && !clash; ++i)
-        clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
-      if (clash || overlaps_bytes(d, w)) break;
-      ws[n] = &w;
-      dsts[n] = &d;
-      ++n;
-    }
-    return n;
-  }
-
   // The products of row_group as one dispatch: items are 16-row tiles of each product in
   // turn (claims never cross into the next), each computed by matmul_rows exactly as
   // mat_mul computes it alone.
@@ -853,42 +802,6 @@ class CpuAvx512Backend final : public RangeBackend {
         &ctx);
   }
 
-  ProductGroup find_group(const Graph& g, size_t k, size_t end) {
-    ProductGroup grp;
-    grp.n = matmul_group(g, k, end, grp.rps, grp.ws, grp.dsts);
-    grp.swiglu = fused_swiglu(g, k, end, grp);
-    return grp;
-  }
-  // The output of a SwiGlu node right after a group of two products (from node k) that
-  // reads exactly their outputs, all flat F32 of one shape and the output overlapping
-  // none of the group's tensors: computed inside the products' dispatch (see
-  // mat_mul_repacked_group). nullptr when it cannot be fused. The group is put in
-  // gate, up order: a graph may hold up's product first (the order in which a
-  // builder's function arguments were evaluated, as in `swiglu(matmul(..), matmul(..))`).
-  // Only for several tokens (prefill): in decode each executor then alternates between
-  // two weight streams instead of streaming one product, which made decode slower
-  // (decision 31).
-  const Tensor* fused_swiglu(const Graph& g, size_t k, size_t end, ProductGroup& grp) {
-    const size_t j = k + size_t(grp.n);
-    if (grp.n != 2 || j >= end || grp.rps[0]->N != grp.rps[1]->N) return nullptr;
-    if (g.tensor(g.nodes()[k].src[1]).nrows() < 2) return nullptr;  // one token
-    const Node& sn = g.nodes()[j];
-    if (sn.op != Op::SwiGlu || sn.dst < 0 || sn.src[0] < 0 || sn.src[1] < 0) return nullptr;
-    if (&g.tensor(sn.src[0]) == grp.dsts[1] && &g.tensor(sn.src[1]) == grp.dsts[0]) {
-      std::swap(grp.rps[0], grp.rps[1]);  // the products are independent: any order computes the same
-      std::swap(grp.ws[0], grp.ws[1]);
-      std::swap(grp.dsts[0], grp.dsts[1]);
-    }
-    if (&g.tensor(sn.src[0]) != grp.dsts[0] || &g.tensor(sn.src[1]) != grp.dsts[1]) return nullptr;
-    const Tensor &y = g.tensor(sn.dst), &gate = *grp.dsts[0], &up = *grp.dsts[1], &x = g.tensor(g.nodes()[k].src[1]);
-    if (!y.data || y.type != DType::F32 || gate.type != DType::F32 || up.type != DType::F32) return nullptr;
-    if (!flat(y) || !flat(gate) || !flat(up) || !same_shape(y, gate) || !same_shape(y, up)) return nullptr;
-    if (overlaps(y, gate) || overlaps(y, up) || overlaps(y, x) || overlaps_bytes(y, *grp.ws[0]) ||
-        overlaps_bytes(y, *grp.ws[1]))
-      return nullptr;
-    return &y;
-  }
-
   // Sets each worker's idle prefetch (FastPool::set_idle_prefetch): the first bytes of its
   // share (WorkSplit's initial split) of the next repacked product from node `from`
   // on, read into its cache while the caller runs the ops before that product. After
@@ -915,7 +828,7 @@ class CpuAvx512Backend final : public RangeBackend {
       for (j = first; j < from && nodes[j].op != Op::MatMul;) ++j;
     next_ = ProductGroup{};
     if (j < end && nodes[j].op == Op::MatMul) {
-      next_ = find_group(g, j, end);
+      next_ = planner_.repacked_group(g, j, end);
       if (j >= from) next_.node = j;  // a product of this call still to come
     }
     if (next_.n == 0 && j >= from && j < end && nodes[j].op == Op::MatMul && nodes[j].src[0] >= 0) {
@@ -957,48 +870,6 @@ class CpuAvx512Backend final : public RangeBackend {
       }
       pool_.set_idle_prefetch(w, h);
     }
-  }
-
-  static bool overlaps(const Tensor& a, const Tensor& b) {
-    const char *a0 = static_cast<const char*>(a.data), *b0 = static_cast<const char*>(b.data);
-    return a0 < end_of(b) && b0 < end_of(a);
-  }
-  static bool overlaps_bytes(const Tensor& a, const Tensor& w) {
-    const char *a0 = static_cast<const char*>(a.data), *w0 = static_cast<const char*>(w.data);
-    return a0 < w0 + w.nbytes() && w0 < end_of(a);
-  }
-
-  // How many MatMul nodes from k on (at most kMaxGroup, before `end`) can run as one
-  // mat_mul_repacked_group: the same x tensor, repacked weights of one dtype and K,
-  // evenly spaced F32 dst rows that overlap neither x, nor another dst, nor a weight
-  // of the group (so running them at once equals running them in order). rps, ws
-  // and dsts receive the group's copies (unchecked: see mat_mul_repacked_group),
-  // weights and outputs.
-  int matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** ws, const Tensor** dsts) {
-    const auto& nodes = g.nodes();
-    const int32_t xi = nodes[k].src[1];
-    if (xi < 0 || !g.tensor(xi).data) return 0;
-    const Tensor& x = g.tensor(xi);
-    int n = 0;
-    for (size_t j = k; j < end && n < kMaxGroup; ++j) {
-      const Node& nd = nodes[j];
-      if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
-      const Tensor& w = g.tensor(nd.src[0]);
-      const Tensor& d = g.tensor(nd.dst);
-      if (!w.data || !d.data) break;
-      if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
-      const Repacked* r = weights_.lookup(w);
-      if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
-      bool clash = false;
-      for (int i = 0; i < n && !clash; ++i)
-        clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
-      if (clash || overlaps_bytes(d, w)) break;
-      rps[n] = r;
-      ws[n] = &w;
-      dsts[n] = &d;
-      ++n;
-    }
-    return n;
   }
 
   bool mat_mul(const Tensor& w, const Tensor& x, const Tensor& dst, int32_t xi = -1) {
@@ -1327,6 +1198,7 @@ class CpuAvx512Backend final : public RangeBackend {
 
   PoolRef pool_ = nullptr;
   WeightStore weights_;
+  ProductPlanner planner_{weights_};
   Scratch act_;
   ActKey act_key_;
   std::vector<const uint16_t*> rows_;
