@@ -14,14 +14,14 @@ ProductGroup ProductPlanner::repacked_group(const Graph& g, size_t k, size_t end
   return grp;
 }
 
-// How many MatMul nodes from k on (at most kMaxGroup, before `end`) can run as one
-// mat_mul_repacked_group: the same x tensor, repacked weights of one dtype and K,
-// evenly spaced F32 dst rows that overlap neither x, nor another dst, nor a weight
-// of the group (so running them at once equals running them in order). rps, ws
-// and dsts receive the group's copies (unchecked: see mat_mul_repacked_group),
-// weights and outputs.
-int ProductPlanner::matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** ws,
-                                 const Tensor** dsts) const {
+namespace {
+
+// The MatMul nodes from k on (at most kMaxGroup, before `end`) over node k's x whose
+// weights `joins(w, n)` admits (n: how many joined before it), with evenly spaced F32
+// outputs that overlap neither x, nor another output, nor a weight of the group (so
+// running them at once equals running them in order); ws and dsts receive them.
+template <class Joins>
+int consecutive_products(const Graph& g, size_t k, size_t end, const Tensor** ws, const Tensor** dsts, Joins&& joins) {
   const auto& nodes = g.nodes();
   const int32_t xi = nodes[k].src[1];
   if (xi < 0 || !g.tensor(xi).data) return 0;
@@ -34,18 +34,31 @@ int ProductPlanner::matmul_group(const Graph& g, size_t k, size_t end, const Rep
     const Tensor& d = g.tensor(nd.dst);
     if (!w.data || !d.data) break;
     if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
-    const Repacked* r = weights_.lookup(w);
-    if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) break;
+    if (!joins(w, n)) break;
     bool clash = false;
     for (int i = 0; i < n && !clash; ++i)
       clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
     if (clash || overlaps_bytes(d, w)) break;
-    rps[n] = r;
     ws[n] = &w;
     dsts[n] = &d;
     ++n;
   }
   return n;
+}
+
+}  // namespace
+
+// The products of consecutive_products whose weights have repacked copies of one dtype
+// and K, for mat_mul_repacked_group; rps receives the copies (unchecked: see
+// mat_mul_repacked_group).
+int ProductPlanner::matmul_group(const Graph& g, size_t k, size_t end, const Repacked** rps, const Tensor** ws,
+                                 const Tensor** dsts) const {
+  return consecutive_products(g, k, end, ws, dsts, [&](const Tensor& w, int n) {
+    const Repacked* r = weights_.lookup(w);
+    if (!r || (n && (r->type != rps[0]->type || r->K != rps[0]->K))) return false;
+    rps[n] = r;
+    return true;
+  });
 }
 
 // The output of a SwiGlu node right after a group of two products (from node k) that
@@ -79,28 +92,10 @@ const Tensor* ProductPlanner::fused_swiglu(const Graph& g, size_t k, size_t end,
 }
 
 int ProductPlanner::row_group(const Graph& g, size_t k, size_t end, const Tensor** ws, const Tensor** dsts) const {
-  const auto& nodes = g.nodes();
-  const int32_t xi = nodes[k].src[1];
-  if (xi < 0 || !g.tensor(xi).data) return 0;
-  const Tensor& x = g.tensor(xi);
-  int n = 0;
-  for (size_t j = k; j < end && n < kMaxGroup; ++j) {
-    const Node& nd = nodes[j];
-    if (nd.op != Op::MatMul || nd.src[1] != xi || nd.src[0] < 0 || nd.dst < 0) break;
-    const Tensor& w = g.tensor(nd.src[0]);
-    const Tensor& d = g.tensor(nd.dst);
-    if (!w.data || !d.data || !kern::format_supported(w.type) || w.ne[2] != 1 || w.ne[3] != 1) break;
-    if (n && (w.type != ws[0]->type || w.ne[0] != ws[0]->ne[0])) break;
-    if (!uniform_rows(d) || d.nb[1] % sizeof(float) != 0 || overlaps(d, x)) break;
-    bool clash = false;
-    for (int i = 0; i < n && !clash; ++i)
-      clash = overlaps(d, *dsts[i]) || overlaps_bytes(d, *ws[i]) || overlaps_bytes(*dsts[i], w);
-    if (clash || overlaps_bytes(d, w)) break;
-    ws[n] = &w;
-    dsts[n] = &d;
-    ++n;
-  }
-  return n;
+  return consecutive_products(g, k, end, ws, dsts, [&](const Tensor& w, int n) {
+    return kern::format_supported(w.type) && w.ne[2] == 1 && w.ne[3] == 1 &&
+           (n == 0 || (w.type == ws[0]->type && w.ne[0] == ws[0]->ne[0]));
+  });
 }
 
 }  // namespace tessera::cpu_avx512

@@ -301,17 +301,23 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t>
   return draw(total, -1);
 }
 
-int32_t Sampler::verify(std::span<const float> logits, int32_t draft, bool& accepted) {
+int32_t Sampler::weigh(std::span<const float> logits, int32_t draft, double& total, double& w_draft) {
   const int32_t greedy = candidates(logits);
-  if (greedy >= 0) {
-    accepted = greedy == draft;
-    return greedy;
-  }
-  double total = 0.0, w_draft = 0.0;
+  total = w_draft = 0.0;
+  if (greedy >= 0) return greedy;
   for (size_t i = 0; i < cand_.size(); ++i) {
     const double w = weight(i);
     total += w;
     if (cand_[i].id == draft) w_draft = w;
+  }
+  return -1;
+}
+
+int32_t Sampler::verify(std::span<const float> logits, int32_t draft, bool& accepted) {
+  double total, w_draft;
+  if (const int32_t greedy = weigh(logits, draft, total, w_draft); greedy >= 0) {
+    accepted = greedy == draft;
+    return greedy;
   }
   // The draft is a point mass q: accept it with probability min(1, p/q) = p(draft);
   // otherwise draw from the residual max(p - q, 0), which is p without the draft.
@@ -350,16 +356,11 @@ int32_t Sampler::sample(std::span<const float> logits, TokenDistribution& drawn_
 int32_t Sampler::verify(std::span<const float> logits, int32_t draft, const TokenDistribution& q, bool& accepted) {
   const double q_draft = q.prob(draft);
   if (q_draft <= 0.0) return verify(logits, draft, accepted);  // not drawn from q: a point mass
-  const int32_t greedy = candidates(logits);
-  if (greedy >= 0) {  // p is the argmax alone: min(1, p / q) is 1 there, 0 elsewhere
+  double total, w_draft;
+  if (const int32_t greedy = weigh(logits, draft, total, w_draft); greedy >= 0) {
+    // p is the argmax alone: min(1, p / q) is 1 there, 0 elsewhere
     accepted = greedy == draft;
     return greedy;
-  }
-  double total = 0.0, w_draft = 0.0;
-  for (size_t i = 0; i < cand_.size(); ++i) {
-    const double w = weight(i);
-    total += w;
-    if (cand_[i].id == draft) w_draft = w;
   }
   accepted = uniform() * q_draft * total < w_draft;  // u < p(draft) / q(draft)
   if (accepted) return draft;

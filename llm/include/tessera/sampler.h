@@ -96,6 +96,9 @@ class Sampler {
   double uniform();
   double weight(size_t i) const;
   int32_t draw(double total, int32_t skip);
+  // candidates(), then the candidates' total weight and the draft's (0 when it is not
+  // among them); the argmax when greedy (weights left 0), else -1.
+  int32_t weigh(std::span<const float> logits, int32_t draft, double& total, double& w_draft);
 };
 
 }  // namespace tessera
