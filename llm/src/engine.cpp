@@ -345,6 +345,7 @@ void Engine::choose_step_buckets(const EngineOptions& opt) {
   } else {
     pad_steps_ = why_not.empty() && !scheduler_->backends().front()->uses_host_memory();
   }
+  pad_table_seqs_ = int64_t(opt.max_sequences) + 1;
 }
 
 Engine::~Engine() {
@@ -479,9 +480,9 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 
 void Engine::execute_step(bool hidden, bool replaying) {
   if (ranks_ && split_ == Split::Layers) return execute_layers(hidden);
-  // Padded steps keep a place for the padding's sequence in every step's sequence
-  // table, padded or not, so that the table's shape does not depend on it.
-  const int64_t min_seqs = pad_steps_ && !step_padded_ ? int64_t(slices_.size()) + 1 : 1;
+  // Padded steps have a sequence table for all the sequences the engine holds at once
+  // and the padding's, whatever the step holds: its shape then never changes with them.
+  const int64_t min_seqs = pad_steps_ ? pad_table_seqs_ : 1;
   ForwardBatch batch{tokens_,
                      positions_,
                      slices_,

@@ -243,6 +243,7 @@ class Engine {
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
   bool pad_steps_ = false, step_padded_ = false;
   KvCache::SeqId pad_seq_ = -1;  // the padding rows' sequence (created on first use)
+  int64_t pad_table_seqs_ = 1;    // padded steps' sequence-table size: max_sequences and the padding's
   std::vector<int32_t> pad_tokens_;
   PaddingStats padding_;
   Graph graph_;
