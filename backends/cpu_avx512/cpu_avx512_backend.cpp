@@ -637,10 +637,11 @@ class CpuAvx512Backend final : public RangeBackend {
   // next): q/k/v and gate/up then wait for the slower executor once, not per product.
   // Every tile is computed by the same code as alone, so results do not change.
   //
-  // The copies come from lookup_repacked: their fingerprints are checked here, by the
-  // first worker before it claims tiles (three cache misses per weight, in parallel
-  // with the caller's streaming instead of before the dispatch). A product whose
-  // weight turns out stale has its copy dropped and is computed again from the tensor.
+  // The copies come from WeightStore::lookup, unchecked: their fingerprints are
+  // checked here, by the first worker before it claims tiles (three cache misses per
+  // weight, in parallel with the caller's streaming instead of before the dispatch). A
+  // product whose weight turns out stale has its copy dropped and is computed again
+  // from the tensor.
   //
   // With `swiglu` (see fused_swiglu: count is 2, gate then up, of equal N) the items
   // are row tiles of both products, and whoever computes a tile of gate and up also

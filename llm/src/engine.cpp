@@ -345,7 +345,9 @@ void Engine::choose_step_buckets(const EngineOptions& opt) {
   } else {
     pad_steps_ = why_not.empty() && !scheduler_->backends().front()->uses_host_memory();
   }
-  pad_table_seqs_ = int64_t(opt.max_sequences) + 1;
+  // A padded engine's sequence tables have room for all the sequences it holds at once
+  // and the padding's, whatever a step holds: their shape never changes with them.
+  if (pad_steps_) table_seqs_ = int64_t(opt.max_sequences) + 1;
 }
 
 Engine::~Engine() {
@@ -441,7 +443,7 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
   const bool want_rows = !out_rows_.empty();
   if (!want_rows) out_rows_.push_back(int32_t(tokens_.size()) - 1);  // the graph always ends in logits
   const size_t real_tokens = tokens_.size(), real_rows = out_rows_.size();
-  step_padded_ = pad_steps_ && pad_step();
+  const bool padded = pad_steps_ && pad_step();
   if (ranks_) {
     // From here on every rank runs this step: a failure on rank 0 would leave the others
     // waiting inside it, so it ends them all.
@@ -456,7 +458,7 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
   }
   // The engine, not the kernels, owns the sequences' lengths; the padding's pages go back.
   for (const SeqSlice& s : slices_) kv_->set_length(s.seq, s.pos0 + s.count);
-  if (step_padded_) kv_->truncate(pad_seq_, 0);
+  if (padded) kv_->truncate(pad_seq_, 0);
   tokens_evaluated_ += int64_t(real_tokens);
 
   const int64_t rows = want_rows ? int64_t(real_rows) : 0;
@@ -480,15 +482,8 @@ std::span<const float> Engine::run_step(std::span<const Chunk> chunks, bool hidd
 
 void Engine::execute_step(bool hidden, bool replaying) {
   if (ranks_ && split_ == Split::Layers) return execute_layers(hidden);
-  // Padded steps have a sequence table for all the sequences the engine holds at once
-  // and the padding's, whatever the step holds: its shape then never changes with them.
-  const int64_t min_seqs = pad_steps_ ? pad_table_seqs_ : 1;
-  ForwardBatch batch{tokens_,
-                     positions_,
-                     slices_,
-                     out_rows_,
-                     make_paged_inputs(*kv_, slices_, paged_buffers_, min_seqs),
-                     hidden};
+  ForwardBatch batch{tokens_, positions_, slices_, out_rows_,
+                     make_paged_inputs(*kv_, slices_, paged_buffers_, table_seqs_), hidden};
   run_graph(batch, !replaying);
 }
 

@@ -340,15 +340,14 @@ int32_t Sampler::sample(std::span<const float> logits, TokenDistribution& drawn_
     drawn_from.probs.push_back(1.0);
     return greedy;
   }
+  // Each candidate's weight once: the distribution, in id order, and the draw's total.
+  std::vector<std::pair<int32_t, double>> byid(cand_.size());
   double total = 0.0;
-  for (size_t i = 0; i < cand_.size(); ++i) total += weight(i);
-  std::vector<std::pair<int32_t, double>> byid;
-  byid.reserve(cand_.size());
-  for (size_t i = 0; i < cand_.size(); ++i) byid.emplace_back(cand_[i].id, weight(i) / total);
+  for (size_t i = 0; i < cand_.size(); ++i) total += (byid[i] = {cand_[i].id, weight(i)}).second;
   std::sort(byid.begin(), byid.end());
-  for (const auto& [id, p] : byid) {
+  for (const auto& [id, w] : byid) {
     drawn_from.ids.push_back(id);
-    drawn_from.probs.push_back(p);
+    drawn_from.probs.push_back(w / total);
   }
   return draw(total, -1);
 }
@@ -364,17 +363,18 @@ int32_t Sampler::verify(std::span<const float> logits, int32_t draft, const Toke
   }
   accepted = uniform() * q_draft * total < w_draft;  // u < p(draft) / q(draft)
   if (accepted) return draft;
-  // The residual max(p - q, 0) over the candidates (p is 0 elsewhere).
-  double residual = 0.0;
-  for (size_t i = 0; i < cand_.size(); ++i) residual += std::max(0.0, weight(i) / total - q.prob(cand_[i].id));
-  if (!(residual > 0.0)) return draw(total - w_draft, draft);  // rounding: p and q agree
-  const double target = uniform() * residual;
+  // The residual max(p - q, 0) over the candidates (p is 0 elsewhere), then a draw from it.
+  residual_.resize(cand_.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i)
+    sum += (residual_[i] = std::max(0.0, weight(i) / total - q.prob(cand_[i].id)));
+  if (!(sum > 0.0)) return draw(total - w_draft, draft);  // rounding: p and q agree
+  const double target = uniform() * sum;
   double cum = 0.0;
   int32_t last = -1;
   for (size_t i = 0; i < cand_.size(); ++i) {
-    const double r = std::max(0.0, weight(i) / total - q.prob(cand_[i].id));
-    if (r <= 0.0) continue;
-    cum += r;
+    if (residual_[i] <= 0.0) continue;
+    cum += residual_[i];
     last = cand_[i].id;
     if (target < cum) return last;
   }

@@ -241,9 +241,9 @@ class Engine {
   MemoryPlan memory_plan_;
   KvCache::SeqId seq_ = 0;
   int64_t n_ctx_ = 0, batch_tokens_ = 0, tokens_evaluated_ = 0, steps_ = 0;
-  bool pad_steps_ = false, step_padded_ = false;
+  bool pad_steps_ = false;
   KvCache::SeqId pad_seq_ = -1;  // the padding rows' sequence (created on first use)
-  int64_t pad_table_seqs_ = 1;    // padded steps' sequence-table size: max_sequences and the padding's
+  int64_t table_seqs_ = 1;        // the least room a step's sequence table has (make_paged_inputs)
   std::vector<int32_t> pad_tokens_;
   PaddingStats padding_;
   Graph graph_;

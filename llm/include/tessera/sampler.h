@@ -88,6 +88,7 @@ class Sampler {
   std::deque<int32_t> recent_;
   std::vector<std::pair<int32_t, int32_t>> generated_;  // (token, times), in first-seen order
   std::vector<Candidate> cand_;  // reused across calls
+  std::vector<double> residual_;  // verify with a drawn draft: max(p - q, 0) per candidate
   struct Keyed { uint32_t key; Candidate c; };
   std::vector<Keyed> keyed_;  // sort_by_logit's work buffers (two halves)
   // cand_ (in ascending id order) into descending logit, ascending id on ties.

@@ -259,10 +259,8 @@ void WeightSource::load(Tensor& into, const std::string& name, std::initializer_
 }
 
 void WeightSource::load_f32(Tensor& into, const std::string& name, std::initializer_list<int64_t> shape) {
-  Tensor t = require(name, shape);
-  if (t.type != DType::F32) throw Error(arch() + ": tensor '" + desc_.origin_of(name) + "' must be F32");
-  into = std::move(t);
-  weights_.push_back(&into);
+  load(into, name, shape);
+  if (into.type != DType::F32) throw Error(arch() + ": tensor '" + desc_.origin_of(name) + "' must be F32");
 }
 
 void WeightSource::tie(Tensor& into, const Tensor& from) {

@@ -44,9 +44,10 @@ struct DecoderDefaults {
   // key length.
   bool own_value_length = false;
 };
-// The architecture's and the model's names, and the hyperparameters every decoder shares, checked (block count, width, heads,
-// context, RMS epsilon, RoPE base, head size = value size, RoPE dimensions), into
-// `info`; the architecture reads its own (feed-forward, experts, ...) after.
+// The architecture's and the model's names, and the hyperparameters every decoder
+// shares, checked (block count, width, heads, context, RMS epsilon, RoPE base, head
+// size = value size, RoPE dimensions), into `info`; the architecture reads its own
+// (feed-forward, experts, ...) after.
 void read_decoder_hparams(const WeightSource& w, ModelInfo& info, const DecoderDefaults& defaults);
 // expert_group_count (1 when absent) and expert_group_used_count (all groups when
 // absent), checked against the expert counts read by read_expert_hparams.
